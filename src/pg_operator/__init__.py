@@ -1,0 +1,1 @@
+"""pg-operator: run PostgreSQL clusters on Kubernetes from one custom resource."""
