@@ -9,10 +9,11 @@ from __future__ import annotations
 IMAGE_REPOSITORY = "localhost/pg-operator/postgres"
 
 # Exact PostgreSQL versions that the image recipe builds, newest minor first for each major.
+# The keys are also the majors the CRD accepts in spec.version (its enum is generated from them), so add a
+# major here only once its image ships.
 BUILT_VERSIONS: dict[str, tuple[str, ...]] = {
     "15": ("15.19",),
     "16": ("16.15", "16.13"),
-    "17": ("17.11",),
 }
 
 SUPPORTED_MAJORS: tuple[str, ...] = tuple(BUILT_VERSIONS)

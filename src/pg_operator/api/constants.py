@@ -1,0 +1,44 @@
+"""Names shared by the API, the desired-state builders, the controller and the instance entrypoint.
+
+Binding values: see docs/contracts.md. Change one only together with every piece that reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "db.example.com"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "PostgresCluster"
+PLURAL: Final = "postgresclusters"
+SINGULAR: Final = "postgrescluster"
+SHORT: Final = "pgc"
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+
+FIELD_MANAGER: Final = "pg-operator"
+
+# On every child object and every pod; the value is the cluster's name.
+CLUSTER_LABEL: Final = "db.example.com/cluster"
+# Set on pods by Patroni.
+ROLE_LABEL: Final = "role"
+ROLE_PRIMARY: Final = "primary"
+ROLE_REPLICA: Final = "replica"
+
+# Database roles the operator owns.
+SUPERUSER: Final = "postgres"
+REPLICATION_USER: Final = "replicator"
+
+# Pod contract with the instance entrypoint.
+CONTAINER_NAME: Final = "postgres"
+PG_PORT: Final = 5432
+PG_PORT_NAME: Final = "postgresql"
+PATRONI_PORT: Final = 8008
+PATRONI_PORT_NAME: Final = "patroni"
+CONFIG_MOUNT: Final = "/etc/pg-operator/config"
+INSTANCE_CONFIG_KEY: Final = "instance.yaml"
+SECRETS_MOUNT: Final = "/etc/pg-operator/secrets"
+DATA_MOUNT: Final = "/var/lib/postgresql/data"
+PGDATA: Final = f"{DATA_MOUNT}/pgdata"
+DATA_VOLUME: Final = "data"
+POSTGRES_UID: Final = 999

@@ -1,0 +1,586 @@
+"""Typed models of the PostgresCluster resource: the single source of truth for its CRD.
+
+Each constraint lives twice on purpose, from one definition: as JSON-schema keywords or CEL rules in the
+CRD (so the API server refuses bad input before the operator sees it) and as pydantic validation (so
+`PostgresCluster.from_obj` refuses the same input with an error naming the field, should the schema ever
+be bypassed). Rules that compare with the previous object (growth, immutability) exist only in CEL.
+`api/crd.py` turns `PostgresClusterSpec` and `PostgresClusterStatus` into the CRD's structural schema.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from pg_operator.api.quantity import QUANTITY_PATTERN, parse_quantity
+from pg_operator.images import SUPPORTED_MAJORS
+
+# --- values the schema and CEL rules are built from -----------------------------------------------------
+
+MAX_REPLICAS = 5
+MAX_SYNC_STANDBYS = 4
+STORAGE_PATTERN = r"^[1-9][0-9]*Gi$"
+# Room for the longest derived name: the StatefulSet's controller-revision-hash label "<name>-<10 chars>"
+# and Service names "<name>-rw" must stay within 63 characters, and Services need a DNS-1035 label.
+MAX_NAME_LENGTH = 50
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+# PostgreSQL settings that Patroni and the operator set themselves; a user value would break replication,
+# failover, archiving or the pod layout. Compared case-insensitively, as PostgreSQL does.
+OPERATOR_OWNED_PARAMETERS: tuple[str, ...] = (
+    "archive_cleanup_command",
+    "archive_command",
+    "archive_library",
+    "archive_mode",
+    "cluster_name",
+    "config_file",
+    "data_directory",
+    "external_pid_file",
+    "hba_file",
+    "hot_standby",
+    "ident_file",
+    "listen_addresses",
+    "max_replication_slots",
+    "max_wal_senders",
+    "port",
+    "primary_conninfo",
+    "primary_slot_name",
+    "promote_trigger_file",
+    "recovery_end_command",
+    "recovery_target",
+    "recovery_target_action",
+    "recovery_target_inclusive",
+    "recovery_target_lsn",
+    "recovery_target_name",
+    "recovery_target_time",
+    "recovery_target_timeline",
+    "recovery_target_xid",
+    "restore_command",
+    "synchronous_standby_names",
+    "unix_socket_directories",
+    "wal_level",
+    "wal_log_hints",
+)
+PARAMETER_NAME_PATTERN = r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$"
+MAX_PARAMETERS = 128
+MAX_PARAMETER_VALUE_LENGTH = 4096
+
+# Unquoted PostgreSQL identifiers (lower case, at most 63 bytes) that are not taken by the operator or by
+# PostgreSQL itself.
+IDENTIFIER_PATTERN = r"^[a-z_][a-z0-9_]{0,62}$"
+RESERVED_DATABASES: tuple[str, ...] = ("postgres", "template0", "template1")
+RESERVED_ROLES: tuple[str, ...] = (
+    "postgres",
+    "replicator",
+    "public",
+    "none",
+    "current_role",
+    "current_user",
+    "session_user",
+    "user",
+    "all",
+)
+
+DEFAULT_ALLOWED_CIDRS: tuple[str, ...] = ("10.244.0.0/16",)
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"  # optional DNS-subdomain prefix
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
+def _cel_list(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def _rule(rule: str, message: str, **extra: str) -> dict[str, str]:
+    """One entry of x-kubernetes-validations; `fieldPath` and `reason` may be given in extra."""
+    return {"rule": rule, "message": message, **extra}
+
+
+def _validations(*rules: dict[str, str]) -> dict[str, Any]:
+    return {"x-kubernetes-validations": list(rules)}
+
+
+# --- shared field types ---------------------------------------------------------------------------------
+
+
+def _int_to_str(value: object) -> object:
+    # Kubernetes accepts `cpu: 2` as well as `cpu: "2"`; keep one representation.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+Quantity = Annotated[
+    str,
+    BeforeValidator(_int_to_str),
+    StringConstraints(pattern=QUANTITY_PATTERN, max_length=32),
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "maxLength": 32,
+        }
+    ),
+]
+
+Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN, min_length=1, max_length=63)]
+
+
+class _SpecModel(BaseModel):
+    # camelCase on the wire, snake_case in Python; unknown fields are an error (the API server prunes
+    # them, so one here means a bug or a bypassed schema).
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+def _nested(cls: type[_SpecModel], description: str) -> Any:
+    """A sub-object that may be omitted: `default: {}` in the schema, so the API server fills in the
+    defaults of its fields."""
+    return Field(default_factory=cls, description=description, json_schema_extra={"default": {}})
+
+
+# --- spec -----------------------------------------------------------------------------------------------
+
+
+class ResourceRequests(_SpecModel):
+    cpu: Quantity = Field("250m", description="CPU each instance requests.")
+    memory: Quantity = Field("512Mi", description="Memory each instance requests.")
+
+
+class ResourceLimits(_SpecModel):
+    cpu: Quantity | None = Field(
+        None, description="CPU limit. Unset by default: CPU throttling hurts PostgreSQL latency."
+    )
+    memory: Quantity | None = Field(
+        None, description="Memory limit. Defaults to the memory request, so PostgreSQL gets what it asks for."
+    )
+
+
+_REQUESTS_WITHIN_LIMITS = tuple(
+    _rule(
+        f"!has(self.limits.{res}) || !has(self.requests.{res}) || "
+        f"quantity(string(self.requests.{res})).compareTo(quantity(string(self.limits.{res}))) <= 0",
+        f"resources.requests.{res} must not exceed resources.limits.{res}",
+        fieldPath=f".requests.{res}",
+    )
+    for res in ("cpu", "memory")
+)
+
+
+class Resources(_SpecModel):
+    model_config = ConfigDict(json_schema_extra=_validations(*_REQUESTS_WITHIN_LIMITS))
+
+    requests: ResourceRequests = _nested(ResourceRequests, "Resources each instance requests.")
+    limits: ResourceLimits = _nested(ResourceLimits, "Resource limits of each instance.")
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> Resources:
+        for res in ("cpu", "memory"):
+            request, limit = getattr(self.requests, res), getattr(self.limits, res)
+            if limit is not None and parse_quantity(request) > parse_quantity(limit):
+                raise ValueError(f"resources.requests.{res} must not exceed resources.limits.{res}")
+        return self
+
+
+_PARAMETER_RULES = (
+    _rule(
+        f"self.all(k, !(k.lowerAscii() in {_cel_list(OPERATOR_OWNED_PARAMETERS)}))",
+        "postgresql.parameters may not set parameters the operator owns",
+        messageExpression=(
+            "'postgresql.parameters: ' + "
+            f"self.filter(k, k.lowerAscii() in {_cel_list(OPERATOR_OWNED_PARAMETERS)}).join(', ') + "
+            "' is set by the operator and cannot be overridden'"
+        ),
+        reason="FieldValueForbidden",
+    ),
+    _rule(
+        f"self.all(k, k.matches('{PARAMETER_NAME_PATTERN}'))",
+        "postgresql.parameters: names are lower-case PostgreSQL setting names, e.g. shared_buffers "
+        "or auto_explain.log_min_duration",
+    ),
+)
+
+
+class Postgresql(_SpecModel):
+    parameters: dict[str, Annotated[str, StringConstraints(max_length=MAX_PARAMETER_VALUE_LENGTH)]] = Field(
+        default_factory=dict,
+        max_length=MAX_PARAMETERS,
+        description=(
+            'postgresql.conf settings, as strings (e.g. shared_buffers: 256MB, max_connections: "200"). '
+            "Settings the operator owns (port, wal_level, archive_command, ...) are refused."
+        ),
+        json_schema_extra=_validations(*_PARAMETER_RULES),
+    )
+    allowed_cidrs: list[Annotated[str, StringConstraints(max_length=64)]] = Field(
+        default_factory=lambda: list(DEFAULT_ALLOWED_CIDRS),
+        alias="allowedCIDRs",
+        min_length=1,
+        max_length=16,
+        description="Networks allowed to connect with a password (pg_hba); defaults to the pod network.",
+        json_schema_extra={
+            "default": list(DEFAULT_ALLOWED_CIDRS),
+            **_validations(_rule("self.all(c, isCIDR(c))", "postgresql.allowedCIDRs: each entry is a CIDR")),
+        },
+    )
+
+    @field_validator("parameters")
+    @classmethod
+    def _not_operator_owned(cls, parameters: dict[str, str]) -> dict[str, str]:
+        owned = sorted(k for k in parameters if k.lower() in OPERATOR_OWNED_PARAMETERS)
+        if owned:
+            raise ValueError(
+                f"postgresql.parameters: {', '.join(owned)} is set by the operator and cannot be overridden"
+            )
+        bad = sorted(k for k in parameters if not re.match(PARAMETER_NAME_PATTERN, k))
+        if bad:
+            raise ValueError(f"postgresql.parameters: {', '.join(bad)} is not a PostgreSQL setting name")
+        return parameters
+
+    @field_validator("allowed_cidrs")
+    @classmethod
+    def _cidrs(cls, cidrs: list[str]) -> list[str]:
+        for cidr in cidrs:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(f"postgresql.allowedCIDRs: {cidr!r} is not a CIDR") from None
+        return cidrs
+
+
+class Affinity(_SpecModel):
+    pod_anti_affinity: Literal["preferred", "required", "none"] = Field(
+        "preferred",
+        description=(
+            "Spread instances over topologyKey: 'preferred' (default; schedules anyway when it cannot), "
+            "'required' (an instance stays Pending rather than share), or 'none'."
+        ),
+    )
+    topology_key: str = Field(
+        "kubernetes.io/hostname",
+        max_length=316,
+        pattern=LABEL_KEY_PATTERN,
+        description="Node label that defines the failure domain instances are spread over.",
+    )
+
+
+class Synchronous(_SpecModel):
+    number: int = Field(
+        0,
+        ge=0,
+        le=MAX_SYNC_STANDBYS,
+        description="Standbys that must confirm each commit (0: asynchronous replication). Below replicas.",
+    )
+    data_durability: Literal["required", "preferred"] = Field(
+        "required",
+        description=(
+            "'required': writes wait while fewer synchronous standbys are available (no acknowledged write "
+            "is ever lost); 'preferred': replication falls back to asynchronous so writes continue."
+        ),
+    )
+
+
+class InitDB(_SpecModel):
+    model_config = ConfigDict(
+        json_schema_extra=_validations(
+            _rule(
+                f"!(self.database in {_cel_list(RESERVED_DATABASES)})",
+                f"bootstrap.initdb.database must not be one of {', '.join(RESERVED_DATABASES)}",
+                fieldPath=".database",
+            ),
+            _rule(
+                f"!(self.owner in {_cel_list(RESERVED_ROLES)}) && !self.owner.startsWith('pg_')",
+                f"bootstrap.initdb.owner must not start with pg_ or be one of {', '.join(RESERVED_ROLES)}",
+                fieldPath=".owner",
+            ),
+        )
+    )
+
+    database: Identifier = Field("app", description="Database created for the application.")
+    owner: Identifier = Field(
+        "app", description="Role that owns it; its credentials are in Secret <name>-app."
+    )
+
+    @model_validator(mode="after")
+    def _not_reserved(self) -> InitDB:
+        if self.database in RESERVED_DATABASES:
+            raise ValueError(f"bootstrap.initdb.database must not be one of {', '.join(RESERVED_DATABASES)}")
+        if self.owner in RESERVED_ROLES or self.owner.startswith("pg_"):
+            raise ValueError(
+                f"bootstrap.initdb.owner must not start with pg_ or be one of {', '.join(RESERVED_ROLES)}"
+            )
+        return self
+
+
+class Bootstrap(_SpecModel):
+    initdb: InitDB = _nested(InitDB, "A new, empty cluster: initdb, then the application database and owner.")
+
+
+class Patroni(_SpecModel):
+    model_config = ConfigDict(
+        json_schema_extra=_validations(
+            _rule(
+                "self.loopWait + 2 * self.retryTimeout <= self.ttl",
+                "patroni: loopWait + 2 * retryTimeout must not exceed ttl",
+                fieldPath=".ttl",
+            )
+        )
+    )
+
+    # Shorter than Patroni's 30/10/10: an unclean failover takes about ttl + loopWait.
+    ttl: int = Field(20, ge=10, le=600, description="Seconds the leader lock lives without renewal.")
+    loop_wait: int = Field(5, ge=1, le=60, description="Seconds between Patroni's HA loop runs.")
+    retry_timeout: int = Field(
+        5, ge=1, le=120, description="Seconds Patroni retries the API server and PostgreSQL before demoting."
+    )
+
+    @model_validator(mode="after")
+    def _timing(self) -> Patroni:
+        if self.loop_wait + 2 * self.retry_timeout > self.ttl:
+            raise ValueError("patroni: loopWait + 2 * retryTimeout must not exceed ttl")
+        return self
+
+
+_SPEC_RULES = (
+    _rule(
+        "!has(self.synchronous) || self.synchronous.number < self.replicas",
+        "synchronous.number must be less than replicas: each synchronous standby is another instance",
+        fieldPath=".synchronous.number",
+    ),
+    _rule(
+        "has(self.storageClassName) == has(oldSelf.storageClassName) && "
+        "(!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",
+        "storageClassName is immutable: existing volumes cannot move to another storage class in place",
+        fieldPath=".storageClassName",
+        reason="FieldValueForbidden",
+    ),
+)
+
+
+class PostgresClusterSpec(_SpecModel):
+    """The desired state of a PostgreSQL cluster."""
+
+    model_config = ConfigDict(json_schema_extra=_validations(*_SPEC_RULES))
+
+    replicas: int = Field(
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Number of PostgreSQL instances: one primary, the rest streaming replicas.",
+    )
+    version: str = Field(
+        description="PostgreSQL major version.",
+        json_schema_extra={
+            "enum": list(SUPPORTED_MAJORS),
+            **_validations(
+                _rule(
+                    "self == oldSelf",
+                    "version is immutable until a major-upgrade path exists",
+                    reason="FieldValueForbidden",
+                )
+            ),
+        },
+    )
+    storage: str = Field(
+        pattern=STORAGE_PATTERN,
+        max_length=12,
+        description="Size of each instance's data volume, in Gi (e.g. 20Gi). May grow, never shrink.",
+        json_schema_extra=_validations(
+            _rule(
+                "int(self.split('Gi')[0]) >= int(oldSelf.split('Gi')[0])",
+                "storage may grow but never shrink",
+                messageExpression="'storage may grow but never shrink: ' + oldSelf + ' -> ' + self",
+            )
+        ),
+    )
+    image: str | None = Field(
+        None,
+        min_length=1,
+        max_length=512,
+        description="Container image; by default the operator's image for the major version.",
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        "IfNotPresent", description="When the kubelet pulls the image."
+    )
+    storage_class_name: str | None = Field(
+        None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="StorageClass of the data volumes; the cluster's default class when unset. Immutable.",
+    )
+    resources: Resources = _nested(Resources, "CPU and memory of each instance.")
+    postgresql: Postgresql = _nested(Postgresql, "PostgreSQL configuration.")
+    affinity: Affinity = _nested(Affinity, "Placement of the instances.")
+    node_selector: dict[str, Annotated[str, StringConstraints(max_length=63)]] = Field(
+        default_factory=dict, max_length=32, description="Nodes the instances may run on (node labels)."
+    )
+    synchronous: Synchronous = _nested(Synchronous, "Synchronous replication.")
+    bootstrap: Bootstrap = Field(
+        default_factory=Bootstrap,
+        description="How the cluster's data is created. Applied once, at creation; immutable.",
+        json_schema_extra={
+            "default": {},
+            **_validations(
+                _rule(
+                    "self == oldSelf",
+                    "bootstrap is applied once, when the cluster is created, and cannot change",
+                    reason="FieldValueForbidden",
+                )
+            ),
+        },
+    )
+    patroni: Patroni = _nested(Patroni, "Patroni timing: how fast a failed primary is replaced.")
+
+    @field_validator("version")
+    @classmethod
+    def _supported(cls, version: str) -> str:
+        if version not in SUPPORTED_MAJORS:
+            supported = ", ".join(SUPPORTED_MAJORS)
+            raise ValueError(f"version {version!r} is not supported; supported: {supported}")
+        return version
+
+    @model_validator(mode="after")
+    def _sync_below_replicas(self) -> PostgresClusterSpec:
+        if self.synchronous.number >= self.replicas:
+            raise ValueError(
+                "synchronous.number must be less than replicas: each synchronous standby is another instance"
+            )
+        return self
+
+    @property
+    def storage_gi(self) -> int:
+        return int(self.storage[:-2])
+
+    @property
+    def memory_limit(self) -> str:
+        """The memory limit the pods get: the explicit one, else the request."""
+        return self.resources.limits.memory or self.resources.requests.memory
+
+
+# --- status ---------------------------------------------------------------------------------------------
+
+
+class _StatusModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class Condition(_StatusModel):
+    type: Literal["Ready", "Progressing", "Degraded"]
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(max_length=1024)
+    message: str = Field(max_length=32768)
+    observed_generation: int = Field(ge=0)
+    last_transition_time: str = Field(json_schema_extra={"format": "date-time"})
+
+
+class InstanceStatus(_StatusModel):
+    name: str
+    role: str = Field(description="primary, replica, or unknown while Patroni has not labelled the pod.")
+    ready: bool
+
+
+class PostgresClusterStatus(_StatusModel):
+    """What the operator observed; written only when it changes."""
+
+    phase: str = Field("", description="One readable word or sentence: Creating, Healthy, Scaling 3 → 5, ...")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    observed_generation: int = Field(0, ge=0, description="metadata.generation this status describes.")
+    replicas: int = Field(0, ge=0, description="Instances that exist.")
+    ready_replicas: int = Field(0, ge=0, description="Instances that are ready.")
+    current_primary: str = Field("", description="Pod that holds the primary role; empty when none.")
+    instances: list[InstanceStatus] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    selector: str = Field("", description="Label selector of the instance pods (for the scale subresource).")
+
+
+# --- the whole object -----------------------------------------------------------------------------------
+
+
+def _format_errors(prefix: str, err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = [str(p) for p in e["loc"]]
+        msg = e["msg"].removeprefix("Value error, ")
+        if not loc or msg.startswith(loc[0]):
+            # Our own validators already name the field, relative to the spec.
+            parts.append(f"{prefix}.{msg}")
+        else:
+            parts.append(f"{prefix}.{'.'.join(loc)}: {msg}")
+    return "; ".join(parts)
+
+
+class PostgresCluster(BaseModel):
+    """A parsed PostgresCluster object: identity from metadata plus the validated spec."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    labels: dict[str, str]
+    spec: PostgresClusterSpec
+
+    @classmethod
+    def from_obj(cls, obj: Mapping[str, Any]) -> PostgresCluster:
+        """Parse a whole object as kopf or lightkube gives it; ValueError naming the field on bad input."""
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping):
+            raise ValueError("metadata: required")
+        for key in ("name", "namespace", "uid"):
+            if not isinstance(meta.get(key), str) or not meta[key]:
+                raise ValueError(f"metadata.{key}: required")
+        name = meta["name"]
+        if len(name) > MAX_NAME_LENGTH or not _matches(NAME_PATTERN, name):
+            raise ValueError(
+                f"metadata.name: {name!r} must be a DNS label of at most {MAX_NAME_LENGTH} characters "
+                "starting with a letter"
+            )
+        spec = obj.get("spec")
+        if not isinstance(spec, Mapping):
+            raise ValueError("spec: required")
+        try:
+            parsed = PostgresClusterSpec.model_validate(spec)
+        except ValidationError as err:
+            raise ValueError(_format_errors("spec", err)) from None
+        return cls(
+            name=name,
+            namespace=meta["namespace"],
+            uid=meta["uid"],
+            generation=int(meta.get("generation") or 0),
+            labels=dict(meta.get("labels") or {}),
+            spec=parsed,
+        )
+
+
+def _matches(pattern: str, value: str) -> bool:
+    return re.match(pattern, value) is not None
+
+
+# Rule at the root of the CRD schema: names derived from metadata.name must stay valid.
+NAME_RULE = _rule(
+    f"self.metadata.name.size() <= {MAX_NAME_LENGTH} && self.metadata.name.matches('{NAME_PATTERN}')",
+    f"metadata.name must be a DNS label of at most {MAX_NAME_LENGTH} characters starting with a letter "
+    "(Services and pods are named after it)",
+    fieldPath=".metadata.name",
+)

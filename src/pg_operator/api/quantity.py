@@ -1,0 +1,47 @@
+"""Kubernetes resource quantities ("250m", "1Gi", "2") as exact numbers, for comparisons only."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from fractions import Fraction
+
+# Decimal numbers with an optional binary or decimal SI suffix; exponent forms ("1e3") are not accepted.
+QUANTITY_PATTERN = r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+_QUANTITY_RE = re.compile(QUANTITY_PATTERN)
+
+_SUFFIX: dict[str, Fraction] = {
+    "": Fraction(1),
+    "m": Fraction(1, 1000),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+}
+
+
+def parse_quantity(value: str | int) -> Fraction:
+    """The exact value of a quantity; ValueError when it is not one."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a quantity: {value!r}")
+    if isinstance(value, int):
+        return Fraction(value)
+    match = _QUANTITY_RE.match(value)
+    if match is None:
+        raise ValueError(f"not a quantity: {value!r}")
+    return Fraction(Decimal(match.group(1))) * _SUFFIX[match.group(3) or ""]
+
+
+def gibibytes(value: str) -> int:
+    """The number in a "<n>Gi" storage size, the only form spec.storage accepts."""
+    if not value.endswith("Gi") or not value[:-2].isdigit():
+        raise ValueError(f"not a whole number of Gi: {value!r}")
+    return int(value[:-2])
