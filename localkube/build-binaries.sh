@@ -20,12 +20,15 @@ build_group() {  # build_group NAME VERSION MODULE_DIR LDFLAGS PKG...
     local start=$SECONDS
     rm -rf "$out.tmp" && mkdir -p "$out.tmp"
     (cd "$mod" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp/" "$@")
+    # go names a binary after its package path: etcd's server module would land as "server"
+    if [ -f "$out.tmp/server" ]; then mv "$out.tmp/server" "$out.tmp/etcd"; fi
     touch "$out.tmp/.complete"
     rm -rf "$out" && mv "$out.tmp" "$out"
     echo "$name $version: built in $((SECONDS - start)) s"
   fi
   mkdir -p "$cache/current"
   for f in "$out"/*; do ln -sfn "$f" "$cache/current/$(basename "$f")"; done
+  rm -f "$cache/current/server"
 }
 
 want=${1:-all}

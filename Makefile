@@ -1,0 +1,51 @@
+# One entry point for people and CI. `make demo` and `make test` install what they need.
+SHELL := /bin/bash
+PROFILE ?= kwok
+VENV := .venv
+PY := $(VENV)/bin/python
+LOCALKUBE := python3 localkube/cluster.py
+
+.PHONY: demo test test-unit lint manifests venv cluster-up cluster-down cluster-status cluster-kubeconfig cluster-reset binaries
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	@command -v python3 >/dev/null || { echo "python3 is missing: apt-get install -y python3 python3-venv"; exit 1; }
+	@python3 -c 'import ensurepip' 2>/dev/null || apt-get install -y -qq python3-venv >/dev/null
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	@touch $@
+
+binaries:
+	localkube/build-binaries.sh
+
+cluster-up:
+	@$(LOCALKUBE) up $(PROFILE)
+
+cluster-down:
+	@$(LOCALKUBE) down
+
+cluster-reset:
+	@$(LOCALKUBE) reset
+
+cluster-status:
+	@$(LOCALKUBE) status
+
+cluster-kubeconfig:
+	@$(LOCALKUBE) kubeconfig
+
+lint: venv
+	$(VENV)/bin/ruff check src tests bench localkube
+	$(VENV)/bin/mypy
+
+manifests: venv
+	$(PY) -m pg_operator.api.manifests
+
+test-unit: venv
+	$(PY) -m pytest tests/unit -q
+
+# The whole suite: lint, then unit → integration (kwok profile) → e2e (full profile). The fixtures
+# start the profile each tier needs and stop what they started.
+test: venv binaries
+	$(MAKE) -s lint
+	$(PY) -m pytest
