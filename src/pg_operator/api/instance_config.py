@@ -1,0 +1,93 @@
+"""The instance configuration: what the operator tells each pod's entrypoint, as `instance.yaml`.
+
+The operator renders it into ConfigMap `<name>-instance` (key `instance.yaml`, mounted at
+/etc/pg-operator/config); the instance entrypoint reads it with `InstanceConfig.load()` and renders
+Patroni's configuration from it. One model on both sides, so they cannot disagree on a key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from pg_operator.api.constants import (
+    CLUSTER_LABEL,
+    CONFIG_MOUNT,
+    INSTANCE_CONFIG_KEY,
+    PATRONI_PORT,
+    PG_PORT,
+    REPLICATION_USER,
+    ROLE_LABEL,
+    SUPERUSER,
+)
+
+INSTANCE_CONFIG_PATH = Path(CONFIG_MOUNT) / INSTANCE_CONFIG_KEY
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class Labels(_Model):
+    cluster_label: str = CLUSTER_LABEL  # on every pod, value = cluster name; Patroni's member selector
+    role_label: str = ROLE_LABEL  # Patroni sets it to "primary" / "replica"
+
+
+class PostgresqlSettings(_Model):
+    port: int = PG_PORT
+    parameters: dict[str, str] = Field(default_factory=dict)  # user's postgresql.conf settings, validated
+    allowed_cidrs: list[str] = Field(alias="allowedCIDRs")  # password (scram) access in pg_hba
+
+
+class BootstrapSettings(_Model):
+    database: str
+    owner: str
+
+
+class SynchronousSettings(_Model):
+    number: int  # 0 = asynchronous
+    data_durability: Literal["required", "preferred"]  # required → Patroni synchronous_mode_strict
+
+
+class PatroniSettings(_Model):
+    ttl: int
+    loop_wait: int
+    retry_timeout: int
+    port: int = PATRONI_PORT
+
+
+class Users(_Model):
+    superuser: str = SUPERUSER
+    replication: str = REPLICATION_USER
+
+
+class InstanceConfig(_Model):
+    cluster: str  # Patroni scope; its DCS ConfigMaps are <cluster>-config, -leader, -failover, -sync
+    namespace: str
+    pg_major: str
+    labels: Labels = Field(default_factory=Labels)
+    users: Users = Field(default_factory=Users)
+    postgresql: PostgresqlSettings
+    bootstrap: BootstrapSettings
+    synchronous: SynchronousSettings
+    patroni: PatroniSettings
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(
+            self.model_dump(by_alias=True, mode="json"), sort_keys=True, default_flow_style=False
+        )
+
+    @classmethod
+    def from_yaml(cls, text: str) -> InstanceConfig:
+        data = yaml.safe_load(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"{INSTANCE_CONFIG_KEY}: expected a mapping")
+        return cls.model_validate(data)
+
+    @classmethod
+    def load(cls, path: Path = INSTANCE_CONFIG_PATH) -> InstanceConfig:
+        return cls.from_yaml(path.read_text(encoding="utf-8"))

@@ -1,0 +1,45 @@
+"""All children of a cluster except its Secrets, complete and in apply order."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pg_operator.api.models import PostgresCluster
+from pg_operator.specs.configmap import configmap
+from pg_operator.specs.pdb import pdb
+from pg_operator.specs.rbac import role, role_binding, service_account
+from pg_operator.specs.services import services
+from pg_operator.specs.statefulset import statefulset
+
+# (apiVersion, kind) of what desired_children returns; owned children of these kinds that are not in
+# its result are to be deleted (e.g. the PDB after scaling to one instance).
+CHILD_KINDS: tuple[tuple[str, str], ...] = (
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("v1", "ConfigMap"),
+    ("v1", "Service"),
+    ("apps/v1", "StatefulSet"),
+    ("policy/v1", "PodDisruptionBudget"),
+)
+
+# Everything the controller owns and watches. Secrets are owned too, but create-only and never pruned.
+MANAGED_KINDS: tuple[tuple[str, str], ...] = (*CHILD_KINDS, ("v1", "Secret"))
+
+
+def desired_children(
+    cluster: PostgresCluster, *, existing_statefulset: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    children = [
+        service_account(cluster),
+        role(cluster),
+        role_binding(cluster),
+        configmap(cluster),
+        *services(cluster),
+        statefulset(cluster, existing_statefulset),
+    ]
+    budget = pdb(cluster)
+    if budget is not None:
+        children.append(budget)
+    return children

@@ -1,0 +1,47 @@
+"""ConfigMap `<name>-instance`: the instance configuration the pod entrypoint turns into Patroni's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pg_operator.api.constants import INSTANCE_CONFIG_KEY
+from pg_operator.api.instance_config import (
+    BootstrapSettings,
+    InstanceConfig,
+    PatroniSettings,
+    PostgresqlSettings,
+    SynchronousSettings,
+)
+from pg_operator.api.models import PostgresCluster
+from pg_operator.specs import names
+from pg_operator.specs.labels import COMPONENT_CONFIG, child_metadata
+
+
+def instance_config(cluster: PostgresCluster) -> InstanceConfig:
+    spec = cluster.spec
+    return InstanceConfig(
+        cluster=cluster.name,
+        namespace=cluster.namespace,
+        pg_major=spec.version,
+        postgresql=PostgresqlSettings(
+            parameters=dict(spec.postgresql.parameters), allowed_cidrs=list(spec.postgresql.allowed_cidrs)
+        ),
+        bootstrap=BootstrapSettings(
+            database=spec.bootstrap.initdb.database, owner=spec.bootstrap.initdb.owner
+        ),
+        synchronous=SynchronousSettings(
+            number=spec.synchronous.number, data_durability=spec.synchronous.data_durability
+        ),
+        patroni=PatroniSettings(
+            ttl=spec.patroni.ttl, loop_wait=spec.patroni.loop_wait, retry_timeout=spec.patroni.retry_timeout
+        ),
+    )
+
+
+def configmap(cluster: PostgresCluster) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": child_metadata(cluster, names.instance(cluster), COMPONENT_CONFIG),
+        "data": {INSTANCE_CONFIG_KEY: instance_config(cluster).to_yaml()},
+    }

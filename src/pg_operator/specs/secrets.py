@@ -1,0 +1,129 @@
+"""Credentials: Secrets `<name>-superuser`, `<name>-replication` and `<name>-app`.
+
+Create-only: the controller creates the missing ones with fresh passwords and never updates them, so a
+password is generated once per Secret. No password ever appears in a repr, a log line or an Event.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from pg_operator.api.constants import PG_PORT, REPLICATION_USER, SUPERUSER
+from pg_operator.api.models import PostgresCluster
+from pg_operator.specs import names
+from pg_operator.specs.labels import COMPONENT_CREDENTIALS, child_metadata
+
+# 32 random bytes, URL-safe base64: 43 characters, 256 bits.
+PASSWORD_BYTES = 32
+
+APP_SECRET_KEYS = (
+    "username",
+    "user",
+    "password",
+    "dbname",
+    "host",
+    "port",
+    "uri",
+    "jdbc-uri",
+    "pgpass",
+    "fqdn-host",
+    "fqdn-uri",
+    "fqdn-jdbc-uri",
+)
+
+
+def _password() -> str:
+    return secrets.token_urlsafe(PASSWORD_BYTES)
+
+
+@dataclass(frozen=True)
+class ClusterPasswords:
+    """The three passwords of a cluster. Its repr names no password."""
+
+    superuser: str = field(repr=False)
+    replication: str = field(repr=False)
+    app: str = field(repr=False)
+
+    @classmethod
+    def generate(cls) -> ClusterPasswords:
+        return cls(superuser=_password(), replication=_password(), app=_password())
+
+    def __repr__(self) -> str:
+        return "ClusterPasswords(superuser=<redacted>, replication=<redacted>, app=<redacted>)"
+
+    __str__ = __repr__
+
+
+def secret_names(cluster: PostgresCluster) -> list[str]:
+    return [names.superuser_secret(cluster), names.replication_secret(cluster), names.app_secret(cluster)]
+
+
+def _pgpass_field(value: str) -> str:
+    # .pgpass separates fields with ':' and escapes ':' and '\' with a backslash.
+    return value.replace("\\", "\\\\").replace(":", "\\:")
+
+
+def app_connection(cluster: PostgresCluster, password: str) -> dict[str, str]:
+    """Everything an application needs to connect, as CloudNativePG users expect it."""
+    user = cluster.spec.bootstrap.initdb.owner
+    dbname = cluster.spec.bootstrap.initdb.database
+    host = names.rw_host(cluster)
+    fqdn = names.rw_fqdn(cluster)
+    port = str(PG_PORT)
+    pw = quote(password, safe="")
+    u = quote(user, safe="")
+    db = quote(dbname, safe="")
+
+    def uri(h: str) -> str:
+        return f"postgresql://{u}:{pw}@{h}:{port}/{db}"
+
+    def jdbc(h: str) -> str:
+        return f"jdbc:postgresql://{h}:{port}/{db}?user={u}&password={pw}"
+
+    pgpass = ":".join(_pgpass_field(v) for v in (host, port, dbname, user, password)) + "\n"
+    return {
+        "username": user,
+        "user": user,
+        "password": password,
+        "dbname": dbname,
+        "host": host,
+        "port": port,
+        "uri": uri(host),
+        "jdbc-uri": jdbc(host),
+        "pgpass": pgpass,
+        "fqdn-host": fqdn,
+        "fqdn-uri": uri(fqdn),
+        "fqdn-jdbc-uri": jdbc(fqdn),
+    }
+
+
+def _secret(cluster: PostgresCluster, name: str, values: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": child_metadata(cluster, name, COMPONENT_CREDENTIALS),
+        # basic-auth: tools recognise username/password; further keys are allowed.
+        "type": "kubernetes.io/basic-auth",
+        "data": {k: base64.b64encode(v.encode()).decode("ascii") for k, v in sorted(values.items())},
+    }
+
+
+def build_secrets(cluster: PostgresCluster, passwords: ClusterPasswords) -> list[dict[str, Any]]:
+    """All three Secrets, in the order of `secret_names`."""
+    return [
+        _secret(
+            cluster,
+            names.superuser_secret(cluster),
+            {"username": SUPERUSER, "password": passwords.superuser},
+        ),
+        _secret(
+            cluster,
+            names.replication_secret(cluster),
+            {"username": REPLICATION_USER, "password": passwords.replication},
+        ),
+        _secret(cluster, names.app_secret(cluster), app_connection(cluster, passwords.app)),
+    ]

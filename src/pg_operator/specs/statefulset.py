@@ -1,0 +1,240 @@
+"""The StatefulSet that runs the instances: one pod per instance, Patroni (via the image's entrypoint) in
+each, a `data` volume per pod. The pod layout is the contract with the instance entrypoint
+(docs/contracts.md)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from pg_operator.api.constants import (
+    CONFIG_MOUNT,
+    CONTAINER_NAME,
+    DATA_MOUNT,
+    DATA_VOLUME,
+    PATRONI_PORT,
+    PATRONI_PORT_NAME,
+    PG_PORT,
+    PG_PORT_NAME,
+    PGDATA,
+    POSTGRES_UID,
+    SECRETS_MOUNT,
+)
+from pg_operator.api.models import PostgresCluster
+from pg_operator.images import default_image
+from pg_operator.specs import names
+from pg_operator.specs.labels import COMPONENT_INSTANCE, child_labels, child_metadata, selector_labels
+
+# Fields the API server refuses to change after creation: taken from the live object when there is one.
+IMMUTABLE_SPEC_FIELDS = ("selector", "serviceName", "volumeClaimTemplates", "podManagementPolicy")
+
+# Patroni stops PostgreSQL with a fast shutdown (one checkpoint) and then releases the leader lock so a
+# replica takes over at once. Killed before that, the data is still safe (crash recovery) but the primary
+# role only moves after the lock's TTL. A minute covers the checkpoint at the sizes this operator targets.
+TERMINATION_GRACE_SECONDS = 60
+
+# initdb on a new volume, or a base backup of a large primary, may take long before Patroni's REST API
+# reports the member alive; the startup probe allows an hour before liveness takes over.
+STARTUP_PERIOD_SECONDS = 10
+STARTUP_FAILURE_THRESHOLD = 360
+
+_SECRET_VOLUMES = (
+    ("superuser", names.superuser_secret),
+    ("replication", names.replication_secret),
+    ("app", names.app_secret),
+)
+
+
+def _env(cluster: PostgresCluster) -> list[dict[str, Any]]:
+    def field(path: str) -> dict[str, Any]:
+        return {"valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+
+    return [
+        {"name": "PGOP_CLUSTER_NAME", "value": cluster.name},
+        {"name": "PGOP_NAMESPACE", **field("metadata.namespace")},
+        {"name": "PGOP_POD_NAME", **field("metadata.name")},
+        {"name": "PGOP_POD_IP", **field("status.podIP")},
+        {"name": "PGOP_PG_MAJOR", "value": cluster.spec.version},
+        {"name": "PGDATA", "value": PGDATA},
+    ]
+
+
+def _resources(cluster: PostgresCluster) -> dict[str, Any]:
+    res = cluster.spec.resources
+    limits = {"memory": cluster.spec.memory_limit}
+    if res.limits.cpu is not None:
+        limits["cpu"] = res.limits.cpu
+    return {"requests": {"cpu": res.requests.cpu, "memory": res.requests.memory}, "limits": limits}
+
+
+def _probe(path: str, *, period: int, timeout: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": PATRONI_PORT_NAME, "scheme": "HTTP"},
+        "periodSeconds": period,
+        "timeoutSeconds": timeout,
+        "failureThreshold": failures,
+        "successThreshold": 1,
+    }
+
+
+def _container(cluster: PostgresCluster) -> dict[str, Any]:
+    spec = cluster.spec
+    mounts = [
+        {"name": DATA_VOLUME, "mountPath": DATA_MOUNT},
+        {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
+        *(
+            {"name": f"secret-{kind}", "mountPath": f"{SECRETS_MOUNT}/{kind}", "readOnly": True}
+            for kind, _ in _SECRET_VOLUMES
+        ),
+        {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - a pod-private memory volume
+    ]
+    return {
+        "name": CONTAINER_NAME,
+        # No command: the image's entrypoint is the instance manager.
+        "image": spec.image or default_image(spec.version),
+        "imagePullPolicy": spec.image_pull_policy,
+        "ports": [
+            {"name": PG_PORT_NAME, "containerPort": PG_PORT, "protocol": "TCP"},
+            {"name": PATRONI_PORT_NAME, "containerPort": PATRONI_PORT, "protocol": "TCP"},
+        ],
+        "env": _env(cluster),
+        "resources": _resources(cluster),
+        "volumeMounts": mounts,
+        "startupProbe": _probe(
+            "/liveness", period=STARTUP_PERIOD_SECONDS, timeout=5, failures=STARTUP_FAILURE_THRESHOLD
+        ),
+        "livenessProbe": _probe("/liveness", period=10, timeout=5, failures=3),
+        "readinessProbe": _probe("/readiness", period=5, timeout=3, failures=3),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": POSTGRES_UID,
+            "runAsGroup": POSTGRES_UID,
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+def _volumes(cluster: PostgresCluster) -> list[dict[str, Any]]:
+    secret_items = [{"key": "username", "path": "username"}, {"key": "password", "path": "password"}]
+    return [
+        {"name": "config", "configMap": {"name": names.instance(cluster), "defaultMode": 0o444}},
+        *(
+            # Readable by the postgres group (fsGroup) only; just the two keys the entrypoint needs.
+            {
+                "name": f"secret-{kind}",
+                "secret": {"secretName": name_of(cluster), "items": secret_items, "defaultMode": 0o440},
+            }
+            for kind, name_of in _SECRET_VOLUMES
+        ),
+        # The container runtime's default 64Mi /dev/shm is too small for PostgreSQL's parallel queries.
+        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+    ]
+
+
+def _affinity(cluster: PostgresCluster) -> dict[str, Any] | None:
+    mode = cluster.spec.affinity.pod_anti_affinity
+    if mode == "none":
+        return None
+    term = {
+        "labelSelector": {"matchLabels": selector_labels(cluster)},
+        "topologyKey": cluster.spec.affinity.topology_key,
+    }
+    if mode == "required":
+        return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]
+        }
+    }
+
+
+def _pod_template(cluster: PostgresCluster) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": names.instance(cluster),
+        # Patroni talks to the API server (leader lock, pod labels).
+        "automountServiceAccountToken": True,
+        # Service environment variables are useless to PostgreSQL and grow with every Service in the
+        # namespace.
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": POSTGRES_UID,
+            "runAsGroup": POSTGRES_UID,
+            "fsGroup": POSTGRES_UID,
+            # Large data volumes: re-chown only when the volume's root does not match already.
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [_container(cluster)],
+        "volumes": _volumes(cluster),
+    }
+    affinity = _affinity(cluster)
+    if affinity is not None:
+        pod_spec["affinity"] = affinity
+    if cluster.spec.node_selector:
+        pod_spec["nodeSelector"] = dict(cluster.spec.node_selector)
+    return {
+        "metadata": {
+            "labels": child_labels(cluster, COMPONENT_INSTANCE),
+            "annotations": {"kubectl.kubernetes.io/default-container": CONTAINER_NAME},
+        },
+        "spec": pod_spec,
+    }
+
+
+def _volume_claim_template(cluster: PostgresCluster) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": cluster.spec.storage}},
+    }
+    if cluster.spec.storage_class_name is not None:
+        spec["storageClassName"] = cluster.spec.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": DATA_VOLUME, "labels": child_labels(cluster, COMPONENT_INSTANCE)},
+        "spec": spec,
+    }
+
+
+def statefulset(cluster: PostgresCluster, existing: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The desired StatefulSet. With `existing` (the live object), its immutable fields are kept as they
+    are, so applying the result never asks the API server for a forbidden change; storage growth goes to
+    the PVCs directly (see pvc.py)."""
+    spec: dict[str, Any] = {
+        "replicas": cluster.spec.replicas,
+        "serviceName": names.headless_service(cluster),
+        "selector": {"matchLabels": selector_labels(cluster)},
+        # Patroni members are peers: any pod may be primary, and ordinal order gives nothing. OrderedReady
+        # would keep pod 2 from being created (or re-created) while pod 0 is down — exactly when a replica
+        # is needed most — and would serialise the initial bootstrap.
+        "podManagementPolicy": "Parallel",
+        # The operator rolls pods itself (replicas first, then a switchover, then the old primary), so the
+        # StatefulSet controller must never restart pods on its own.
+        "updateStrategy": {"type": "OnDelete"},
+        "template": _pod_template(cluster),
+        "volumeClaimTemplates": [_volume_claim_template(cluster)],
+        # Data outlives the cluster object and scale-downs; deleting volumes is left to a person.
+        "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+        "revisionHistoryLimit": 10,
+    }
+    if existing is not None:
+        live_spec = existing.get("spec") or {}
+        for key in IMMUTABLE_SPEC_FIELDS:
+            if key in live_spec:
+                spec[key] = copy.deepcopy(live_spec[key])
+        # The template must keep matching the live selector, whatever labels this version would choose.
+        live_selector = (live_spec.get("selector") or {}).get("matchLabels") or {}
+        spec["template"]["metadata"]["labels"].update(live_selector)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": child_metadata(cluster, names.statefulset(cluster), COMPONENT_INSTANCE),
+        "spec": spec,
+    }

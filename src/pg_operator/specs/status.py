@@ -1,0 +1,175 @@
+"""The cluster's `.status`, computed from what the controller observed. Equal input gives an equal dict,
+and a condition's lastTransitionTime only moves when its status does, so the controller can write the
+status only when it differs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pg_operator.api.constants import CLUSTER_LABEL, ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA
+from pg_operator.api.models import PostgresCluster
+from pg_operator.specs.labels import selector_labels
+
+PHASE_CREATING = "Creating"
+PHASE_HEALTHY = "Healthy"
+PHASE_UPDATING = "Updating"
+
+_ROLES = {ROLE_PRIMARY: ROLE_PRIMARY, "master": ROLE_PRIMARY, ROLE_REPLICA: ROLE_REPLICA}
+
+
+def _timestamp(now: datetime) -> str:
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _is_ready(pod: Mapping[str, Any]) -> bool:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def _instances(cluster: PostgresCluster, pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    instances = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        # Terminating pods are on their way out and no longer count, whatever their labels still say.
+        if labels.get(CLUSTER_LABEL) != cluster.name or meta.get("deletionTimestamp"):
+            continue
+        role = labels.get(ROLE_LABEL)
+        instances.append(
+            {
+                "name": str(meta.get("name", "")),
+                "role": _ROLES.get(role, role) if role else "unknown",
+                "ready": _is_ready(pod),
+                "_revision": labels.get("controller-revision-hash"),
+            }
+        )
+    return sorted(instances, key=lambda i: i["name"])
+
+
+def _current_primary(instances: list[dict[str, Any]]) -> str:
+    primaries = [i for i in instances if i["role"] == ROLE_PRIMARY]
+    # Prefer a ready primary; during a failover two pods may briefly carry the label.
+    primaries.sort(key=lambda i: (not i["ready"], i["name"]))
+    return str(primaries[0]["name"]) if primaries else ""
+
+
+def _condition(
+    cluster: PostgresCluster,
+    previous: Mapping[str, Any] | None,
+    now: str,
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+) -> dict[str, Any]:
+    value = "True" if status else "False"
+    since = now
+    for old in (previous or {}).get("conditions") or []:
+        if old.get("type") == type_ and old.get("status") == value and old.get("lastTransitionTime"):
+            since = str(old["lastTransitionTime"])
+    return {
+        "type": type_,
+        "status": value,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": cluster.generation,
+        "lastTransitionTime": since,
+    }
+
+
+def compute_status(
+    cluster: PostgresCluster,
+    *,
+    previous: Mapping[str, Any] | None,
+    statefulset: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    now: datetime,
+    problem: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """The full `.status`. `problem=(reason, message)` is a permanent problem the controller found (e.g. a
+    missing StorageClass): it makes the cluster Degraded until it is gone."""
+    stamp = _timestamp(now)
+    instances = _instances(cluster, pods)
+    desired = cluster.spec.replicas
+    existing = len(instances)
+    ready = sum(1 for i in instances if i["ready"])
+    primary = _current_primary(instances)
+    primary_ready = any(i["name"] == primary and i["ready"] for i in instances)
+    all_ready = primary_ready and ready == desired and existing == desired
+
+    sts_spec = (statefulset or {}).get("spec") or {}
+    sts_status = (statefulset or {}).get("status") or {}
+    update_revision = sts_status.get("updateRevision")
+    outdated = [i for i in instances if update_revision and i["_revision"] not in (None, update_revision)]
+
+    previous_phase = str((previous or {}).get("phase") or "")
+    creating = statefulset is None or (previous_phase in ("", PHASE_CREATING) and not all_ready)
+    scaling = not creating and (existing != desired or sts_spec.get("replicas", desired) != desired)
+    updating = not creating and bool(outdated)
+
+    # Progressing: the operator is still moving reality towards the spec.
+    if creating:
+        progressing = (True, "Creating", f"{ready} of {desired} instances ready")
+    elif scaling:
+        progressing = (True, "Scaling", f"{existing} → {desired} instances")
+    elif updating:
+        progressing = (
+            True,
+            "Updating",
+            f"{len(outdated)} of {existing} instances run an outdated pod template",
+        )
+    else:
+        progressing = (False, "Reconciled", "the cluster matches its spec")
+
+    # Degraded: something is wrong that waiting for the current change will not fix.
+    if problem is not None:
+        degraded = (True, problem[0], problem[1])
+    elif not creating and not primary_ready:
+        degraded = (True, "NoPrimary", "no ready instance holds the primary role")
+    elif not creating and not scaling and not updating and not all_ready:
+        degraded = (True, "InstancesNotReady", f"{ready} of {desired} instances ready")
+    else:
+        degraded = (False, "AsExpected", "")
+
+    if all_ready:
+        ready_cond = (True, "AllInstancesReady", f"{ready} of {desired} instances ready; primary {primary}")
+    elif not primary_ready:
+        ready_cond = (False, "NoPrimary", f"{ready} of {desired} instances ready; no ready primary")
+    else:
+        ready_cond = (False, "InstancesNotReady", f"{ready} of {desired} instances ready")
+
+    if problem is not None:
+        phase = f"Degraded: {problem[0]}"
+    elif creating:
+        phase = PHASE_CREATING
+    elif degraded[0] and degraded[1] == "NoPrimary":
+        phase = "Degraded: NoPrimary"
+    elif scaling:
+        phase = f"Scaling {existing} → {desired}"
+    elif updating:
+        phase = PHASE_UPDATING
+    elif all_ready:
+        phase = PHASE_HEALTHY
+    else:
+        phase = f"Degraded: {degraded[1]}"
+
+    return {
+        "phase": phase,
+        "conditions": [
+            _condition(cluster, previous, stamp, "Ready", *ready_cond),
+            _condition(cluster, previous, stamp, "Progressing", *progressing),
+            _condition(cluster, previous, stamp, "Degraded", *degraded),
+        ],
+        "observedGeneration": cluster.generation,
+        "replicas": existing,
+        "readyReplicas": ready,
+        "currentPrimary": primary,
+        "instances": [{"name": i["name"], "role": i["role"], "ready": i["ready"]} for i in instances],
+        "selector": ",".join(f"{k}={v}" for k, v in sorted(selector_labels(cluster).items())),
+    }
