@@ -1,0 +1,121 @@
+"""`pg-operator`: run the operator, or generate/check the manifests."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def setup_logging(fmt: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # kopf reports every watch (re)connection at INFO; keep that for debugging only.
+    logging.getLogger("kopf").setLevel(max(logging.WARNING, root.level))
+
+
+def _port(value: str) -> int:
+    port = int(value)
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"port out of range: {value}")
+    return port
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pg-operator", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the operator (leader-elected)")
+    run.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        dest="namespaces",
+        metavar="NS",
+        help="watch this namespace (repeatable); default: all namespaces",
+    )
+    run.add_argument(
+        "--lease-namespace",
+        default=None,
+        help="namespace of the leader Lease (default: the pod's namespace, else pg-operator-system)",
+    )
+    run.add_argument("--lease-name", default="pg-operator-leader")
+    run.add_argument("--lease-duration", type=int, default=15, help="seconds (default 15)")
+    run.add_argument("--identity", default=None, help="leader identity (default: $POD_NAME, else host-pid)")
+    run.add_argument("--bind-address", default="127.0.0.1", help="address of the HTTP endpoints")
+    run.add_argument("--health-port", type=_port, default=8080, help="/healthz and /readyz")
+    run.add_argument("--metrics-port", type=_port, default=8081, help="/metrics (Prometheus)")
+    run.add_argument("--workers", type=int, default=8, help="clusters reconciled concurrently")
+    run.add_argument(
+        "--resync-seconds", type=float, default=300.0, help="periodic resync interval (jittered)"
+    )
+    run.add_argument("--log-format", choices=("json", "text"), default="text")
+    run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+
+    manifests = sub.add_parser("manifests", help="write the generated manifests (CRD) under deploy/")
+    manifests.add_argument("--check", action="store_true", help="fail if the committed manifests differ")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pg_operator.controller.operator import Options, default_identity, default_lease_namespace, run
+
+    if args.workers < 1:
+        raise SystemExit("--workers must be at least 1")
+    if not 2 <= args.lease_duration <= 15:
+        raise SystemExit("--lease-duration must be between 2 and 15 seconds")
+    setup_logging(args.log_format, args.log_level)
+    opts = Options(
+        namespaces=list(dict.fromkeys(args.namespaces)),
+        lease_namespace=args.lease_namespace or default_lease_namespace(),
+        lease_name=args.lease_name,
+        lease_duration=args.lease_duration,
+        identity=args.identity or default_identity(),
+        bind_address=args.bind_address,
+        health_port=args.health_port,
+        metrics_port=args.metrics_port,
+        workers=args.workers,
+        resync_seconds=args.resync_seconds,
+    )
+    return asyncio.run(run(opts))
+
+
+def _manifests(args: argparse.Namespace) -> int:
+    from pg_operator.api import manifests
+
+    return int(manifests.main(check=args.check) or 0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        return _run(args)
+    return _manifests(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

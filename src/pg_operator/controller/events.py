@@ -1,0 +1,61 @@
+"""Kubernetes Events (core/v1) on a PostgresCluster. Messages are built by the controller from names and
+counts only; no Secret content ever reaches them."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from lightkube import codecs
+
+from pg_operator.api.constants import API_VERSION, KIND
+from pg_operator.controller.kube import Api
+
+log = logging.getLogger(__name__)
+COMPONENT = "pg-operator"
+
+
+def event_body(
+    cluster: dict[str, Any], event_type: str, reason: str, message: str, instance: str
+) -> dict[str, Any]:
+    meta = cluster.get("metadata") or {}
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
+        "involvedObject": {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+        },
+        "type": event_type,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": instance[:128],
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+class EventRecorder:
+    def __init__(self, api: Api, instance: str) -> None:
+        self.api = api
+        self.instance = instance
+
+    async def record(self, cluster: dict[str, Any], event_type: str, reason: str, message: str) -> bool:
+        """Post one Event; failures are logged, never raised (an Event must not fail a reconcile)."""
+        try:
+            await self.api.create(
+                codecs.from_dict(event_body(cluster, event_type, reason, message, self.instance))
+            )
+        except Exception as exc:
+            log.warning("could not post %s event %s: %s", event_type, reason, exc)
+            return False
+        return True

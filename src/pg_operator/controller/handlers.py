@@ -1,0 +1,135 @@
+"""The kopf side: indexes (the read cache) and event handlers (the wake-ups), in a registry of our own."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from pg_operator.api.constants import CLUSTER_LABEL, GROUP, PLURAL, ROLE_LABEL, VERSION
+from pg_operator.controller.keys import cluster_key_of_child, cluster_key_of_cluster, owning_cluster_name
+from pg_operator.controller.kube import kopf_login
+from pg_operator.controller.observe import (
+    CLUSTER_INDEX,
+    STORAGECLASS_INDEX,
+    Cache,
+    WatchedKind,
+    index_child,
+    index_cluster,
+)
+from pg_operator.controller.runtime import Controller
+
+
+def _ready(status: Mapping[str, Any]) -> str:
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return str(cond.get("status"))
+    return ""
+
+
+def relevance(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The part of a pod or PVC that status and resizing depend on; other changes (Patroni's
+    annotations every loop) do not wake the cluster."""
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    spec = body.get("spec") or {}
+    if body.get("kind") == "PersistentVolumeClaim":
+        return (
+            str(((spec.get("resources") or {}).get("requests") or {}).get("storage")),
+            status.get("phase"),
+            str((status.get("capacity") or {}).get("storage")),
+            meta.get("deletionTimestamp") is not None,
+        )
+    return (
+        status.get("phase"),
+        _ready(status),
+        (meta.get("labels") or {}).get(ROLE_LABEL),
+        meta.get("deletionTimestamp") is not None,
+        status.get("podIP"),
+    )
+
+
+class Wakeups:
+    """Maps every watched event to the cluster to reconcile, filtering noise from pods and PVCs."""
+
+    def __init__(self, controller: Controller, cache: Cache) -> None:
+        self.controller = controller
+        self.cache = cache
+        self._seen: dict[str, tuple[Any, ...]] = {}
+
+    def on_cluster(self, body: Mapping[str, Any], kwargs: Mapping[str, Any]) -> None:
+        self.cache.bind(kwargs)
+        self.controller.wake(cluster_key_of_cluster(body))
+
+    def on_child(self, body: Mapping[str, Any], event_type: str | None, kwargs: Mapping[str, Any]) -> None:
+        self.cache.bind(kwargs)
+        key = cluster_key_of_child(body)
+        if key is None:
+            return
+        kind = body.get("kind")
+        if kind in ("Pod", "PersistentVolumeClaim"):
+            uid = str((body.get("metadata") or {}).get("uid"))
+            if event_type == "DELETED":
+                self._seen.pop(uid, None)
+            else:
+                fingerprint = relevance(body)
+                if self._seen.get(uid) == fingerprint:
+                    return
+                self._seen[uid] = fingerprint
+        elif owning_cluster_name(body) is None:
+            return  # labelled but not ours (e.g. Patroni's own ConfigMaps)
+        self.controller.wake(key)
+
+    def on_storage_class(self, name: str, kwargs: Mapping[str, Any]) -> None:
+        self.cache.bind(kwargs)
+        for key in self.cache.cluster_keys():
+            cluster = self.cache.cluster(key) or {}
+            if (cluster.get("spec") or {}).get("storageClassName") == name:
+                self.controller.wake(key)
+
+
+def build_registry(wakeups: Wakeups, kinds: list[WatchedKind]) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    kopf.on.login(registry=registry)(kopf_login)
+    labelled = {CLUSTER_LABEL: kopf.PRESENT}
+
+    def cluster_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return index_cluster(body)
+
+    def child_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return index_child(body)
+
+    def storage_class_index(name: str, **_: Any) -> dict[str, bool]:
+        return {name: True}
+
+    async def cluster_event(body: kopf.Body, **kwargs: Any) -> None:
+        wakeups.on_cluster(body, kwargs)
+
+    async def child_event(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+        wakeups.on_child(body, type, kwargs)
+
+    async def storage_class_event(name: str, **kwargs: Any) -> None:
+        wakeups.on_storage_class(name, kwargs)
+
+    kopf.index(GROUP, VERSION, PLURAL, id=CLUSTER_INDEX, registry=registry)(cluster_index)
+    kopf.on.event(GROUP, VERSION, PLURAL, id="wake_cluster", registry=registry)(cluster_event)
+    for kind in kinds:
+        kopf.index(
+            kind.group, kind.version, kind.plural, id=kind.index_id, labels=labelled, registry=registry
+        )(child_index)
+        kopf.on.event(
+            kind.group,
+            kind.version,
+            kind.plural,
+            id=f"wake_{kind.index_id}",
+            labels=labelled,
+            registry=registry,
+        )(child_event)
+    kopf.index("storage.k8s.io", "v1", "storageclasses", id=STORAGECLASS_INDEX, registry=registry)(
+        storage_class_index
+    )
+    kopf.on.event("storage.k8s.io", "v1", "storageclasses", id="wake_storageclass", registry=registry)(
+        storage_class_event
+    )
+    return registry

@@ -1,0 +1,147 @@
+"""Connection to the API server (the way kubectl finds it) and the one write path of the controller.
+
+Every request the controller itself makes goes through `Api`, which counts it by verb for the metrics.
+kopf's watches use their own connection, logged in from the same source (`kopf_login`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import kopf
+from lightkube import AsyncClient, KubeConfig, codecs
+from lightkube.core.exceptions import ApiError
+from lightkube.core.resource import NamespacedResource
+from lightkube.core.resource_registry import resource_registry
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.types import CascadeType, PatchType
+
+from pg_operator.api.constants import FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
+from pg_operator.controller.metrics import Metrics
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+PostgresClusterResource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
+
+
+def kubeconfig_path() -> Path | None:
+    """The kubeconfig kubectl would read: the first existing file of $KUBECONFIG, else ~/.kube/config."""
+    env = os.environ.get("KUBECONFIG")
+    candidates = [p for p in env.split(os.pathsep) if p] if env else ["~/.kube/config"]
+    for candidate in candidates:
+        path = Path(candidate).expanduser()
+        if path.is_file():
+            return path
+    return None
+
+
+def load_config() -> KubeConfig:
+    path = kubeconfig_path()
+    if path is not None:
+        return KubeConfig.from_file(path)
+    if (SERVICE_ACCOUNT_DIR / "token").is_file():
+        return KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR)
+    raise SystemExit("no kubeconfig ($KUBECONFIG, ~/.kube/config) and no in-cluster service account found")
+
+
+def kopf_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's login in the same order as `load_config`: kubeconfig first, in-cluster service account next."""
+    if kubeconfig_path() is not None:
+        return kopf.login_with_kubeconfig(**kwargs)
+    return kopf.login_with_service_account(**kwargs)
+
+
+def resource_for(api_version: str, kind: str) -> type[Any]:
+    if (api_version, kind) == (f"{GROUP}/{VERSION}", KIND):
+        return PostgresClusterResource
+    return resource_registry.load(api_version, kind)  # type: ignore[no-any-return]
+
+
+def is_not_found(exc: ApiError) -> bool:
+    return exc.status.code == 404
+
+
+def is_conflict(exc: ApiError) -> bool:
+    return exc.status.code == 409
+
+
+class Api:
+    """The controller's client: lightkube async, one field manager, requests counted by verb."""
+
+    def __init__(self, metrics: Metrics, config: KubeConfig | None = None) -> None:
+        self.client = AsyncClient(config or load_config(), field_manager=FIELD_MANAGER)
+        self._metrics = metrics
+
+    def _count(self, verb: str) -> None:
+        self._metrics.api_requests.labels(verb=verb).inc()
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def get(self, res: type[Any], name: str, namespace: str | None = None) -> Any:
+        self._count("get")
+        return await self.client.get(res, name, namespace=namespace)
+
+    async def create(self, obj: Any) -> Any:
+        self._count("create")
+        return await self.client.create(obj)
+
+    async def replace(self, obj: Any) -> Any:
+        self._count("update")
+        return await self.client.replace(obj)
+
+    async def apply(self, body: Mapping[str, Any]) -> Any:
+        """Server-side apply of a complete object (dict), forcing ownership of the fields we set."""
+        meta = body["metadata"]
+        res = resource_for(body["apiVersion"], body["kind"])
+        namespace = meta.get("namespace") if issubclass(res, NamespacedResource) else None
+        self._count("apply")
+        return await self.client.patch(
+            res,
+            meta["name"],
+            dict(body),
+            namespace=namespace,
+            patch_type=PatchType.APPLY,
+            field_manager=FIELD_MANAGER,
+            force=True,
+        )
+
+    async def create_dict(self, body: Mapping[str, Any]) -> Any:
+        self._count("create")
+        return await self.client.create(codecs.from_dict(dict(body)))
+
+    async def merge_patch(
+        self,
+        res: type[Any],
+        name: str,
+        namespace: str | None,
+        patch: Mapping[str, Any],
+        *,
+        subresource_status: bool = False,
+    ) -> Any:
+        self._count("patch")
+        if subresource_status:
+            return await self.client.patch(
+                res.Status,
+                name,
+                dict(patch),
+                namespace=namespace,  # type: ignore[attr-defined]
+                patch_type=PatchType.MERGE,
+                field_manager=FIELD_MANAGER,
+            )
+        return await self.client.patch(
+            res,
+            name,
+            dict(patch),
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+            field_manager=FIELD_MANAGER,
+        )
+
+    async def delete(self, api_version: str, kind: str, name: str, namespace: str | None) -> None:
+        res = resource_for(api_version, kind)
+        self._count("delete")
+        await self.client.delete(res, name, namespace=namespace, cascade=CascadeType.BACKGROUND)

@@ -1,0 +1,60 @@
+"""The operator's Prometheus metrics, in a registry of their own (served on --metrics-port)."""
+
+from __future__ import annotations
+
+from collections import Counter as _Tally
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.reconciles = Counter(
+            "pg_operator_reconcile_total",
+            "Reconcile passes by result (noop, changed, problem, error).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.reconcile_seconds = Histogram(
+            "pg_operator_reconcile_duration_seconds",
+            "Duration of one reconcile pass.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
+        )
+        self.clusters_by_phase = Gauge(
+            "pg_operator_clusters",
+            "PostgresClusters by phase (first word of status.phase).",
+            ["phase"],
+            registry=self.registry,
+        )
+        self.leader = Gauge(
+            "pg_operator_leader",
+            "1 while this process holds the leader Lease.",
+            registry=self.registry,
+        )
+        self.api_requests = Counter(
+            "pg_operator_api_requests_total",
+            "API requests made by the controller's client, by verb.",
+            ["verb"],
+            registry=self.registry,
+        )
+        self.queue_depth = Gauge(
+            "pg_operator_workqueue_depth",
+            "Clusters waiting for a reconcile.",
+            registry=self.registry,
+        )
+        self._phases: dict[tuple[str, str], str] = {}
+
+    def set_phase(self, key: tuple[str, str], phase: str | None) -> None:
+        """Record a cluster's phase (None when the cluster is gone) and refresh the by-phase gauge."""
+        if phase is None:
+            self._phases.pop(key, None)
+        else:
+            self._phases[key] = (phase.split(":")[0].split() or ["Unknown"])[0]
+        tally = _Tally(self._phases.values())
+        for labels in list(self.clusters_by_phase._metrics):  # zero phases that emptied
+            if labels[0] not in tally:
+                self.clusters_by_phase.labels(phase=labels[0]).set(0)
+        for phase_name, count in tally.items():
+            self.clusters_by_phase.labels(phase=phase_name).set(count)

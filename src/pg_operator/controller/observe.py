@@ -1,0 +1,151 @@
+"""The read side: kopf indexes (watch-fed caches) of every kind the controller looks at, by cluster.
+
+A reconcile reads a `Snapshot` assembled from these indexes and never LISTs the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pg_operator.controller.keys import ClusterKey, cluster_key_of_child, cluster_key_of_cluster
+
+
+@dataclass(frozen=True)
+class WatchedKind:
+    """A kind we index by cluster. `index_id` names the kopf index."""
+
+    api_version: str
+    kind: str
+    plural: str
+    index_id: str
+    # Only objects carrying the cluster label are watched (server-side label selector), except the
+    # kinds we own, which are found by ownerReference too.
+    label_selected: bool = True
+
+    @property
+    def group(self) -> str:
+        return self.api_version.split("/")[0] if "/" in self.api_version else ""
+
+    @property
+    def version(self) -> str:
+        return self.api_version.split("/")[-1]
+
+
+def _index_id(api_version: str, kind: str) -> str:
+    return "idx_" + (api_version.replace("/", "_").replace(".", "_") + "_" + kind).lower()
+
+
+def watched_kind(api_version: str, kind: str, plural: str) -> WatchedKind:
+    return WatchedKind(api_version, kind, plural, _index_id(api_version, kind))
+
+
+POD = watched_kind("v1", "Pod", "pods")
+PVC = watched_kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+SECRET = watched_kind("v1", "Secret", "secrets")
+CLUSTER_INDEX = "idx_postgresclusters"
+STORAGECLASS_INDEX = "idx_storageclasses"
+
+# Plurals of the kinds `pg_operator.specs.MANAGED_KINDS` may name.
+PLURALS: dict[tuple[str, str], str] = {
+    ("v1", "ServiceAccount"): "serviceaccounts",
+    ("v1", "ConfigMap"): "configmaps",
+    ("v1", "Service"): "services",
+    ("v1", "Secret"): "secrets",
+    ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
+    ("v1", "Pod"): "pods",
+    ("rbac.authorization.k8s.io/v1", "Role"): "roles",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+    ("apps/v1", "StatefulSet"): "statefulsets",
+    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
+}
+
+
+def watched_kinds(managed: Iterable[tuple[str, str]]) -> list[WatchedKind]:
+    """Every child kind to index: the managed kinds plus Secrets, Pods and PVCs."""
+    out: dict[tuple[str, str], WatchedKind] = {}
+    for api_version, kind in [*managed, ("v1", "Secret"), ("v1", "Pod"), ("v1", "PersistentVolumeClaim")]:
+        plural = PLURALS.get((api_version, kind))
+        if plural is None:
+            raise ValueError(
+                f"MANAGED_KINDS names {api_version} {kind}, for which the controller has no plural"
+            )
+        out[(api_version, kind)] = watched_kind(api_version, kind, plural)
+    return list(out.values())
+
+
+def slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain-dict copy of a watched object without managedFields (they are large and unused)."""
+    out = {k: v for k, v in body.items()}
+    meta = dict(body.get("metadata") or {})
+    meta.pop("managedFields", None)
+    out["metadata"] = meta
+    return out
+
+
+def index_child(body: Mapping[str, Any]) -> dict[ClusterKey, dict[str, Any]]:
+    key = cluster_key_of_child(body)
+    return {key: slim(body)} if key else {}
+
+
+def index_cluster(body: Mapping[str, Any]) -> dict[ClusterKey, dict[str, Any]]:
+    return {cluster_key_of_cluster(body): slim(body)}
+
+
+@dataclass
+class Snapshot:
+    """What a reconcile sees for one cluster, read from the indexes."""
+
+    cluster: dict[str, Any] | None
+    children: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    storage_classes: frozenset[str] = frozenset()
+    storage_classes_known: bool = False
+
+    def of_kind(self, api_version: str, kind: str) -> list[dict[str, Any]]:
+        return self.children.get((api_version, kind), [])
+
+    def find(self, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
+        for obj in self.of_kind(api_version, kind):
+            if (obj.get("metadata") or {}).get("name") == name:
+                return obj
+        return None
+
+
+class Cache:
+    """Holds the kopf indexes (live objects) once kopf hands them to a handler."""
+
+    def __init__(self, kinds: list[WatchedKind]) -> None:
+        self.kinds = kinds
+        self._indices: Mapping[str, Any] | None = None
+
+    def bind(self, handler_kwargs: Mapping[str, Any]) -> None:
+        if self._indices is None and CLUSTER_INDEX in handler_kwargs:
+            self._indices = {k: v for k, v in handler_kwargs.items() if k.startswith("idx_")}
+
+    @property
+    def ready(self) -> bool:
+        return self._indices is not None
+
+    def _store(self, index_id: str, key: Any) -> list[dict[str, Any]]:
+        if self._indices is None:
+            return []
+        index = self._indices.get(index_id)
+        if index is None or key not in index:
+            return []
+        return list(index[key])
+
+    def cluster_keys(self) -> list[ClusterKey]:
+        if self._indices is None:
+            return []
+        return list(self._indices[CLUSTER_INDEX])
+
+    def cluster(self, key: ClusterKey) -> dict[str, Any] | None:
+        found = self._store(CLUSTER_INDEX, key)
+        return found[0] if found else None
+
+    def snapshot(self, key: ClusterKey) -> Snapshot:
+        children = {(k.api_version, k.kind): self._store(k.index_id, key) for k in self.kinds}
+        known = self._indices is not None and STORAGECLASS_INDEX in self._indices
+        classes = frozenset(self._indices[STORAGECLASS_INDEX]) if known and self._indices else frozenset()
+        return Snapshot(self.cluster(key), children, classes, known)

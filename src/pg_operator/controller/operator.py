@@ -1,0 +1,188 @@
+"""The operator process: health endpoints, Lease gate, then kopf + the reconcile workers while leader.
+
+Exit codes: 0 after a clean stop (signal), 1 when the Lease was lost or kopf failed — the Deployment
+restarts the pod, which becomes a candidate again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass, field
+
+import kopf
+
+from pg_operator.controller.events import EventRecorder
+from pg_operator.controller.handlers import Wakeups, build_registry
+from pg_operator.controller.health import HealthServer, HealthState
+from pg_operator.controller.kube import SERVICE_ACCOUNT_DIR, Api
+from pg_operator.controller.lease import LeaseConfig, LeaseElector, LeaseLost
+from pg_operator.controller.metrics import Metrics
+from pg_operator.controller.observe import Cache, watched_kinds
+from pg_operator.controller.reconcile import Reconciler
+from pg_operator.controller.runtime import Controller
+from pg_operator.specs import MANAGED_KINDS
+
+log = logging.getLogger(__name__)
+DEFAULT_LEASE_NAMESPACE = "pg-operator-system"
+
+
+def default_identity() -> str:
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def default_lease_namespace() -> str:
+    ns_file = SERVICE_ACCOUNT_DIR / "namespace"
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    if ns_file.is_file():
+        return ns_file.read_text().strip()
+    return DEFAULT_LEASE_NAMESPACE
+
+
+@dataclass
+class Options:
+    namespaces: list[str] = field(default_factory=list)  # empty: cluster-wide
+    lease_namespace: str = DEFAULT_LEASE_NAMESPACE
+    lease_name: str = "pg-operator-leader"
+    lease_duration: int = 15
+    identity: str = field(default_factory=default_identity)
+    bind_address: str = "127.0.0.1"
+    health_port: int = 8080
+    metrics_port: int = 8081
+    workers: int = 8
+    resync_seconds: float = 300.0
+
+
+def kopf_settings() -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.posting.enabled = False  # our own Events only; kopf's would be writes on every log line
+    settings.scanning.disabled = True  # no CRD watching: the resources are known
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    return settings
+
+
+async def run(opts: Options) -> int:
+    metrics = Metrics()
+    api = Api(metrics)
+    elector = LeaseElector(
+        api,
+        LeaseConfig(
+            namespace=opts.lease_namespace,
+            name=opts.lease_name,
+            identity=opts.identity,
+            duration=opts.lease_duration,
+            renew_period=min(2.0, opts.lease_duration / 6),
+            renew_deadline=opts.lease_duration * 2 / 3,
+        ),
+    )
+    kopf_ready = asyncio.Event()
+    state = HealthState()
+    state.ready = lambda: (
+        (state.role == "leader" and kopf_ready.is_set())
+        or (state.role == "candidate" and elector.last_error is None)
+    )
+    state.detail = lambda: {"identity": opts.identity, "leaseError": elector.last_error}
+    server = HealthServer(
+        state, metrics, bind=opts.bind_address, health_port=opts.health_port, metrics_port=opts.metrics_port
+    )
+    await server.start()
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        state.role = "candidate"
+        log.info("candidate %s for lease %s/%s", opts.identity, opts.lease_namespace, opts.lease_name)
+        acquired = asyncio.create_task(elector.acquire())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({acquired, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            acquired.cancel()
+            return 0
+        stopping.cancel()
+        state.role = "leader"
+        metrics.leader.set(1)
+        log.info("leading as %s; starting the controller", opts.identity)
+        return await _lead(opts, api, elector, metrics, stop, kopf_ready, state)
+    finally:
+        metrics.leader.set(0)
+        state.role = "stopping"
+        await elector.release()
+        await server.stop()
+        await api.close()
+
+
+async def _lead(
+    opts: Options,
+    api: Api,
+    elector: LeaseElector,
+    metrics: Metrics,
+    stop: asyncio.Event,
+    kopf_ready: asyncio.Event,
+    state: HealthState,
+) -> int:
+    kinds = watched_kinds(MANAGED_KINDS)
+    cache = Cache(kinds)
+    reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity))
+    controller = Controller(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds)
+    registry = build_registry(Wakeups(controller, cache), kinds)
+    kopf_stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    kopf_task = asyncio.create_task(
+        kopf.operator(
+            registry=registry,
+            settings=kopf_settings(),
+            standalone=True,
+            clusterwide=not opts.namespaces,
+            namespaces=opts.namespaces,
+            stop_flag=kopf_stop,
+            ready_flag=kopf_ready,
+        ),
+        name="kopf",
+    )
+    # kopf installs its own SIGINT/SIGTERM handlers; ours are put back so a signal means a clean stop.
+    await asyncio.sleep(0.5)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    workers = asyncio.create_task(controller.run(), name="reconcile-workers")
+    holding = asyncio.create_task(elector.hold(), name="lease")
+    stopping = asyncio.create_task(stop.wait(), name="stop")
+    done, _ = await asyncio.wait({kopf_task, workers, holding, stopping}, return_when=asyncio.FIRST_COMPLETED)
+
+    code = 0
+    if holding in done:
+        exc = holding.exception()
+        log.error("lost leadership, exiting: %s", exc if isinstance(exc, LeaseLost) else repr(exc))
+        code = 1
+    elif kopf_task in done:
+        log.error("kopf stopped unexpectedly: %r", kopf_task.exception())
+        code = 1
+    elif workers in done:
+        log.error("reconcile workers stopped unexpectedly: %r", workers.exception())
+        code = 1
+    else:
+        log.info("stopping on signal")
+
+    # Stop acting first (in-flight reconciles are cancelled), then the watches.
+    state.role = "stopping"
+    workers.cancel()
+    controller.queue.close()
+    holding.cancel()
+    stopping.cancel()
+    kopf_stop.set()
+    with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
+        await asyncio.wait_for(kopf_task, timeout=10)
+    for task in (workers, holding):
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    if holding in done:
+        elector.is_leader = False  # nothing to release: it is not ours any more
+    return code

@@ -1,0 +1,338 @@
+"""One level-triggered reconcile of one PostgresCluster: observe (indexes) → diff → act → report.
+
+A pass where nothing differs makes no API request at all.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from lightkube.core.exceptions import ApiError
+
+from pg_operator.api.models import PostgresCluster
+from pg_operator.controller.diff import HASH_ANNOTATION, object_differences, with_hash
+from pg_operator.controller.events import EventRecorder
+from pg_operator.controller.keys import ClusterKey, is_owned_by
+from pg_operator.controller.kube import Api, PostgresClusterResource, is_conflict, is_not_found, resource_for
+from pg_operator.controller.metrics import Metrics
+from pg_operator.controller.observe import Cache, Snapshot
+from pg_operator.specs import (
+    MANAGED_KINDS,
+    ClusterPasswords,
+    build_secrets,
+    compute_status,
+    desired_children,
+    pvc_resizes,
+    secret_names,
+)
+
+log = logging.getLogger(__name__)
+
+Problem = tuple[str, str]
+ObjectId = tuple[str, str, str]  # (apiVersion, kind, name)
+
+
+@dataclass
+class Outcome:
+    writes: int = 0
+    problem: Problem | None = None
+    phase: str | None = None
+    gone: bool = False
+
+
+def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def _condition(status: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
+    for cond in (status or {}).get("conditions") or ():
+        if cond.get("type") == kind:
+            return dict(cond)
+    return None
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def status_patch(previous: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge patch turning `previous` status into exactly `desired` (removed keys set to null)."""
+    patch: dict[str, Any] = dict(desired)
+    for k in previous or {}:
+        if k not in desired:
+            patch[k] = None
+    return {"status": patch}
+
+
+def storage_class_problem(spec: Mapping[str, Any], snapshot: Snapshot) -> Problem | None:
+    name = spec.get("storageClassName")
+    if name and snapshot.storage_classes_known and name not in snapshot.storage_classes:
+        return (
+            "StorageClassNotFound",
+            f"spec.storageClassName names StorageClass {name!r}, which does not exist; "
+            "the StatefulSet is created once it does",
+        )
+    return None
+
+
+def undesired_children(
+    snapshot: Snapshot,
+    cluster_uid: str,
+    managed: Iterable[tuple[str, str]],
+    wanted: set[ObjectId],
+) -> list[dict[str, Any]]:
+    """Children of the managed kinds that this cluster controls but no longer wants."""
+    out = []
+    for api_version, kind in managed:
+        for obj in snapshot.of_kind(api_version, kind):
+            meta = _meta(obj)
+            if meta.get("deletionTimestamp") or not is_owned_by(obj, cluster_uid):
+                continue
+            if (api_version, kind, str(meta.get("name"))) not in wanted:
+                out.append(obj)
+    return out
+
+
+class WriteMemo:
+    """Writes the indexes have not shown us yet, so a quick second pass does not repeat them.
+
+    Keyed by object; holds the resourceVersion we observed when we wrote and a fingerprint of what we
+    wrote. While the index still shows that same resourceVersion, the same write is not repeated.
+    Entries expire, so a lost watch event cannot suppress a needed write for long.
+    """
+
+    def __init__(self, ttl: float = 30.0) -> None:
+        self.ttl = ttl
+        self._entries: dict[tuple[str, str, str, str], tuple[str | None, str, float]] = {}
+
+    def pending(self, ident: tuple[str, str, str, str], observed_rv: str | None, fingerprint: str) -> bool:
+        entry = self._entries.get(ident)
+        if entry is None:
+            return False
+        rv, fp, at = entry
+        if rv != observed_rv or time.monotonic() - at > self.ttl:
+            del self._entries[ident]
+            return False
+        return fp == fingerprint
+
+    def wrote(self, ident: tuple[str, str, str, str], observed_rv: str | None, fingerprint: str) -> None:
+        self._entries[ident] = (observed_rv, fingerprint, time.monotonic())
+
+    def forget_cluster(self, namespace: str) -> None:
+        for ident in [i for i in self._entries if i[0] == namespace]:
+            self._entries.pop(ident, None)
+
+
+class Reconciler:
+    def __init__(self, api: Api, cache: Cache, metrics: Metrics, events: EventRecorder) -> None:
+        self.api = api
+        self.cache = cache
+        self.metrics = metrics
+        self.events = events
+        self.memo = WriteMemo()
+        self._invalid_seen: dict[ClusterKey, int] = {}
+
+    async def reconcile(self, key: ClusterKey) -> Outcome:
+        started = time.perf_counter()
+        try:
+            return await self._reconcile(key)
+        finally:
+            self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
+
+    async def _apply_if_needed(
+        self, namespace: str, desired: dict[str, Any], observed: dict[str, Any] | None
+    ) -> bool:
+        body = with_hash(desired)
+        diffs = object_differences(body, observed)
+        if not diffs:
+            return False
+        meta = body["metadata"]
+        ident = (namespace, body["kind"], meta["name"], "apply")
+        rv = _meta(observed).get("resourceVersion")
+        fingerprint = meta["annotations"][HASH_ANNOTATION]
+        if self.memo.pending(ident, rv, fingerprint):
+            return False
+        log.info(
+            "applying %s %s/%s (differs at %s)", body["kind"], namespace, meta["name"], ", ".join(diffs[:4])
+        )
+        await self.api.apply(body)
+        self.memo.wrote(ident, rv, fingerprint)
+        return True
+
+    async def _reconcile(self, key: ClusterKey) -> Outcome:
+        namespace, name = key
+        snapshot = self.cache.snapshot(key)
+        body = snapshot.cluster
+        if body is None or _meta(body).get("deletionTimestamp"):
+            # Gone or going: the garbage collector removes the children through their ownerReferences.
+            self.metrics.set_phase(key, None)
+            self._invalid_seen.pop(key, None)
+            return Outcome(gone=True)
+
+        try:
+            cluster = PostgresCluster.from_obj(body)
+        except ValueError as exc:
+            generation = int(_meta(body).get("generation") or 0)
+            outcome = Outcome(problem=("InvalidSpec", str(exc)), phase="Invalid")
+            if self._invalid_seen.get(key) != generation:
+                self._invalid_seen[key] = generation
+                await self.events.record(body, "Warning", "InvalidSpec", str(exc))
+                outcome.writes += 1
+            return outcome
+        self._invalid_seen.pop(key, None)
+
+        outcome = Outcome()
+        spec = body.get("spec") or {}
+        problem = storage_class_problem(spec, snapshot)
+        outcome.problem = problem
+
+        sts = snapshot.find("apps/v1", "StatefulSet", name)
+        desired = desired_children(cluster, existing_statefulset=sts)
+        wanted: set[ObjectId] = set()
+        for child in desired:
+            child_meta = child["metadata"]
+            ident: ObjectId = (child["apiVersion"], child["kind"], child_meta["name"])
+            wanted.add(ident)
+            observed = snapshot.find(*ident)
+            is_sts = child["kind"] == "StatefulSet"
+            if is_sts and observed is None and problem is not None:
+                continue  # its PVCs could not be provisioned; create it once the problem is gone
+            if not await self._apply_if_needed(namespace, child, observed):
+                continue
+            outcome.writes += 1
+            if is_sts:
+                outcome.writes += await self._statefulset_events(body, child, observed)
+
+        outcome.writes += await self._create_missing_secrets(cluster, snapshot, wanted)
+
+        for obj in undesired_children(snapshot, cluster.uid, MANAGED_KINDS, wanted):
+            meta = _meta(obj)
+            log.info("deleting %s %s/%s: no longer desired", obj.get("kind"), namespace, meta.get("name"))
+            try:
+                await self.api.delete(obj["apiVersion"], obj["kind"], str(meta["name"]), namespace)
+            except ApiError as exc:
+                if not is_not_found(exc):
+                    raise
+            outcome.writes += 1
+
+        for pvc_name, patch in pvc_resizes(cluster, snapshot.of_kind("v1", "PersistentVolumeClaim")):
+            ident4 = (namespace, "PersistentVolumeClaim", pvc_name, "resize")
+            pvc = snapshot.find("v1", "PersistentVolumeClaim", pvc_name)
+            rv = _meta(pvc).get("resourceVersion")
+            if self.memo.pending(ident4, rv, _canonical(patch)):
+                continue
+            log.info("growing PVC %s/%s", namespace, pvc_name)
+            await self.api.merge_patch(
+                resource_for("v1", "PersistentVolumeClaim"), pvc_name, namespace, patch
+            )
+            self.memo.wrote(ident4, rv, _canonical(patch))
+            outcome.writes += 1
+
+        outcome.writes += await self._report(body, cluster, snapshot, sts, problem, outcome)
+        return outcome
+
+    async def _statefulset_events(
+        self,
+        body: dict[str, Any],
+        desired: Mapping[str, Any],
+        observed: Mapping[str, Any] | None,
+    ) -> int:
+        want = (desired.get("spec") or {}).get("replicas")
+        if observed is None:
+            ok = await self.events.record(
+                body, "Normal", "Created", f"created StatefulSet with {want} instance(s)"
+            )
+            return int(ok)
+        have = (observed.get("spec") or {}).get("replicas")
+        if want is not None and have is not None and want != have:
+            ok = await self.events.record(
+                body, "Normal", "Scaled", f"scaling from {have} to {want} instance(s)"
+            )
+            return int(ok)
+        return 0
+
+    async def _create_missing_secrets(
+        self, cluster: PostgresCluster, snapshot: Snapshot, wanted: set[ObjectId]
+    ) -> int:
+        names = secret_names(cluster)
+        wanted.update(("v1", "Secret", n) for n in names)
+        missing = [n for n in names if snapshot.find("v1", "Secret", n) is None]
+        missing = [
+            n for n in missing if not self.memo.pending((cluster.namespace, "Secret", n, "create"), None, "")
+        ]
+        if not missing:
+            return 0
+        writes = 0
+        # Passwords only exist in these objects and in the request body; never logged.
+        for secret in build_secrets(cluster, ClusterPasswords.generate()):
+            secret_name = secret["metadata"]["name"]
+            if secret_name not in missing:
+                continue
+            log.info("creating Secret %s/%s", cluster.namespace, secret_name)
+            try:
+                await self.api.create_dict(secret)
+            except ApiError as exc:
+                if not is_conflict(exc):  # already there (the index had not caught up): create-only
+                    raise
+            self.memo.wrote((cluster.namespace, "Secret", secret_name, "create"), None, "")
+            writes += 1
+        return writes
+
+    async def _report(
+        self,
+        body: dict[str, Any],
+        cluster: PostgresCluster,
+        snapshot: Snapshot,
+        sts: Mapping[str, Any] | None,
+        problem: Problem | None,
+        outcome: Outcome,
+    ) -> int:
+        previous = body.get("status") or None
+        status = compute_status(
+            cluster,
+            previous=previous,
+            statefulset=sts,
+            pods=snapshot.of_kind("v1", "Pod"),
+            now=datetime.now(UTC),
+            problem=problem,
+        )
+        outcome.phase = str(status.get("phase") or "")
+        self.metrics.set_phase((cluster.namespace, cluster.name), outcome.phase)
+        if _canonical(status) == _canonical(previous or {}):
+            return 0
+        ident = (cluster.namespace, "PostgresCluster", cluster.name, "status")
+        rv = _meta(body).get("resourceVersion")
+        if self.memo.pending(ident, rv, _canonical(status)):
+            return 0
+        try:
+            await self.api.merge_patch(
+                PostgresClusterResource,
+                cluster.name,
+                cluster.namespace,
+                status_patch(previous, status),
+                subresource_status=True,
+            )
+        except ApiError as exc:
+            if is_not_found(exc):
+                return 1
+            raise
+        self.memo.wrote(ident, rv, _canonical(status))
+        writes = 1
+        was = (_condition(previous, "Degraded") or {}).get("status") == "True"
+        now_degraded = _condition(status, "Degraded") or {}
+        if now_degraded.get("status") == "True" and not was:
+            reason = str(now_degraded.get("reason") or "Degraded")
+            writes += await self.events.record(
+                body, "Warning", reason, str(now_degraded.get("message") or reason)
+            )
+        elif was and now_degraded.get("status") != "True":
+            writes += await self.events.record(
+                body, "Normal", "Recovered", "the cluster is no longer degraded"
+            )
+        return writes

@@ -1,0 +1,75 @@
+"""Drives reconciles: wake-ups in, per-cluster serialised passes out, retries and periodic resyncs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from pg_operator.controller.backoff import Backoff, jittered
+from pg_operator.controller.keys import ClusterKey
+from pg_operator.controller.metrics import Metrics
+from pg_operator.controller.reconcile import Outcome, Reconciler
+from pg_operator.controller.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+
+def result_label(outcome: Outcome) -> str:
+    if outcome.problem is not None:
+        return "problem"
+    return "changed" if outcome.writes else "noop"
+
+
+class Controller:
+    def __init__(
+        self,
+        reconciler: Reconciler,
+        metrics: Metrics,
+        *,
+        workers: int = 8,
+        resync_seconds: float = 300.0,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.reconciler = reconciler
+        self.metrics = metrics
+        self.workers = workers
+        self.resync_seconds = resync_seconds
+        self.backoff = backoff or Backoff()
+        self.queue: WorkQueue[ClusterKey] = WorkQueue()
+        self.failures: dict[ClusterKey, int] = {}
+
+    def wake(self, key: ClusterKey) -> None:
+        self.queue.add(key)
+        self.metrics.queue_depth.set(len(self.queue))
+
+    async def handle(self, key: ClusterKey) -> None:
+        self.metrics.queue_depth.set(len(self.queue))
+        try:
+            outcome = await self.reconciler.reconcile(key)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            failures = self.failures.get(key, 0) + 1
+            self.failures[key] = failures
+            delay = self.backoff.delay(failures)
+            self.metrics.reconciles.labels(result="error").inc()
+            log.warning(
+                "reconcile of %s/%s failed (%d in a row), retrying in %.1fs: %s: %s",
+                key[0],
+                key[1],
+                failures,
+                delay,
+                type(exc).__name__,
+                exc,
+            )
+            self.queue.add_after(key, delay)
+            return
+        self.failures.pop(key, None)
+        self.metrics.reconciles.labels(result=result_label(outcome)).inc()
+        if outcome.writes:
+            log.info("reconciled %s/%s: %d write(s), phase %r", key[0], key[1], outcome.writes, outcome.phase)
+        if not outcome.gone:
+            self.queue.add_after(key, jittered(self.resync_seconds))
+
+    async def run(self) -> None:
+        await self.queue.run_workers(self.handle, self.workers)
