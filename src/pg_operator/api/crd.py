@@ -1,0 +1,211 @@
+"""The PostgresCluster CustomResourceDefinition, generated from the pydantic models.
+
+pydantic emits JSON Schema (2020-12) with `$defs`/`$ref`, `anyOf: [X, null]` for optional fields and
+titles; the API server wants a structural schema: every node typed, no references, no nullable unions,
+defaults and value validations inline. `structural_schema` does that conversion, keeping the CEL rules
+(`x-kubernetes-validations`) and other `x-kubernetes-*` markers the models carry.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pydantic import BaseModel
+
+from pg_operator.api.constants import API_VERSION, CRD_NAME, GROUP, KIND, PLURAL, SHORT, SINGULAR, VERSION
+from pg_operator.api.models import NAME_RULE, PostgresClusterSpec, PostgresClusterStatus
+
+# JSON-schema keywords a structural schema may carry as they are.
+_KEPT = frozenset(
+    {
+        "type",
+        "description",
+        "default",
+        "enum",
+        "format",
+        "pattern",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minLength",
+        "maxLength",
+        "minItems",
+        "maxItems",
+        "minProperties",
+        "maxProperties",
+        "required",
+        "x-kubernetes-int-or-string",
+        "x-kubernetes-list-type",
+        "x-kubernetes-list-map-keys",
+        "x-kubernetes-map-type",
+        "x-kubernetes-preserve-unknown-fields",
+        "x-kubernetes-validations",
+    }
+)
+
+
+class SchemaError(ValueError):
+    """The models produced a schema shape this converter does not know how to make structural."""
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if key == "x-kubernetes-validations":
+            out[key] = [*out.get(key, []), *value]
+        else:
+            out[key] = value
+    return out
+
+
+def _convert(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict[str, Any]:
+    out = _resolve(node, defs, path)
+    if "type" not in out and not out.get("x-kubernetes-int-or-string"):
+        raise SchemaError(f"{path}: no type")
+    return out
+
+
+def _resolve(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict[str, Any]:
+    node = dict(node)
+    ref = node.pop("$ref", None)
+    if ref is not None:
+        # A field of a model type: the model's schema, with the field's own keywords (description,
+        # default, CEL rules) laid over it.
+        target = defs[ref.removeprefix("#/$defs/")]
+        return _merge(_resolve(target, defs, path), _resolve(node, defs, path))
+    all_of = node.pop("allOf", None)
+    if all_of is not None:
+        if len(all_of) != 1:
+            raise SchemaError(f"{path}: allOf with {len(all_of)} members")
+        return _merge(_resolve(all_of[0], defs, path), _resolve(node, defs, path))
+
+    out: dict[str, Any] = {}
+    any_of = node.pop("anyOf", None)
+    if any_of is not None:
+        if node.get("x-kubernetes-int-or-string"):
+            # The one union a structural schema allows; its members carry nothing but their type.
+            out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+        else:
+            members = [m for m in any_of if m != {"type": "null"}]
+            if len(members) != 1:
+                raise SchemaError(f"{path}: anyOf with {len(members)} non-null members")
+            # Optional field: absent means None; the API server prunes explicit nulls.
+            out = _resolve(members[0], defs, path)
+            if node.get("default", ...) is None:
+                node.pop("default")
+
+    for key, value in node.items():
+        if key == "properties":
+            out["properties"] = {name: _convert(sub, defs, f"{path}.{name}") for name, sub in value.items()}
+        elif key == "items":
+            out["items"] = _convert(value, defs, f"{path}[]")
+        elif key == "additionalProperties":
+            if isinstance(value, dict):
+                out["additionalProperties"] = _convert(value, defs, f"{path}{{}}")
+            # `false` (pydantic's extra="forbid") is the API server's pruning anyway.
+        elif key == "const":
+            out["enum"] = [value]
+        elif key == "default" and value is None:
+            continue
+        elif key in _KEPT:
+            out[key] = copy.deepcopy(value)
+        elif key in {"title", "$defs"}:
+            continue
+        else:
+            raise SchemaError(f"{path}: keyword {key!r} has no structural equivalent")
+    return out
+
+
+def _without_defaults(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_defaults(v) for k, v in node.items() if k != "default"}
+    if isinstance(node, list):
+        return [_without_defaults(v) for v in node]
+    return node
+
+
+def structural_schema(model: type[BaseModel], *, defaults: bool = True) -> dict[str, Any]:
+    """The model's validation schema (camelCase field names) as a Kubernetes structural schema.
+    `defaults=False` leaves out the models' defaults (for the status, which only the operator writes)."""
+    schema = model.model_json_schema(by_alias=True, mode="validation")
+    out = _convert(schema, schema.get("$defs", {}), model.__name__)
+    return out if defaults else _without_defaults(out)
+
+
+def _openapi_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "A PostgreSQL cluster: a primary and streaming replicas managed by Patroni.",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": structural_schema(PostgresClusterSpec),
+            "status": structural_schema(PostgresClusterStatus, defaults=False),
+        },
+        "required": ["spec"],
+        "x-kubernetes-validations": [dict(NAME_RULE)],
+    }
+
+
+PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas", "description": "Desired instances"},
+    {
+        "name": "Ready",
+        "type": "integer",
+        "jsonPath": ".status.readyReplicas",
+        "description": "Ready instances",
+    },
+    {"name": "Primary", "type": "string", "jsonPath": ".status.currentPrimary", "description": "Primary pod"},
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Version", "type": "string", "jsonPath": ".spec.version", "priority": 1},
+    {"name": "Storage", "type": "string", "jsonPath": ".spec.storage", "priority": 1},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def crd() -> dict[str, Any]:
+    """The whole CustomResourceDefinition object."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": CRD_NAME,
+            "labels": {"app.kubernetes.io/name": "pg-operator", "app.kubernetes.io/component": "crd"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": [SHORT],
+                "categories": ["pg-operator"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": _openapi_schema()},
+                    "subresources": {
+                        "status": {},
+                        # `kubectl scale pgc/<name> --replicas=N`, validated like any spec change.
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                }
+            ],
+        },
+    }
+
+
+__all__ = ["API_VERSION", "PRINTER_COLUMNS", "SchemaError", "crd", "structural_schema"]

@@ -1,0 +1,87 @@
+"""Generate the committed CRD manifest from the models: `python -m pg_operator.api.manifests [--check]`.
+
+Without arguments it (re)writes deploy/crd/postgresclusters.yaml; with --check it writes nothing and exits
+1 when the committed file differs from what the models generate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from pathlib import Path
+
+import yaml
+
+from pg_operator.api.constants import PLURAL
+from pg_operator.api.crd import crd
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_CRD_DIR = REPO_ROOT / "deploy" / "crd"
+CRD_FILE_NAME = f"{PLURAL}.yaml"
+COMMAND = "python -m pg_operator.api.manifests"
+
+_HEADER = f"# Generated from src/pg_operator/api/models.py by `{COMMAND}`. Do not edit.\n"
+
+
+def render_crd() -> str:
+    """The CRD as YAML text: sorted keys, fixed width, so equal models give byte-equal files."""
+    body = yaml.safe_dump(crd(), sort_keys=True, width=120, allow_unicode=True, default_flow_style=False)
+    return _HEADER + body
+
+
+def rendered_files() -> dict[str, str]:
+    """File name (within the CRD directory) → content."""
+    return {CRD_FILE_NAME: render_crd()}
+
+
+def write_manifests(out_dir: Path = DEFAULT_CRD_DIR) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in rendered_files().items():
+        path = out_dir / name
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def drift(out_dir: Path = DEFAULT_CRD_DIR) -> list[str]:
+    """Unified diffs, one per file that differs from what the models generate; empty when in sync."""
+    diffs = []
+    for name, text in rendered_files().items():
+        path = out_dir / name
+        current = path.read_text(encoding="utf-8") if path.exists() else ""
+        if current != text:
+            diffs.append(
+                "".join(
+                    difflib.unified_diff(
+                        current.splitlines(keepends=True),
+                        text.splitlines(keepends=True),
+                        fromfile=f"{path} (committed)",
+                        tofile=f"{path} (generated)",
+                    )
+                )
+            )
+    return diffs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the committed files are stale")
+    parser.add_argument("--out-dir", type=Path, default=DEFAULT_CRD_DIR, help="CRD directory")
+    args = parser.parse_args(argv)
+    if args.check:
+        diffs = drift(args.out_dir)
+        if diffs:
+            sys.stdout.write("".join(diffs))
+            print(f"\nthe CRD in {args.out_dir} is stale; regenerate it with `{COMMAND}`", file=sys.stderr)
+            return 1
+        print(f"{args.out_dir}: up to date")
+        return 0
+    for path in write_manifests(args.out_dir):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
