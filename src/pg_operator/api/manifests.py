@@ -65,11 +65,14 @@ def drift(out_dir: Path = DEFAULT_CRD_DIR) -> list[str]:
     return diffs
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, *, check: bool | None = None) -> int:
+    """Command line entry; `check=` lets other CLIs (pg-operator manifests) call it without argv."""
+    parser = argparse.ArgumentParser(prog=COMMAND, description="Generate the CRD manifest from the models.")
     parser.add_argument("--check", action="store_true", help="exit 1 if the committed files are stale")
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_CRD_DIR, help="CRD directory")
-    args = parser.parse_args(argv)
+    args = parser.parse_args([] if argv is None and check is not None else argv)
+    if check is not None:
+        args.check = check
     if args.check:
         diffs = drift(args.out_dir)
         if diffs:
