@@ -10,12 +10,13 @@ Profiles:
 from __future__ import annotations
 
 import argparse
-import os
 import importlib
+import os
 import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import ModuleType
 
 import controlplane
@@ -53,6 +54,10 @@ def node_module() -> ModuleType | None:
         return None
 
 
+def node_alive(ctx: Context, node: ModuleType) -> bool:
+    return any(ctx.pid_of(n) is not None for n in getattr(node, "COMPONENTS", ()))
+
+
 def running_profile(ctx: Context) -> str | None:
     try:
         return ctx.profile_file.read_text().strip() or None
@@ -67,8 +72,13 @@ def alive_components(ctx: Context) -> list[str]:
     return [n for n in names if ctx.pid_of(n) is not None]
 
 
+def ready_marker(ctx: Context) -> Path:
+    """Written when `up` finished; a cluster without it was interrupted or failed half-way."""
+    return ctx.state / "ready"
+
+
 def healthy(ctx: Context) -> bool:
-    return ctx.admin_kubeconfig.exists() and ctx.api_get("/readyz")[0] == 200
+    return ready_marker(ctx).exists() and ctx.api_get("/readyz")[0] == 200
 
 
 def install_packages(packages: list[str]) -> None:
@@ -144,13 +154,14 @@ def cmd_up(ctx: Context, profile: str, install: bool) -> None:
     storage = node_module()
     if storage is not None and hasattr(storage, "install_storage"):
         storage.install_storage(ctx)
+    ready_marker(ctx).touch()
     log(f"the {profile} profile is up in {time.monotonic() - start:.1f} s; "
         f"export KUBECONFIG={ctx.admin_kubeconfig}")
 
 
 def teardown(ctx: Context, quiet: bool = False) -> None:
     node = node_module()
-    if node is not None:
+    if node is not None and (running_profile(ctx) != "kwok" or node_alive(ctx, node)):
         node.stop(ctx)
     kwoknodes.stop(ctx)
     controlplane.stop(ctx)
@@ -184,7 +195,8 @@ def cmd_status(ctx: Context) -> int:
     print(f"kubeconfig: {ctx.admin_kubeconfig}")
     for name in alive:
         print(f"  {name}: running (pid {ctx.pid_of(name)}), log {ctx.log_path(name)}")
-    print(f"api server: {'ready' if healthy(ctx) else 'NOT ready'}")
+    state = "ready" if healthy(ctx) else "NOT ready (up did not finish, or the API server is down)"
+    print(f"cluster: {state}")
     return 0 if healthy(ctx) else 1
 
 

@@ -140,6 +140,11 @@ class Context:
         )
         logf.close()
         (self.run / f"{name}.pid").write_text(f"{proc.pid} {argv[0]}\n")
+        # Until the child has exec'd, /proc shows our own command line and pid_of() would call the
+        # component dead: wait for the exec (or the exit) before anyone looks.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and proc.poll() is None and self.pid_of(name) is None:
+            time.sleep(0.01)
         return proc.pid
 
     def stop_process(self, name: str, timeout: float = 10.0) -> bool:
@@ -193,7 +198,7 @@ class Context:
         ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
         url = f"https://127.0.0.1:{APISERVER_PORT}{path}"
         try:
-            with urllib.request.urlopen(url, context=ctx, timeout=timeout) as resp:  # noqa: S310
+            with urllib.request.urlopen(url, context=ctx, timeout=timeout) as resp:
                 return resp.status, resp.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode(errors="replace")
@@ -211,7 +216,7 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float, ctx: Context 
         try:
             if check():
                 return
-        except Exception:  # noqa: BLE001, S110 - any failure of a probe just means "not yet"
+        except Exception:  # noqa: S110 - any failure of a probe just means "not yet"
             pass
         time.sleep(interval)
     hint = f"\n{ctx.log_tail(component)}" if component and ctx else ""

@@ -146,7 +146,7 @@ def start(ctx: Context, pki: Pki, host_ip: str) -> None:
 def _etcd_healthy() -> bool:
     import urllib.request
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{ETCD_CLIENT_PORT}/health", timeout=2) as r:  # noqa: S310
+    with urllib.request.urlopen(f"http://127.0.0.1:{ETCD_CLIENT_PORT}/health", timeout=2) as r:
         return bool(json.loads(r.read()).get("health") == "true")
 
 
