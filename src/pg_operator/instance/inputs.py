@@ -1,0 +1,111 @@
+"""What the instance entrypoint reads, as plain values: the pod's environment and the mounted Secrets.
+
+Parsing is pure (mappings in, frozen values out) so it is unit-tested without a pod; `main.py` does the
+reading. Every error names the variable or file at fault and never contains a password.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# Pod contract (docs/contracts.md). The paths can be moved by environment for tests on one host.
+DEFAULT_CONFIG_FILE = "/etc/pg-operator/config/instance.yaml"
+DEFAULT_SECRETS_DIR = "/etc/pg-operator/secrets"
+# Patroni's config file, its pgpass and PostgreSQL's Unix socket; the image creates it, owned by uid 999.
+DEFAULT_RUN_DIR = "/var/run/postgresql"
+# The image links the one PostgreSQL it holds here (images/postgres/recipe.sh).
+DEFAULT_PG_BIN_DIR = "/usr/lib/postgresql/current/bin"
+
+SECRET_ROLES = ("superuser", "replication", "app")
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_MAJOR = re.compile(r"^[0-9]{2}$")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A database role's name and password. The password never appears in repr() or str()."""
+
+    username: str
+    password: str = field(repr=False)
+
+    def __str__(self) -> str:
+        return f"Credentials(username={self.username!r})"
+
+
+@dataclass(frozen=True)
+class PodEnvironment:
+    cluster: str  # Patroni scope
+    namespace: str
+    pod_name: str  # Patroni member name
+    pod_ip: str
+    pg_major: str
+    pgdata: str
+    config_file: str
+    secrets_dir: str
+    run_dir: str
+    pg_bin_dir: str
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise ValueError(f"environment variable {name} is required and empty or unset")
+    return value
+
+
+def _dns_label(env: Mapping[str, str], name: str) -> str:
+    value = _required(env, name)
+    if len(value) > 63 or not _DNS_LABEL.match(value):
+        raise ValueError(f"environment variable {name}={value!r} is not a DNS label")
+    return value
+
+
+def pod_environment(env: Mapping[str, str]) -> PodEnvironment:
+    """The pod's identity and paths from its environment (the StatefulSet sets the PGOP_* variables)."""
+    pg_major = _required(env, "PGOP_PG_MAJOR")
+    if not _MAJOR.match(pg_major):
+        raise ValueError(f"environment variable PGOP_PG_MAJOR={pg_major!r} is not a major version like '16'")
+    pgdata = _required(env, "PGDATA")
+    if not pgdata.startswith("/"):
+        raise ValueError(f"environment variable PGDATA={pgdata!r} must be an absolute path")
+    return PodEnvironment(
+        cluster=_dns_label(env, "PGOP_CLUSTER_NAME"),
+        namespace=_dns_label(env, "PGOP_NAMESPACE"),
+        pod_name=_dns_label(env, "PGOP_POD_NAME"),
+        pod_ip=_required(env, "PGOP_POD_IP"),
+        pg_major=pg_major,
+        pgdata=pgdata,
+        config_file=env.get("PGOP_CONFIG_FILE") or DEFAULT_CONFIG_FILE,
+        secrets_dir=env.get("PGOP_SECRETS_DIR") or DEFAULT_SECRETS_DIR,
+        run_dir=env.get("PGOP_RUN_DIR") or DEFAULT_RUN_DIR,
+        pg_bin_dir=env.get("PGOP_PG_BIN_DIR") or DEFAULT_PG_BIN_DIR,
+    )
+
+
+def credentials_from_files(role: str, files: Mapping[str, str]) -> Credentials:
+    """Credentials from a mounted Secret's files (key → content); `role` names it in errors."""
+    username = files.get("username", "").strip()
+    password = files.get("password", "")
+    # A trailing newline is an editing accident, not part of the password.
+    password = password[:-1] if password.endswith("\n") else password
+    if not username:
+        raise ValueError(f"secret {role}: key 'username' is missing or empty")
+    if not password:
+        raise ValueError(f"secret {role}: key 'password' is missing or empty")
+    if "\n" in password or "\x00" in password:
+        raise ValueError(f"secret {role}: key 'password' contains a newline or NUL byte")
+    return Credentials(username=username, password=password)
+
+
+_VERSION = re.compile(r"\(PostgreSQL\) ([0-9]+)(?:\.([0-9]+))?")
+
+
+def server_major(version_output: str) -> str:
+    """The major version from `postgres --version` output, e.g. "postgres (PostgreSQL) 16.15" → "16"."""
+    match = _VERSION.search(version_output)
+    if not match:
+        raise ValueError(f"cannot read a PostgreSQL version from {version_output.strip()!r}")
+    return match.group(1)

@@ -1,0 +1,156 @@
+"""The instance entrypoint's I/O shell: read the pod's inputs, render Patroni's config, exec Patroni.
+
+    pg-operator-instance [run]            render <run dir>/patroni.yml (0600) and exec Patroni on it
+    pg-operator-instance render           print the rendered config with passwords redacted
+    pg-operator-instance post-bootstrap DSN   (Patroni calls this once after initdb)
+
+PID 1 is tini (images/postgres/recipe.sh): it forwards signals and reaps orphans, so this process simply
+becomes Patroni via exec, and Patroni stops PostgreSQL cleanly on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pg_operator.instance.inputs import (
+    SECRET_ROLES,
+    Credentials,
+    PodEnvironment,
+    credentials_from_files,
+    pod_environment,
+    server_major,
+)
+from pg_operator.instance.patroni_config import redacted, render_patroni_config
+
+PROG = "pg-operator-instance"
+PATRONI_CONFIG_NAME = "patroni.yml"
+
+
+def _log(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def read_instance_settings(path: str) -> dict[str, Any]:
+    """instance.yaml, validated by the same model the operator writes it with."""
+    from pg_operator.api.instance_config import InstanceConfig  # the one definition of its keys
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"cannot read the instance settings {path}: {e.strerror}") from None
+    try:
+        return InstanceConfig.from_yaml(text).model_dump(by_alias=True, mode="json")
+    except ValueError as e:  # pydantic's ValidationError is a ValueError naming the field
+        raise ValueError(f"{path}: {e}") from None
+
+
+def read_credentials(secrets_dir: str) -> dict[str, Credentials]:
+    result: dict[str, Credentials] = {}
+    for role in SECRET_ROLES:
+        files: dict[str, str] = {}
+        for key in ("username", "password"):
+            file = Path(secrets_dir, role, key)
+            try:
+                files[key] = file.read_text(encoding="utf-8")
+            except OSError:
+                raise ValueError(f"secret {role}: cannot read {file}") from None
+        result[role] = credentials_from_files(role, files)
+    return result
+
+
+def check_server_major(pod: PodEnvironment) -> str:
+    postgres = Path(pod.pg_bin_dir, "postgres")
+    try:
+        out = subprocess.run([str(postgres), "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise ValueError(f"cannot run {postgres} --version (PGOP_PG_BIN_DIR={pod.pg_bin_dir}): {e}") from None
+    major = server_major(out)
+    if major != pod.pg_major:
+        raise ValueError(f"this image holds PostgreSQL {major}, but PGOP_PG_MAJOR={pod.pg_major}")
+    return out.strip()
+
+
+def os_user() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        raise ValueError(f"uid {os.getuid()} has no /etc/passwd entry (the image defines uid 999)") from None
+
+
+def build_config(env: Mapping[str, str]) -> tuple[PodEnvironment, dict[str, Any]]:
+    pod = pod_environment(env)
+    config = render_patroni_config(
+        pod=pod,
+        instance=read_instance_settings(pod.config_file),
+        credentials=read_credentials(pod.secrets_dir),
+        os_user=os_user(),
+        post_bootstrap=f"{shlex.quote(sys.executable)} -m pg_operator.instance post-bootstrap",
+    )
+    return pod, config
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write atomically, readable by this user only (the file holds passwords)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def run(env: Mapping[str, str]) -> None:
+    pod, config = build_config(env)
+    version = check_server_major(pod)
+    path = Path(pod.run_dir, PATRONI_CONFIG_NAME)
+    write_private(path, yaml.safe_dump(config, sort_keys=False))
+    _log(f"{version}; member {pod.pod_name} of {pod.namespace}/{pod.cluster}; starting Patroni with {path}")
+    os.execv(sys.executable, [sys.executable, "-m", "patroni", str(path)])  # noqa: S606 (fixed argv)
+
+
+def post_bootstrap(env: Mapping[str, str], dsn: str) -> None:
+    from pg_operator.instance.post_bootstrap import create_app_owner_and_database
+
+    pod = pod_environment(env)
+    settings = read_instance_settings(pod.config_file)
+    app = read_credentials(pod.secrets_dir)["app"]
+    database = str(settings["bootstrap"]["database"])
+    create_app_owner_and_database(dsn, app, database)
+    _log(f"created role {app.username} and database {database}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description="Render Patroni's configuration and run Patroni.")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("run", help="render the configuration and exec Patroni (the default)")
+    sub.add_parser("render", help="print the configuration with passwords redacted")
+    pb = sub.add_parser("post-bootstrap", help="create the application owner and database (Patroni runs it)")
+    pb.add_argument("dsn", help="superuser connection string, appended by Patroni")
+    args = parser.parse_args(argv)
+    env = dict(os.environ)
+    try:
+        if args.command == "render":
+            _, config = build_config(env)
+            print(yaml.safe_dump(redacted(config), sort_keys=False), end="")
+        elif args.command == "post-bootstrap":
+            post_bootstrap(env, args.dsn)
+        else:
+            run(env)
+    except ValueError as e:
+        _log(f"error: {e}")
+        return 2
+    return 0

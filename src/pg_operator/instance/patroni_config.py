@@ -1,0 +1,354 @@
+"""Patroni's configuration for one pod, rendered from plain values. Pure: no I/O, same input → same dict.
+
+Inputs: the pod's environment (`inputs.PodEnvironment`), the operator's instance settings (the mapping
+form of `instance.yaml`, camelCase keys as `api.instance_config.InstanceConfig` dumps them), the three
+Secrets' credentials, the operating-system user PostgreSQL runs as, and the command Patroni runs after
+initdb. The result holds passwords: `main.py` writes it to a 0600 file and logs only `redacted()`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from typing import Any
+
+from pg_operator.instance.inputs import Credentials, PodEnvironment
+
+# Labels of the pod contract (docs/contracts.md, pg_operator.api.constants). Repeated here so the image
+# does not need the API package's dependencies; a unit test keeps them equal.
+CLUSTER_LABEL = "db.example.com/cluster"
+ROLE_LABEL = "role"
+ROLE_PRIMARY = "primary"
+ROLE_REPLICA = "replica"
+
+# Patroni 4 raises smaller values to these floors itself (patroni/config.py, with only a warning in its
+# log); refusing them here keeps the configured timing honest.
+MIN_TTL = 20
+MIN_LOOP_WAIT = 1
+MIN_RETRY_TIMEOUT = 3
+
+# Settings that Patroni or this entrypoint own: a user value would break replication, failover, archiving
+# or the pod layout. The API refuses them first; refused again here in case the schema was bypassed.
+OPERATOR_OWNED_PARAMETERS = frozenset(
+    {
+        "archive_cleanup_command",
+        "archive_command",
+        "archive_library",
+        "archive_mode",
+        "cluster_name",
+        "config_file",
+        "data_directory",
+        "external_pid_file",
+        "hba_file",
+        "hot_standby",
+        "ident_file",
+        "listen_addresses",
+        "max_replication_slots",
+        "max_wal_senders",
+        "password_encryption",
+        "port",
+        "primary_conninfo",
+        "primary_slot_name",
+        "promote_trigger_file",
+        "recovery_end_command",
+        "recovery_target",
+        "recovery_target_action",
+        "recovery_target_inclusive",
+        "recovery_target_lsn",
+        "recovery_target_name",
+        "recovery_target_time",
+        "recovery_target_timeline",
+        "recovery_target_xid",
+        "restore_command",
+        "synchronous_standby_names",
+        "unix_socket_directories",
+        "unix_socket_group",
+        "unix_socket_permissions",
+        "wal_level",
+        "wal_log_hints",
+    }
+)
+
+# The peer map that lets the OS user PostgreSQL runs as (and only it) connect over the Unix socket as the
+# superuser — Patroni's own connections, `kubectl exec … psql`.
+LOCAL_IDENT_MAP = "pgop_local"
+
+# Patroni's default limit for a replica to stay a failover candidate; /readiness reuses it, so a replica
+# is ready only while streaming and at most this far behind.
+DEFAULT_MAXIMUM_LAG_ON_FAILOVER = 1024 * 1024
+
+
+def _section(instance: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = instance.get(name)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"instance.yaml: {name} must be a mapping")
+    return value
+
+
+def _int(section: Mapping[str, Any], path: str, key: str, minimum: int) -> int:
+    value = section.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"instance.yaml: {path}.{key} must be an integer")
+    if value < minimum:
+        raise ValueError(f"instance.yaml: {path}.{key}={value} is below the minimum {minimum}")
+    return value
+
+
+def _port(section: Mapping[str, Any], path: str) -> int:
+    port = _int(section, path, "port", 1)
+    if port > 65535:
+        raise ValueError(f"instance.yaml: {path}.port={port} is not a TCP port")
+    return port
+
+
+def timing(patroni: Mapping[str, Any]) -> dict[str, int]:
+    """Patroni's ttl/loop_wait/retry_timeout, checked against Patroni's floors and its rule.
+
+    Failover after a crash (nobody releases the leader lock) waits for the lock to expire: about
+    ttl - (time since the last renewal, 0..loop_wait) + (the replica's next loop, 0..loop_wait) + promotion,
+    so ≈ ttl + 1 s. A clean stop releases the lock and fails over within one loop. ttl cannot go below
+    Patroni's floor of 20 s; loop_wait 1-2 s keeps detection short for 1-2 API writes per pod per second;
+    retry_timeout (how long API-server errors are retried before the primary demotes, unless failsafe mode
+    confirms it can still reach every member) must satisfy loop_wait + 2 * retry_timeout <= ttl.
+    """
+    ttl = _int(patroni, "patroni", "ttl", MIN_TTL)
+    loop_wait = _int(patroni, "patroni", "loopWait", MIN_LOOP_WAIT)
+    retry_timeout = _int(patroni, "patroni", "retryTimeout", MIN_RETRY_TIMEOUT)
+    if loop_wait + 2 * retry_timeout > ttl:
+        raise ValueError(
+            f"instance.yaml: patroni: loopWait + 2 * retryTimeout = {loop_wait + 2 * retry_timeout} "
+            f"exceeds ttl = {ttl} (Patroni's rule)"
+        )
+    return {"ttl": ttl, "loop_wait": loop_wait, "retry_timeout": retry_timeout}
+
+
+def synchronous_settings(sync: Mapping[str, Any]) -> dict[str, Any]:
+    """`synchronous` → Patroni's dynamic settings. number 0 = asynchronous; dataDurability "required" makes
+    writes wait while fewer synchronous standbys are available (strict), "preferred" falls back to async."""
+    number = _int(sync, "synchronous", "number", 0)
+    durability = sync.get("dataDurability", "required")
+    if durability not in ("required", "preferred"):
+        raise ValueError(
+            f"instance.yaml: synchronous.dataDurability={durability!r} must be 'required' or 'preferred'"
+        )
+    if number == 0:
+        return {"synchronous_mode": False, "synchronous_mode_strict": False}
+    return {
+        "synchronous_mode": True,
+        "synchronous_node_count": number,
+        "synchronous_mode_strict": durability == "required",
+    }
+
+
+def user_parameters(parameters: Any) -> dict[str, str | int | float]:
+    """The user's postgresql.conf settings; operator-owned names and non-scalar values are refused."""
+    if parameters is None:
+        return {}
+    if not isinstance(parameters, Mapping):
+        raise ValueError("instance.yaml: postgresql.parameters must be a mapping")
+    result: dict[str, str | int | float] = {}
+    for name, value in parameters.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"instance.yaml: postgresql.parameters has an invalid name {name!r}")
+        if name.lower() in OPERATOR_OWNED_PARAMETERS:
+            raise ValueError(
+                f"instance.yaml: postgresql.parameters.{name} is set by the operator and cannot be overridden"
+            )
+        if isinstance(value, bool):
+            result[name] = "on" if value else "off"
+        elif isinstance(value, str | int | float):
+            result[name] = value
+        else:
+            raise ValueError(f"instance.yaml: postgresql.parameters.{name} must be a string or a number")
+    return result
+
+
+def allowed_networks(cidrs: Any) -> list[str]:
+    """The networks that may connect with a password (normalised, e.g. 10.244.0.0/16)."""
+    if not isinstance(cidrs, list) or not cidrs:
+        raise ValueError("instance.yaml: postgresql.allowedCIDRs must be a non-empty list of CIDRs")
+    networks: list[str] = []
+    for cidr in cidrs:
+        try:
+            networks.append(str(ipaddress.ip_network(str(cidr), strict=False)))
+        except ValueError:
+            raise ValueError(f"instance.yaml: postgresql.allowedCIDRs entry {cidr!r} is not a CIDR") from None
+    return networks
+
+
+def pg_hba(*, superuser: str, replication: str, networks: list[str]) -> list[str]:
+    """Unix socket: the superuser through the peer map only. TCP: scram-sha-256 from the pod network only
+    (replication connections for the replication role; every role for databases). Nothing else matches,
+    so everything else is refused."""
+    lines = [f"local all {_hba_name(superuser)} peer map={LOCAL_IDENT_MAP}"]
+    for network in networks:
+        lines.append(f"host replication {_hba_name(replication)} {network} scram-sha-256")
+    for network in networks:
+        lines.append(f"host all all {network} scram-sha-256")
+    return lines
+
+
+def _hba_name(name: str) -> str:
+    # pg_hba.conf quotes names with double quotes; a quote inside a name cannot be expressed safely.
+    if '"' in name or any(c.isspace() for c in name):
+        raise ValueError(f"role name {name!r} contains a quote or whitespace")
+    return f'"{name}"'
+
+
+def _listen(port: int) -> str:
+    return f"*:{port}"
+
+
+def _connect(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def _checked_secret_names(instance: Mapping[str, Any], credentials: Mapping[str, Credentials]) -> None:
+    missing = [role for role in ("superuser", "replication", "app") if role not in credentials]
+    if missing:
+        raise ValueError(f"missing credentials for {', '.join(missing)}")
+    users = instance.get("users") or {}
+    for role in ("superuser", "replication"):
+        expected = users.get(role) if isinstance(users, Mapping) else None
+        if expected is not None and expected != credentials[role].username:
+            raise ValueError(
+                f"secret {role}: username {credentials[role].username!r} differs from "
+                f"instance.yaml users.{role}={expected!r}"
+            )
+    owner = _section(instance, "bootstrap").get("owner")
+    if owner is not None and owner != credentials["app"].username:
+        raise ValueError(
+            f"secret app: username {credentials['app'].username!r} differs from "
+            f"instance.yaml bootstrap.owner={owner!r}"
+        )
+
+
+def render_patroni_config(
+    *,
+    pod: PodEnvironment,
+    instance: Mapping[str, Any],
+    credentials: Mapping[str, Credentials],
+    os_user: str,
+    post_bootstrap: str,
+) -> dict[str, Any]:
+    """The complete Patroni YAML document (as a dict) for this pod."""
+    for key, env_value, env_name in (
+        ("cluster", pod.cluster, "PGOP_CLUSTER_NAME"),
+        ("namespace", pod.namespace, "PGOP_NAMESPACE"),
+        ("pgMajor", pod.pg_major, "PGOP_PG_MAJOR"),
+    ):
+        if key in instance and str(instance[key]) != env_value:
+            raise ValueError(f"instance.yaml: {key}={instance[key]!r} differs from {env_name}={env_value!r}")
+    _checked_secret_names(instance, credentials)
+    superuser = credentials["superuser"]
+    replication = credentials["replication"]
+
+    postgresql = _section(instance, "postgresql")
+    patroni = _section(instance, "patroni")
+    pg_port = _port(postgresql, "postgresql")
+    api_port = _port(patroni, "patroni")
+    parameters = user_parameters(postgresql.get("parameters"))
+    networks = allowed_networks(postgresql.get("allowedCIDRs"))
+    lag_limit = patroni.get("maximumLagOnFailover", DEFAULT_MAXIMUM_LAG_ON_FAILOVER)
+
+    owned_parameters: dict[str, str | int | float] = {
+        "unix_socket_directories": pod.run_dir,
+        "password_encryption": "scram-sha-256",
+        # Checksums (initdb) already let pg_rewind work; hint bits logging is the belt to those braces.
+        "wal_log_hints": "on",
+        "hot_standby": "on",
+    }
+    return {
+        "scope": pod.cluster,
+        "name": pod.pod_name,
+        "log": {"level": "INFO"},
+        "restapi": {
+            # /readiness (leader, or replica streaming within maximum_lag_on_failover), /liveness, /metrics.
+            "listen": f"0.0.0.0:{api_port}",
+            "connect_address": _connect(pod.pod_ip, api_port),
+        },
+        "kubernetes": {
+            "namespace": pod.namespace,
+            # Patroni selects members (pods) and its ConfigMaps by labels + {scope_label: scope}; the pods
+            # carry exactly the cluster label, so that is the whole selector.
+            "labels": {},
+            "scope_label": CLUSTER_LABEL,
+            "role_label": ROLE_LABEL,
+            "leader_label_value": ROLE_PRIMARY,
+            "follower_label_value": ROLE_REPLICA,
+            "standby_leader_label_value": ROLE_PRIMARY,
+            # ConfigMaps <scope>-leader/-config/-failover/-sync hold the DCS; no Endpoints/Service writes.
+            "use_endpoints": False,
+            "pod_ip": pod.pod_ip,
+            "ports": [{"name": "postgresql", "port": pg_port}],
+        },
+        "bootstrap": {
+            "dcs": {
+                **timing(patroni),
+                "maximum_lag_on_failover": lag_limit,
+                # The primary keeps running through an API-server outage while it can reach every member.
+                "failsafe_mode": True,
+                **synchronous_settings(_section(instance, "synchronous")),
+                "postgresql": {
+                    "use_pg_rewind": True,
+                    "use_slots": True,
+                    # Cluster-wide settings (max_connections, …) only take effect from here.
+                    "parameters": {
+                        "wal_level": "replica",
+                        "max_wal_senders": 10,
+                        "max_replication_slots": 10,
+                        **parameters,
+                    },
+                },
+            },
+            "initdb": [
+                "data-checksums",
+                {"encoding": "UTF8"},
+                {"locale": "C.UTF-8"},
+                {"auth-local": "peer"},
+                {"auth-host": "scram-sha-256"},
+            ],
+            # Creates the application owner and database (Patroni 4 dropped bootstrap.users).
+            "post_bootstrap": post_bootstrap,
+        },
+        "postgresql": {
+            "listen": _listen(pg_port),
+            "connect_address": _connect(pod.pod_ip, pg_port),
+            "data_dir": pod.pgdata,
+            "bin_dir": pod.pg_bin_dir,
+            "pgpass": f"{pod.run_dir}/pgpass",
+            "use_unix_socket": True,
+            "use_unix_socket_repl": False,
+            "authentication": {
+                "superuser": {"username": superuser.username, "password": superuser.password},
+                "replication": {"username": replication.username, "password": replication.password},
+            },
+            "parameters": {**parameters, **owned_parameters},
+            "pg_hba": pg_hba(
+                superuser=superuser.username, replication=replication.username, networks=networks
+            ),
+            "pg_ident": [f"{LOCAL_IDENT_MAP} {os_user} {_hba_name(superuser.username)}"],
+            "create_replica_methods": ["basebackup"],
+            "basebackup": [{"checkpoint": "fast"}],
+            # An old primary that pg_rewind cannot bring back is re-cloned instead of staying broken.
+            "remove_data_directory_on_rewind_failure": True,
+            "remove_data_directory_on_diverged_timelines": True,
+        },
+        # Containers have no /dev/watchdog.
+        "watchdog": {"mode": "off"},
+        "tags": {"nofailover": False, "noloadbalance": False, "clonefrom": False, "nosync": False},
+    }
+
+
+def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy with every password replaced, safe to print or log."""
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: ("<redacted>" if k == "password" else walk(v)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    result: dict[str, Any] = walk(config)
+    return result

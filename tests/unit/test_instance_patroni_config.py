@@ -1,0 +1,263 @@
+"""Rendering Patroni's configuration: plain values in, plain dict out."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from pg_operator.api import constants
+from pg_operator.api.instance_config import InstanceConfig
+from pg_operator.api.models import OPERATOR_OWNED_PARAMETERS as API_OWNED
+from pg_operator.instance import patroni_config as pc
+from pg_operator.instance.inputs import Credentials, pod_environment
+
+ENV = {
+    "PGOP_CLUSTER_NAME": "orders-db",
+    "PGOP_NAMESPACE": "shop",
+    "PGOP_POD_NAME": "orders-db-1",
+    "PGOP_POD_IP": "10.244.0.7",
+    "PGOP_PG_MAJOR": "16",
+    "PGDATA": "/var/lib/postgresql/data/pgdata",
+}
+
+INSTANCE: dict[str, Any] = {
+    "cluster": "orders-db",
+    "namespace": "shop",
+    "pgMajor": "16",
+    "users": {"superuser": "postgres", "replication": "replicator"},
+    "postgresql": {
+        "port": 5432,
+        "parameters": {"shared_buffers": "256MB", "max_connections": "200"},
+        "allowedCIDRs": ["10.244.0.0/16"],
+    },
+    "bootstrap": {"database": "orders", "owner": "orders_owner"},
+    "synchronous": {"number": 0, "dataDurability": "required"},
+    "patroni": {"ttl": 20, "loopWait": 2, "retryTimeout": 5, "port": 8008},
+}
+
+CREDS = {
+    "superuser": Credentials("postgres", "su-secret-pw"),
+    "replication": Credentials("replicator", "repl-secret-pw"),
+    "app": Credentials("orders_owner", "app-secret-pw"),
+}
+
+
+def render(instance: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+    return pc.render_patroni_config(
+        pod=pod_environment(env or ENV),
+        instance=instance if instance is not None else INSTANCE,
+        credentials=CREDS,
+        os_user="postgres",
+        post_bootstrap="/opt/pg-operator/bin/python -m pg_operator.instance post-bootstrap",
+    )
+
+
+def with_changes(path: str, value: Any) -> dict[str, Any]:
+    instance = copy.deepcopy(INSTANCE)
+    *parents, last = path.split(".")
+    node = instance
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return instance
+
+
+def test_identity_and_kubernetes_dcs() -> None:
+    config = render()
+    assert config["scope"] == "orders-db"
+    assert config["name"] == "orders-db-1"
+    k8s = config["kubernetes"]
+    assert k8s["namespace"] == "shop"
+    assert k8s["use_endpoints"] is False
+    assert k8s["scope_label"] == constants.CLUSTER_LABEL
+    assert k8s["labels"] == {}
+    assert (k8s["role_label"], k8s["leader_label_value"], k8s["follower_label_value"]) == (
+        constants.ROLE_LABEL,
+        constants.ROLE_PRIMARY,
+        constants.ROLE_REPLICA,
+    )
+    assert k8s["pod_ip"] == "10.244.0.7"
+
+
+def test_labels_match_the_api_constants() -> None:
+    assert pc.CLUSTER_LABEL == constants.CLUSTER_LABEL
+    assert pc.ROLE_LABEL == constants.ROLE_LABEL
+    assert (pc.ROLE_PRIMARY, pc.ROLE_REPLICA) == (constants.ROLE_PRIMARY, constants.ROLE_REPLICA)
+
+
+def test_rest_api_and_postgresql_addresses() -> None:
+    config = render()
+    assert config["restapi"] == {"listen": "0.0.0.0:8008", "connect_address": "10.244.0.7:8008"}
+    pg = config["postgresql"]
+    assert pg["listen"] == "*:5432"
+    assert pg["connect_address"] == "10.244.0.7:5432"
+    assert pg["data_dir"] == "/var/lib/postgresql/data/pgdata"
+    assert pg["bin_dir"] == "/usr/lib/postgresql/current/bin"
+    v6 = render(env={**ENV, "PGOP_POD_IP": "fd00::7"})
+    assert v6["restapi"]["connect_address"] == "[fd00::7]:8008"
+    assert v6["kubernetes"]["pod_ip"] == "fd00::7"
+
+
+def test_dcs_settings_failsafe_rewind_timing() -> None:
+    dcs = render()["bootstrap"]["dcs"]
+    assert dcs["failsafe_mode"] is True
+    assert dcs["postgresql"]["use_pg_rewind"] is True
+    assert (dcs["ttl"], dcs["loop_wait"], dcs["retry_timeout"]) == (20, 2, 5)
+    assert dcs["loop_wait"] + 2 * dcs["retry_timeout"] <= dcs["ttl"]
+    assert dcs["maximum_lag_on_failover"] == pc.DEFAULT_MAXIMUM_LAG_ON_FAILOVER
+    assert dcs["synchronous_mode"] is False
+
+
+def test_initdb_checksums_scram_and_replicas_by_basebackup() -> None:
+    config = render()
+    initdb = config["bootstrap"]["initdb"]
+    assert "data-checksums" in initdb
+    assert {"auth-host": "scram-sha-256"} in initdb
+    assert config["postgresql"]["create_replica_methods"] == ["basebackup"]
+    assert config["postgresql"]["parameters"]["password_encryption"] == "scram-sha-256"
+    assert config["bootstrap"]["post_bootstrap"].endswith("-m pg_operator.instance post-bootstrap")
+    assert "users" not in config["bootstrap"]  # Patroni 4 ignores it
+
+
+def test_users_from_secrets() -> None:
+    auth = render()["postgresql"]["authentication"]
+    assert auth["superuser"] == {"username": "postgres", "password": "su-secret-pw"}
+    assert auth["replication"] == {"username": "replicator", "password": "repl-secret-pw"}
+
+
+def test_pg_hba_only_pod_network_and_scram() -> None:
+    instance = with_changes("postgresql.allowedCIDRs", ["10.244.0.0/16", "fd00:10:244::/56"])
+    hba = render(instance)["postgresql"]["pg_hba"]
+    assert hba == [
+        f'local all "postgres" peer map={pc.LOCAL_IDENT_MAP}',
+        'host replication "replicator" 10.244.0.0/16 scram-sha-256',
+        'host replication "replicator" fd00:10:244::/56 scram-sha-256',
+        "host all all 10.244.0.0/16 scram-sha-256",
+        "host all all fd00:10:244::/56 scram-sha-256",
+    ]
+    assert not any(("trust" in line or "md5" in line or "0.0.0.0/0" in line) for line in hba)
+    ident = render()["postgresql"]["pg_ident"]
+    assert ident == [f'{pc.LOCAL_IDENT_MAP} postgres "postgres"']
+
+
+def test_cidr_is_normalised_and_bad_cidr_is_named() -> None:
+    instance = with_changes("postgresql.allowedCIDRs", ["10.244.1.9/16"])
+    assert "host all all 10.244.0.0/16 scram-sha-256" in render(instance)["postgresql"]["pg_hba"]
+    with pytest.raises(ValueError, match=r"allowedCIDRs entry '10\.244\.0\.0/99'"):
+        render(with_changes("postgresql.allowedCIDRs", ["10.244.0.0/99"]))
+    with pytest.raises(ValueError, match="allowedCIDRs must be a non-empty list"):
+        render(with_changes("postgresql.allowedCIDRs", []))
+
+
+@pytest.mark.parametrize(
+    ("sync", "expected"),
+    [
+        ({"number": 0, "dataDurability": "required"}, {"synchronous_mode": False}),
+        (
+            {"number": 1, "dataDurability": "required"},
+            {"synchronous_mode": True, "synchronous_node_count": 1, "synchronous_mode_strict": True},
+        ),
+        (
+            {"number": 2, "dataDurability": "preferred"},
+            {"synchronous_mode": True, "synchronous_node_count": 2, "synchronous_mode_strict": False},
+        ),
+    ],
+)
+def test_synchronous_mapping(sync: dict[str, Any], expected: dict[str, Any]) -> None:
+    dcs = render(with_changes("synchronous", sync))["bootstrap"]["dcs"]
+    for key, value in expected.items():
+        assert dcs[key] == value
+    if not expected["synchronous_mode"]:
+        assert "synchronous_node_count" not in dcs
+        assert dcs["synchronous_mode_strict"] is False
+
+
+def test_bad_durability_is_named() -> None:
+    with pytest.raises(ValueError, match=r"synchronous\.dataDurability='maybe'"):
+        render(with_changes("synchronous", {"number": 1, "dataDurability": "maybe"}))
+
+
+def test_user_parameters_go_local_and_to_dcs() -> None:
+    config = render()
+    assert config["postgresql"]["parameters"]["shared_buffers"] == "256MB"
+    assert config["bootstrap"]["dcs"]["postgresql"]["parameters"]["max_connections"] == "200"
+    assert config["bootstrap"]["dcs"]["postgresql"]["parameters"]["wal_level"] == "replica"
+    assert config["postgresql"]["parameters"]["unix_socket_directories"] == "/var/run/postgresql"
+
+
+@pytest.mark.parametrize("name", ["listen_addresses", "PORT", "archive_command", "wal_level", "hba_file"])
+def test_operator_owned_parameters_are_refused(name: str) -> None:
+    with pytest.raises(ValueError, match=rf"postgresql\.parameters\.{name} is set by the operator"):
+        render(with_changes("postgresql.parameters", {name: "x"}))
+
+
+def test_owned_list_covers_the_api_list() -> None:
+    assert set(API_OWNED) <= pc.OPERATOR_OWNED_PARAMETERS
+
+
+def test_parameter_values_must_be_scalars() -> None:
+    assert (
+        render(with_changes("postgresql.parameters", {"jit": False}))["postgresql"]["parameters"]["jit"]
+        == "off"
+    )
+    with pytest.raises(ValueError, match=r"postgresql\.parameters\.work_mem must be a string or a number"):
+        render(with_changes("postgresql.parameters", {"work_mem": ["4MB"]}))
+
+
+@pytest.mark.parametrize(
+    ("patroni", "message"),
+    [
+        (
+            {"ttl": 15, "loopWait": 2, "retryTimeout": 5, "port": 8008},
+            r"patroni\.ttl=15 is below the minimum 20",
+        ),
+        ({"ttl": 20, "loopWait": 2, "retryTimeout": 2, "port": 8008}, r"patroni\.retryTimeout=2 is below"),
+        ({"ttl": 20, "loopWait": 0, "retryTimeout": 5, "port": 8008}, r"patroni\.loopWait=0 is below"),
+        ({"ttl": 20, "loopWait": 5, "retryTimeout": 8, "port": 8008}, "loopWait \\+ 2 \\* retryTimeout = 21"),
+        ({"ttl": "20", "loopWait": 5, "retryTimeout": 5, "port": 8008}, r"patroni\.ttl must be an integer"),
+        ({"ttl": 20, "loopWait": 2, "retryTimeout": 5, "port": 70000}, r"patroni\.port=70000 is not a TCP"),
+    ],
+)
+def test_timing_rules(patroni: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        render(with_changes("patroni", patroni))
+
+
+def test_config_must_belong_to_this_pod() -> None:
+    with pytest.raises(ValueError, match="cluster='other' differs from PGOP_CLUSTER_NAME='orders-db'"):
+        render(with_changes("cluster", "other"))
+    with pytest.raises(ValueError, match="pgMajor='15' differs from PGOP_PG_MAJOR='16'"):
+        render(with_changes("pgMajor", "15"))
+
+
+def test_secret_usernames_must_agree_with_the_config() -> None:
+    with pytest.raises(
+        ValueError, match=r"secret app: username 'orders_owner' differs from .*owner='someone'"
+    ):
+        render(with_changes("bootstrap.owner", "someone"))
+    with pytest.raises(ValueError, match="secret replication: username 'replicator' differs"):
+        render(with_changes("users.replication", "repl"))
+
+
+def test_redacted_hides_every_password() -> None:
+    config = render()
+    text = repr(pc.redacted(config))
+    for creds in CREDS.values():
+        assert creds.password not in text
+    assert "su-secret-pw" in repr(config)  # the real config does carry it, for Patroni
+    assert pc.redacted(config)["postgresql"]["authentication"]["superuser"]["username"] == "postgres"
+
+
+def test_same_input_same_output() -> None:
+    assert render() == render()
+
+
+def test_renders_what_the_operator_model_dumps() -> None:
+    model = InstanceConfig.model_validate(INSTANCE)
+    dumped = model.model_dump(by_alias=True, mode="json")
+    assert render(dumped)["bootstrap"]["dcs"]["ttl"] == 20
+    assert render(InstanceConfig.from_yaml(model.to_yaml()).model_dump(by_alias=True, mode="json")) == render(
+        dumped
+    )
