@@ -1,0 +1,200 @@
+"""The generated CRD on the real API server: bad input is refused with a message naming the field,
+defaults are filled in, and what compute_status produces is accepted by the status subresource."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import yaml
+
+from pg_operator.api.manifests import render_crd
+from pg_operator.api.models import PostgresCluster, PostgresClusterSpec
+from pg_operator.specs import compute_status
+
+pytestmark = pytest.mark.integration
+
+
+class Api:
+    """kubectl against the test namespace."""
+
+    def __init__(self, kube: Any, namespace: str) -> None:
+        self.kube = kube
+        self.ns = namespace
+
+    def run(self, *args: str, input: str | None = None, check: bool = True) -> Any:
+        return self.kube.kubectl("-n", self.ns, *args, input=input, check=check)
+
+    def create(self, name: str, **spec: Any) -> Any:
+        return self.run("create", "-f", "-", input=manifest(name, self.ns, spec), check=False)
+
+    def patch(self, name: str, spec: dict[str, Any]) -> Any:
+        return self.run("patch", "pgc", name, "--type=merge", "-p", json.dumps({"spec": spec}), check=False)
+
+    def get(self, name: str) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(self.run("get", "pgc", name, "-o", "json").stdout)
+        return out
+
+
+def manifest(name: str, namespace: str, spec: dict[str, Any]) -> str:
+    full = {"replicas": 3, "version": "16", "storage": "20Gi"} | spec
+    return yaml.safe_dump(
+        {
+            "apiVersion": "db.example.com/v1alpha1",
+            "kind": "PostgresCluster",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": full,
+        }
+    )
+
+
+def refused(result: Any, *needles: str) -> str:
+    assert result.returncode != 0, f"the API server accepted it:\n{result.stdout}"
+    for needle in needles:
+        assert needle in result.stderr, f"{needle!r} not in:\n{result.stderr}"
+    return str(result.stderr)
+
+
+@pytest.fixture(scope="module")
+def api(kube: Any) -> Iterator[Api]:
+    kube.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=pg-operator-tests",
+        "-f",
+        "-",
+        input=render_crd(),
+    )
+    kube.kubectl(
+        "wait", "--for=condition=Established", "crd/postgresclusters.db.example.com", "--timeout=60s"
+    )
+    ns = f"crd-validation-{secrets.token_hex(3)}"
+    kube.kubectl("create", "namespace", ns)
+    try:
+        yield Api(kube, ns)
+    finally:
+        kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_defaults_are_applied_by_the_api_server(api: Api) -> None:
+    assert api.create("defaults").returncode == 0
+    spec = api.get("defaults")["spec"]
+    expected = PostgresClusterSpec(replicas=3, version="16", storage="20Gi").model_dump(
+        by_alias=True, exclude_none=True, mode="json"
+    )
+    expected.pop("nodeSelector")  # an empty map outside any defaulted object stays absent
+    assert spec == expected
+    assert spec["resources"]["requests"] == {"cpu": "250m", "memory": "512Mi"}
+    assert spec["synchronous"] == {"number": 0, "dataDurability": "required"}
+    assert spec["bootstrap"] == {"initdb": {"database": "app", "owner": "app"}}
+
+
+def test_replicas_9_is_refused(api: Api) -> None:
+    refused(api.create("nine", replicas=9), "spec.replicas", "less than or equal to 5")
+
+
+def test_version_14_is_refused(api: Api) -> None:
+    refused(api.create("fourteen", version="14"), "spec.version", '"14"', '"15", "16"')
+
+
+def test_storage_in_gb_is_refused(api: Api) -> None:
+    refused(api.create("gigabytes", storage="20GB"), "spec.storage", "20GB")
+
+
+def test_storage_grows_but_never_shrinks(api: Api) -> None:
+    assert api.create("grow").returncode == 0
+    refused(api.patch("grow", {"storage": "10Gi"}), "spec.storage", "never shrink", "20Gi -> 10Gi")
+    assert api.get("grow")["spec"]["storage"] == "20Gi"
+    assert api.patch("grow", {"storage": "30Gi"}).returncode == 0
+    assert api.get("grow")["spec"]["storage"] == "30Gi"
+    refused(api.patch("grow", {"storage": "25Gi"}), "spec.storage", "never shrink")
+
+
+def test_version_cannot_change(api: Api) -> None:
+    assert api.create("pinned", version="15").returncode == 0
+    refused(api.patch("pinned", {"version": "16"}), "spec.version", "until a major-upgrade path exists")
+    assert api.get("pinned")["spec"]["version"] == "15"
+
+
+def test_storage_class_cannot_change_or_appear_or_vanish(api: Api) -> None:
+    assert api.create("classy", storageClassName="fast").returncode == 0
+    refused(api.patch("classy", {"storageClassName": "slow"}), "spec.storageClassName", "immutable")
+    refused(api.patch("classy", {"storageClassName": None}), "spec.storageClassName", "immutable")
+    assert api.create("classless").returncode == 0
+    refused(api.patch("classless", {"storageClassName": "fast"}), "spec.storageClassName", "immutable")
+
+
+def test_operator_owned_parameters_are_refused(api: Api) -> None:
+    params = {"wal_level": "minimal", "archive_command": "/bin/true", "shared_buffers": "256MB"}
+    err = refused(
+        api.create("tuned", postgresql={"parameters": params}),
+        "spec.postgresql.parameters",
+        "wal_level is set by the operator",
+        "archive_command is set by the operator",
+    )
+    assert "shared_buffers" not in err
+    refused(api.create("shouting", postgresql={"parameters": {"Port": "1"}}), "spec.postgresql.parameters")
+    assert api.create("tuned", postgresql={"parameters": {"shared_buffers": "256MB"}}).returncode == 0
+
+
+def test_synchronous_standbys_must_be_fewer_than_replicas(api: Api) -> None:
+    refused(
+        api.create("sync", replicas=2, synchronous={"number": 2}),
+        "spec.synchronous.number",
+        "less than replicas",
+    )
+    assert api.create("sync", replicas=2, synchronous={"number": 1}).returncode == 0
+    refused(api.patch("sync", {"replicas": 1}), "spec.synchronous.number")
+
+
+def test_scale_subresource_is_validated(api: Api) -> None:
+    assert api.create("scaled").returncode == 0
+    refused(api.run("scale", "pgc/scaled", "--replicas=9", check=False), "spec.replicas")
+    assert api.run("scale", "pgc/scaled", "--replicas=5", check=False).returncode == 0
+    assert api.get("scaled")["spec"]["replicas"] == 5
+
+
+def test_other_rules_name_their_field(api: Api) -> None:
+    refused(
+        api.create("mem", resources={"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}),
+        "spec.resources.requests.memory",
+        "must not exceed resources.limits.memory",
+    )
+    refused(api.create("owner", bootstrap={"initdb": {"owner": "postgres"}}), "spec.bootstrap.initdb.owner")
+    refused(api.create("timing", patroni={"ttl": 10}), "spec.patroni.ttl", "loopWait + 2 * retryTimeout")
+    refused(api.create("cidr", postgresql={"allowedCIDRs": ["everywhere"]}), "spec.postgresql.allowedCIDRs")
+    refused(api.create("x" * 51), "metadata.name", "at most 50 characters")
+    assert api.create("boot").returncode == 0
+    refused(
+        api.patch("boot", {"bootstrap": {"initdb": {"database": "other"}}}), "spec.bootstrap", "cannot change"
+    )
+
+
+def test_status_written_by_the_operator_is_accepted_and_printed(api: Api) -> None:
+    assert api.create("shown").returncode == 0
+    obj = api.get("shown")
+    pod = {
+        "metadata": {"name": "shown-0", "labels": {"db.example.com/cluster": "shown", "role": "primary"}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    status = compute_status(
+        PostgresCluster.from_obj(obj),
+        previous=None,
+        statefulset={"spec": {"replicas": 3}},
+        pods=[pod],
+        now=datetime.now(UTC),
+    )
+    api.run(
+        "patch", "pgc", "shown", "--subresource=status", "--type=merge", "-p", json.dumps({"status": status})
+    )
+    assert api.get("shown")["status"] == status
+    table = api.run("get", "pgc", "shown").stdout.splitlines()
+    assert table[0].split() == ["NAME", "REPLICAS", "READY", "PRIMARY", "PHASE", "AGE"]
+    assert table[1].split()[:5] == ["shown", "3", "1", "shown-0", "Creating"]
+    short = api.run("get", "pgc", "-o", "name").stdout
+    assert "postgrescluster.db.example.com/shown" in short
