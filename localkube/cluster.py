@@ -22,9 +22,6 @@ from types import ModuleType
 import controlplane
 import kwoknodes
 from common import (
-    APISERVER_PORT,
-    ETCD_CLIENT_PORT,
-    ETCD_PEER_PORT,
     HERE,
     ClusterError,
     Context,
@@ -38,10 +35,6 @@ from pki import Pki, ensure_kubeconfigs
 
 PROFILES = ("kwok", "full")
 BASE_PACKAGES = {"openssl": "openssl", "ip": "iproute2", "ss": "iproute2"}
-CONTROL_PLANE_PORTS = {
-    ETCD_CLIENT_PORT: "etcd client", ETCD_PEER_PORT: "etcd peer", 2381: "etcd metrics",
-    APISERVER_PORT: "kube-apiserver", 10257: "kube-controller-manager", 10259: "kube-scheduler",
-}
 
 
 def node_module() -> ModuleType | None:
@@ -135,7 +128,7 @@ def cmd_up(ctx: Context, profile: str, install: bool) -> None:
     check_prereqs(profile, install)
     build_binaries()
     node = node_module() if profile == "full" else None
-    ports = dict(CONTROL_PLANE_PORTS)
+    ports = dict(controlplane.PORTS)
     ports.update(getattr(node, "PORTS", {}) if node else {})
     require_ports_free(ports)
     ctx.state.mkdir(parents=True, exist_ok=True)

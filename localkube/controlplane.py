@@ -18,6 +18,10 @@ from common import (
 from pki import Pki
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+PORTS = {
+    ETCD_CLIENT_PORT: "etcd client", ETCD_PEER_PORT: "etcd peer", 2381: "etcd metrics",
+    APISERVER_PORT: "kube-apiserver", 10257: "kube-controller-manager", 10259: "kube-scheduler",
+}
 
 # Requests by people and operators are audited; the cluster's own components are not, so the log
 # stays small and a test can count exactly what one client (say, the operator) wrote.

@@ -79,6 +79,10 @@ class ClusterManager:
             self.started = profile
         return Kube(profile=profile, kubeconfig=str(self.ctx.admin_kubeconfig), ctx=self.ctx)
 
+    def forget(self) -> None:
+        """A test stopped the cluster itself: nothing is left for the session to stop."""
+        self.started = None
+
     def finish(self) -> None:
         if self.started and os.environ.get("PGOP_KEEP_CLUSTER") != "1":
             self._run("down")
@@ -115,4 +119,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = _tier(item)
         if tier != "unit":
             item.add_marker(getattr(pytest.mark, tier))
-    items.sort(key=lambda it: TIERS.index(_tier(it)))
+    # Tests that stop the cluster (marked cluster_lifecycle) run last within their tier.
+    def order(item: pytest.Item) -> tuple[int, bool]:
+        return TIERS.index(_tier(item)), item.get_closest_marker("cluster_lifecycle") is not None
+
+    items.sort(key=order)
