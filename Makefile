@@ -16,6 +16,9 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	@touch $@
 
+demo: venv
+	hack/demo.sh
+
 binaries:
 	localkube/build-binaries.sh
 
