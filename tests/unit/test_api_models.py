@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from pg_operator.api.models import OPERATOR_OWNED_PARAMETERS, PostgresCluster, PostgresClusterSpec
 from pg_operator.images import SUPPORTED_MAJORS
@@ -159,3 +161,19 @@ def test_spec_round_trips_through_its_wire_form() -> None:
     wire = spec.model_dump(by_alias=True, exclude_none=True)
     assert wire["storageClassName"] == "fast" and "image" not in wire
     assert PostgresClusterSpec.model_validate(wire) == spec
+
+
+def test_the_example_applies_as_is() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "orders-db.yaml"
+    namespace, pgc = yaml.safe_load_all(example.read_text(encoding="utf-8"))
+    assert namespace == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}
+    assert pgc["apiVersion"] == "db.example.com/v1alpha1" and pgc["kind"] == "PostgresCluster"
+    pgc["metadata"]["uid"] = "uid-from-the-api-server"
+    c = PostgresCluster.from_obj(pgc)
+    assert (c.name, c.namespace, c.spec.replicas, c.spec.version, c.spec.storage) == (
+        "orders-db",
+        "shop",
+        3,
+        "16",
+        "20Gi",
+    )

@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from pg_operator.api.models import PostgresCluster
-from pg_operator.specs import APP_SECRET_KEYS, ClusterPasswords, build_secrets, secret_names
+from pg_operator.specs import APP_SECRET_KEYS, ClusterPasswords, build_secrets, owner_reference, secret_names
 
 
 def cluster(**spec: Any) -> PostgresCluster:
@@ -105,3 +105,14 @@ def test_passwords_never_in_repr_or_str() -> None:
         for secret in (p.superuser, p.replication, p.app):
             assert secret not in text
     assert "redacted" in repr(p)
+
+
+def test_every_secret_is_owned_labelled_and_create_ready() -> None:
+    for s in build_secrets(cluster(), PASSWORDS):
+        meta = s["metadata"]
+        assert (s["apiVersion"], s["kind"], meta["namespace"]) == ("v1", "Secret", "shop")
+        # The same reference as every other child (spelled out in test_specs_children).
+        assert meta["ownerReferences"] == [owner_reference(cluster())]
+        assert meta["labels"]["db.example.com/cluster"] == "orders-db"
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "pg-operator"
+        assert meta["labels"]["app.kubernetes.io/component"] == "credentials"
