@@ -23,9 +23,16 @@ def service() -> dict[str, Any]:
             "name": "orders-db-rw",
             "namespace": "shop",
             "labels": {"db.example.com/cluster": "orders-db"},
-            "ownerReferences": [{"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
-                                 "name": "orders-db", "uid": "u1", "controller": True,
-                                 "blockOwnerDeletion": True}],
+            "ownerReferences": [
+                {
+                    "apiVersion": "db.example.com/v1alpha1",
+                    "kind": "PostgresCluster",
+                    "name": "orders-db",
+                    "uid": "u1",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         },
         "spec": {
             "selector": {"db.example.com/cluster": "orders-db", "role": "primary"},
@@ -101,8 +108,12 @@ def test_quantities_compare_by_value() -> None:
 
 def test_keyed_lists_tolerate_items_others_added_but_not_missing_ones() -> None:
     want = {"containers": [{"name": "postgres", "image": "pg:16"}]}
-    got = {"containers": [{"name": "sidecar", "image": "x"}, {"name": "postgres", "image": "pg:16",
-                                                              "terminationMessagePath": "/dev/x"}]}
+    got = {
+        "containers": [
+            {"name": "sidecar", "image": "x"},
+            {"name": "postgres", "image": "pg:16", "terminationMessagePath": "/dev/x"},
+        ]
+    }
     assert differences(want, got) == []
     assert differences(want, {"containers": [{"name": "sidecar"}]}) == ["containers[name=postgres]"]
     assert differences(want, {"containers": [{"name": "postgres", "image": "pg:15"}]}) == [
@@ -125,3 +136,24 @@ def test_types_are_not_coerced_except_quantities() -> None:
 def test_empty_desired_values_match_absent_ones() -> None:
     assert differences({"emptyDir": {}, "items": [], "flag": False, "n": 0}, {}) == []
     assert differences({"securityContext": {"runAsNonRoot": True}}, {}) == ["securityContext"]
+
+
+def test_statefulset_hash_ignores_the_immutable_fields_copied_from_the_server() -> None:
+    built = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "a"},
+        "spec": {
+            "replicas": 3,
+            "serviceName": "a",
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {}}],
+        },
+    }
+    copied = copy.deepcopy(built)
+    copied["spec"]["volumeClaimTemplates"][0].update(
+        apiVersion="v1", kind="PersistentVolumeClaim", status={"phase": "Pending"}
+    )
+    assert desired_hash(built) == desired_hash(copied)
+    scaled = copy.deepcopy(built)
+    scaled["spec"]["replicas"] = 5
+    assert desired_hash(scaled) != desired_hash(built)

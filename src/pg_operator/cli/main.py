@@ -35,6 +35,9 @@ def setup_logging(fmt: str, level: str) -> None:
     root.setLevel(level.upper())
     # kopf reports every watch (re)connection at INFO; keep that for debugging only.
     logging.getLogger("kopf").setLevel(max(logging.WARNING, root.level))
+    # One line per HTTP request from the client library: debug only.
+    for name in ("httpx", "httpx2", "httpcore", "aiohttp.access"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
 
 
 def _port(value: str) -> int:
@@ -105,9 +108,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _manifests(args: argparse.Namespace) -> int:
-    from pg_operator.api import manifests
+    from pg_operator.api.manifests import main as manifests_main
 
-    return int(manifests.main(check=args.check) or 0)
+    return int(manifests_main(check=args.check) or 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

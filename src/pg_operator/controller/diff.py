@@ -49,9 +49,20 @@ _SUFFIX = {
 }
 
 
+# Spec fields left out of the hash: immutable fields the builders copy from the existing object (as the
+# server stored them, defaults included), so the hash stays that of our intent before and after creation.
+HASH_EXCLUDED_SPEC: dict[str, tuple[str, ...]] = {
+    "StatefulSet": ("selector", "serviceName", "volumeClaimTemplates", "podManagementPolicy"),
+}
+
+
 def desired_hash(desired: Mapping[str, Any]) -> str:
     """Stable hash of a desired object, ignoring our own hash annotation."""
     body = json.loads(json.dumps(desired, sort_keys=True, default=str))
+    spec = body.get("spec")
+    if isinstance(spec, dict):
+        for name in HASH_EXCLUDED_SPEC.get(str(body.get("kind")), ()):
+            spec.pop(name, None)
     meta = body.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     annotations.pop(HASH_ANNOTATION, None)

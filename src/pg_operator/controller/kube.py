@@ -57,7 +57,7 @@ def kopf_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 def resource_for(api_version: str, kind: str) -> type[Any]:
     if (api_version, kind) == (f"{GROUP}/{VERSION}", KIND):
         return PostgresClusterResource
-    return resource_registry.load(api_version, kind)  # type: ignore[no-any-return]
+    return resource_registry.load(api_version, kind)
 
 
 def is_not_found(exc: ApiError) -> bool:
@@ -128,7 +128,7 @@ class Api:
                 res.Status,
                 name,
                 dict(patch),
-                namespace=namespace,  # type: ignore[attr-defined]
+                namespace=namespace,
                 patch_type=PatchType.MERGE,
                 field_manager=FIELD_MANAGER,
             )

@@ -1,0 +1,369 @@
+"""Shared plumbing for the operator's integration tests and the scale benchmark (no tests in here).
+
+The operator runs as a subprocess with its own identity: the ServiceAccount and RBAC of deploy/operator,
+a kubeconfig holding a token of that ServiceAccount. Its writes are counted from the API server's audit
+log by that user. kwok has no storage, so `PvProvisioner` plays the volume provisioner: it creates a
+pre-bound PersistentVolume for every pending claim of a PostgresCluster (the PV controller binds them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PG_OPERATOR = REPO / ".venv" / "bin" / "pg-operator"
+STATE = Path(os.environ.get("PGOP_STATE", "/var/lib/pg-operator-localkube"))
+AUDIT_LOG = STATE / "logs" / "audit.log"
+OPERATOR_NS = "pg-operator-system"
+OPERATOR_SA = "pg-operator"
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NS}:{OPERATOR_SA}"
+CLUSTER_LABEL = "db.example.com/cluster"
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
+class KubectlLike:
+    """What the harness needs from the `kube` fixture (tests/conftest.py's Kube)."""
+
+    kubeconfig: str
+
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]: ...
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 60, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as exc:  # a transient kubectl failure is retried until the deadline
+            last_exc = exc
+        time.sleep(interval)
+    raise AssertionError(
+        f"timed out after {timeout} s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else "")
+    )
+
+
+def get_json(kube: Any, *args: str) -> Any:
+    return json.loads(kube.kubectl("get", *args, "-o", "json").stdout)
+
+
+def get_or_none(kube: Any, *args: str) -> Any:
+    res = kube.kubectl("get", *args, "-o", "json", check=False)
+    if res.returncode != 0:
+        if "NotFound" in res.stderr:
+            return None
+        raise AssertionError(res.stderr)
+    return json.loads(res.stdout)
+
+
+def apply(kube: Any, obj: Any) -> None:
+    text = obj if isinstance(obj, str) else json.dumps(obj)
+    kube.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=text)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def install_operator_identity(kube: Any) -> None:
+    """CRD, the operator's Namespace, ServiceAccount and RBAC, exactly as deployed (not the Deployment)."""
+    kube.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "crd" / "postgresclusters.yaml"))
+    kube.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/postgresclusters.db.example.com"
+    )
+    for name in ("namespace.yaml", "rbac.yaml"):
+        kube.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "operator" / name))
+
+
+def operator_kubeconfig(kube: Any, path: Path) -> Path:
+    """A kubeconfig for the operator's ServiceAccount, from a token the API server issues for it."""
+    token = kube.kubectl("create", "token", OPERATOR_SA, "-n", OPERATOR_NS, "--duration=4h").stdout.strip()
+    admin = yaml.safe_load(Path(kube.kubeconfig).read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": OPERATOR_SA, "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": OPERATOR_SA}}],
+        "current-context": "operator",
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+class OperatorProcess:
+    """`pg-operator run` as a subprocess, with its own health/metrics ports and log file."""
+
+    def __init__(self, kubeconfig: Path, log_dir: Path, identity: str, *extra: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.identity = identity
+        self.extra = list(extra)
+        self.log_path = log_dir / f"operator-{identity}.log"
+        self.health_port = free_port()
+        self.metrics_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        env.pop("POD_NAME", None)
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [
+                str(PG_OPERATOR),
+                "run",
+                "--identity",
+                self.identity,
+                "--lease-namespace",
+                OPERATOR_NS,
+                "--health-port",
+                str(self.health_port),
+                "--metrics-port",
+                str(self.metrics_port),
+                "--bind-address",
+                "127.0.0.1",
+                *self.extra,
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def _get(self, port: int, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    def readyz(self) -> int:
+        return self._get(self.health_port, "/readyz")[0]
+
+    def metrics(self) -> dict[str, float]:
+        """Samples of /metrics as {'name{labels}': value}."""
+        _, text = self._get(self.metrics_port, "/metrics")
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    def metric(self, name: str) -> float:
+        try:
+            return self.metrics().get(name, 0.0)
+        except OSError:
+            return 0.0
+
+    def is_leader(self) -> bool:
+        return self.alive() and self.metric("pg_operator_leader") == 1.0
+
+    def wait_leader(self, timeout: float = 60) -> None:
+        def check() -> bool:
+            if not self.alive():
+                raise AssertionError(f"operator {self.identity} exited:\n{self.log_text()[-3000:]}")
+            return self.is_leader() and self.readyz() == 200
+
+        wait_until(f"operator {self.identity} to lead and be ready", check, timeout)
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 20) -> int | None:
+        if self.proc is None:
+            return None
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.alive():
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+class Audit:
+    """Counts what one user wrote, from the API server's audit log (JSON lines, ResponseComplete)."""
+
+    def __init__(self, path: Path = AUDIT_LOG, user: str = OPERATOR_USER) -> None:
+        self.path = path
+        self.user = user
+
+    def mark(self) -> int:
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def events_since(self, offset: int) -> Iterator[dict[str, Any]]:
+        with self.path.open("rb") as f:
+            f.seek(offset)
+            for raw in f:
+                try:
+                    event = json.loads(raw)
+                except ValueError:
+                    continue
+                if (
+                    event.get("stage") == "ResponseComplete"
+                    and (event.get("user") or {}).get("username") == self.user
+                ):
+                    yield event
+
+    def requests_since(self, offset: int, *, include_leases: bool = False) -> Counter[tuple[str, str]]:
+        """(verb, resource[/subresource]) → count; the leader Lease's renewals are left out unless asked."""
+        out: Counter[tuple[str, str]] = Counter()
+        for event in self.events_since(offset):
+            ref = event.get("objectRef") or {}
+            resource = str(ref.get("resource") or event.get("requestURI"))
+            if resource == "leases" and not include_leases:
+                continue
+            if ref.get("subresource"):
+                resource += "/" + ref["subresource"]
+            out[(str(event.get("verb")), resource)] += 1
+        return out
+
+    def writes_since(self, offset: int) -> Counter[tuple[str, str]]:
+        return Counter({k: v for k, v in self.requests_since(offset).items() if k[0] in WRITE_VERBS})
+
+
+class PvProvisioner:
+    """Stands in for a volume provisioner on kwok: a PersistentVolume, pre-bound, for each pending claim
+    that carries the cluster label. Uses the admin kubeconfig (lightkube, sync, one watch)."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        from lightkube import Client, KubeConfig
+
+        self.client = Client(KubeConfig.from_file(kubeconfig), field_manager="test-provisioner")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pv-provisioner", daemon=True)
+        self.created = 0
+
+    def __enter__(self) -> PvProvisioner:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def _provision(self, pvc: Any) -> None:
+        from lightkube.core.exceptions import ApiError
+        from lightkube.models.core_v1 import (
+            HostPathVolumeSource,
+            ObjectReference,
+            PersistentVolumeSpec,
+        )
+        from lightkube.models.meta_v1 import ObjectMeta
+        from lightkube.resources.core_v1 import PersistentVolume
+
+        if pvc.spec.volumeName or (pvc.status and pvc.status.phase == "Bound"):
+            return
+        meta = pvc.metadata
+        size = (pvc.spec.resources.requests or {}).get("storage", "1Gi")
+        pv = PersistentVolume(
+            metadata=ObjectMeta(
+                name=f"kwok-{meta.uid}", labels={CLUSTER_LABEL: meta.labels.get(CLUSTER_LABEL, "")}
+            ),
+            spec=PersistentVolumeSpec(
+                capacity={"storage": size},
+                accessModes=pvc.spec.accessModes or ["ReadWriteOnce"],
+                storageClassName=pvc.spec.storageClassName or "",
+                persistentVolumeReclaimPolicy="Delete",
+                hostPath=HostPathVolumeSource(path=f"/tmp/kwok-pv/{meta.uid}"),
+                claimRef=ObjectReference(namespace=meta.namespace, name=meta.name, uid=meta.uid),
+            ),
+        )
+        try:
+            self.client.create(pv)
+            self.created += 1
+        except ApiError as exc:
+            if exc.status.code != 409:
+                raise
+
+    def _run(self) -> None:
+        from lightkube import operators
+        from lightkube.resources.core_v1 import PersistentVolumeClaim
+
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                for kind, pvc in self.client.watch(
+                    PersistentVolumeClaim, namespace="*", labels={CLUSTER_LABEL: operators.exists()}
+                ):
+                    if self._stop.is_set():
+                        return
+                    if kind in ("ADDED", "MODIFIED"):
+                        with contextlib.suppress(Exception):
+                            self._provision(pvc)
+            time.sleep(0.5)
+
+
+def label_roles(kube: Any, namespace: str, cluster: str) -> None:
+    """Do what Patroni does in real pods (no process runs on kwok): role=primary on the first instance,
+    role=replica on the others."""
+    pods = get_json(kube, "pods", "-n", namespace, "-l", f"{CLUSTER_LABEL}={cluster}")["items"]
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        role = "primary" if name == f"{cluster}-0" else "replica"
+        if (pod["metadata"].get("labels") or {}).get("role") != role:
+            kube.kubectl("label", "pod", name, "-n", namespace, f"role={role}", "--overwrite")
+
+
+def condition(obj: Any, kind: str) -> dict[str, Any]:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if cond.get("type") == kind:
+            return dict(cond)
+    return {}
+
+
+def events_for(kube: Any, namespace: str, name: str) -> list[dict[str, Any]]:
+    items = get_json(
+        kube,
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        f"involvedObject.kind=PostgresCluster,involvedObject.name={name}",
+    )
+    return list(items["items"])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("this module only holds test helpers")
