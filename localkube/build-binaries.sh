@@ -52,3 +52,8 @@ fi
 if [ "$want" = all ] || [ "$want" = kwok ]; then
   build_group kwok "$KWOK_VERSION" "$here/modules/kwok" "-s -w" sigs.k8s.io/kwok/cmd/kwok
 fi
+if [ "$want" = all ] || [ "$want" = coredns ]; then
+  # Cluster DNS for the full profile; the version is the one localkube/modules/coredns/go.mod pins.
+  coredns_version=$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" {print $3}' "$here/modules/coredns/go.mod")
+  build_group coredns "$coredns_version" "$here/modules/coredns" "-s -w" .
+fi

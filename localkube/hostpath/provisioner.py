@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Dynamic provisioner of the local cluster's `standard` StorageClass (standard library only).
+
+For every claim of the class that the scheduler has placed (WaitForFirstConsumer sets the
+`volume.kubernetes.io/selected-node` annotation), it makes a directory under --volumes and a `local`
+PersistentVolume for it with node affinity to that node and a claimRef, which the PV controller then
+binds. `local` rather than `hostPath`: the kubelet applies the pod's fsGroup to `local` volumes, so
+a PostgreSQL pod running as uid 999 can write its data directory. Released volumes (reclaim policy
+Delete) are removed with their directory. Growing a claim grows the PV's recorded capacity (a
+directory has no size of its own), which is what an external resizer would do.
+
+It polls once a second: two LIST calls on a single-node cluster cost nothing, and a poll loop has no
+watch to re-establish when the API server restarts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+
+
+class Api:
+    def __init__(self, server: str, pki: Path) -> None:
+        self.server = server
+        self.tls = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        self.tls.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+
+    def call(self, method: str, path: str, body: Any = None,
+             content_type: str = "application/json") -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.server + path, data=data, method=method,  # noqa: S310
+                                     headers={"Content-Type": content_type, "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, context=self.tls, timeout=10) as resp:  # noqa: S310
+                return resp.status, json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
+
+
+def log(msg: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+def quantity_bytes(q: str) -> float:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+             "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "m": 1e-3}
+    for suffix in sorted(units, key=len, reverse=True):
+        if q.endswith(suffix):
+            return float(q[: -len(suffix)]) * units[suffix]
+    return float(q)
+
+
+def persistent_volume(pvc: dict[str, Any], node: str, path: Path, storage_class: str,
+                      provisioner: str) -> dict[str, Any]:
+    meta, spec = pvc["metadata"], pvc["spec"]
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": f"pvc-{meta['uid']}", "annotations": {PROVISIONED_BY: provisioner},
+                     "labels": {"localkube.local/claim-namespace": meta["namespace"]}},
+        "spec": {
+            "capacity": {"storage": spec["resources"]["requests"]["storage"]},
+            "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": storage_class,
+            "volumeMode": "Filesystem",
+            "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": meta["namespace"],
+                         "name": meta["name"], "uid": meta["uid"]},
+            "local": {"path": str(path)},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
+        },
+    }
+
+
+def mounted_under(path: Path) -> bool:
+    prefix = str(path) + "/"
+    with open("/proc/self/mountinfo") as f:
+        return any((line.split()[4] + "/").startswith(prefix) for line in f)
+
+
+class Provisioner:
+    def __init__(self, api: Api, volumes: Path, storage_class: str, name: str) -> None:
+        self.api, self.volumes, self.storage_class, self.name = api, volumes, storage_class, name
+
+    def sync(self) -> None:
+        code, pvcs = self.api.call("GET", "/api/v1/persistentvolumeclaims")
+        if code != 200:
+            raise RuntimeError(f"listing claims: HTTP {code}: {pvcs}")
+        code, pvs = self.api.call("GET", "/api/v1/persistentvolumes")
+        if code != 200:
+            raise RuntimeError(f"listing volumes: HTTP {code}: {pvs}")
+        by_name = {pv["metadata"]["name"]: pv for pv in pvs["items"]}
+        for pvc in pvcs["items"]:
+            if pvc["spec"].get("storageClassName") != self.storage_class:
+                continue
+            if not pvc["spec"].get("volumeName"):
+                self.provision(pvc, by_name)
+            elif pvc.get("status", {}).get("phase") == "Bound":
+                self.resize(pvc, by_name.get(pvc["spec"]["volumeName"]))
+        for pv in pvs["items"]:
+            ours = pv["metadata"].get("annotations", {}).get(PROVISIONED_BY) == self.name
+            if ours and pv.get("status", {}).get("phase") in ("Released", "Failed"):
+                self.delete(pv)
+
+    def provision(self, pvc: dict[str, Any], existing: dict[str, Any]) -> None:
+        meta = pvc["metadata"]
+        node = meta.get("annotations", {}).get(SELECTED_NODE)
+        if not node or f"pvc-{meta['uid']}" in existing or meta.get("deletionTimestamp"):
+            return  # not scheduled yet (WaitForFirstConsumer), already provisioned, or going away
+        if pvc["spec"].get("volumeMode", "Filesystem") != "Filesystem":
+            log(f"{meta['namespace']}/{meta['name']}: only volumeMode Filesystem is supported")
+            return
+        path = self.volumes / f"pvc-{meta['uid']}"
+        path.mkdir(mode=0o755, parents=True, exist_ok=True)
+        code, body = self.api.call("POST", "/api/v1/persistentvolumes",
+                                   persistent_volume(pvc, node, path, self.storage_class, self.name))
+        if code in (200, 201):
+            log(f"provisioned {path.name} for {meta['namespace']}/{meta['name']} on {node}")
+        elif code != 409:
+            log(f"creating the volume of {meta['namespace']}/{meta['name']} failed: HTTP {code}: {body}")
+
+    def resize(self, pvc: dict[str, Any], pv: dict[str, Any] | None) -> None:
+        if pv is None or pv["metadata"].get("annotations", {}).get(PROVISIONED_BY) != self.name:
+            return
+        want = pvc["spec"]["resources"]["requests"]["storage"]
+        if quantity_bytes(pv["spec"]["capacity"]["storage"]) < quantity_bytes(want):
+            self.api.call("PATCH", f"/api/v1/persistentvolumes/{pv['metadata']['name']}",
+                          {"spec": {"capacity": {"storage": want}}}, "application/merge-patch+json")
+        have = pvc.get("status", {}).get("capacity", {}).get("storage", "0")
+        if quantity_bytes(have) < quantity_bytes(want):
+            meta = pvc["metadata"]
+            code, body = self.api.call(
+                "PATCH", f"/api/v1/namespaces/{meta['namespace']}/persistentvolumeclaims/{meta['name']}/status",
+                {"status": {"capacity": {"storage": want}, "conditions": None,
+                            "allocatedResources": {"storage": want}}},
+                "application/merge-patch+json")
+            if code == 200:
+                log(f"resized {meta['namespace']}/{meta['name']} to {want}")
+            else:
+                log(f"resizing {meta['namespace']}/{meta['name']} failed: HTTP {code}: {body}")
+
+    def delete(self, pv: dict[str, Any]) -> None:
+        path = Path(pv["spec"].get("local", {}).get("path", ""))
+        if path.parent != self.volumes:
+            log(f"not deleting {pv['metadata']['name']}: its path {path} is not under {self.volumes}")
+            return
+        if mounted_under(path):
+            return  # the kubelet has not unmounted it yet; next round
+        shutil.rmtree(path, ignore_errors=True)
+        code, body = self.api.call("DELETE", f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
+        if code in (200, 202, 404):
+            log(f"deleted {pv['metadata']['name']} and its directory")
+        else:
+            log(f"deleting {pv['metadata']['name']} failed: HTTP {code}: {body}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--state", required=True, type=Path, help="the local cluster's state directory")
+    p.add_argument("--volumes", required=True, type=Path, help="where volume directories are made")
+    p.add_argument("--server", default="https://127.0.0.1:6443")
+    p.add_argument("--provisioner", default="localkube.local/hostpath")
+    p.add_argument("--storage-class", default="standard")
+    a = p.parse_args()
+    volumes = a.volumes.resolve()
+    prov = Provisioner(Api(a.server, a.state / "pki"), volumes, a.storage_class, a.provisioner)
+    ready = a.state / "run" / "provisioner.ready"
+    failing = False
+    while True:
+        try:
+            prov.sync()
+            if not ready.exists():
+                ready.touch()
+                log(f"provisioning class {a.storage_class} into {volumes}")
+            failing = False
+        except (OSError, RuntimeError, ValueError, KeyError) as e:
+            if not failing:
+                log(f"sync failed (retrying every second): {e}")
+            failing = True
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
