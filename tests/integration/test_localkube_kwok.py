@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
 
-from conftest import Kube
+from conftest import LOCALKUBE, Kube
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
@@ -44,7 +46,9 @@ def test_statefulset_pods_become_ready(kube: Kube) -> None:
             "replicas": 3, "serviceName": "web", "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": {"app": "web"}},
             "template": {"metadata": {"labels": {"app": "web"}},
-                         "spec": {"containers": [{"name": "c", "image": "never-pulled:1"}]}},
+                         # KWOK's node: no process runs and no image is pulled.
+                         "spec": {"nodeSelector": {"type": "kwok"},
+                                  "containers": [{"name": "c", "image": "never-pulled:1"}]}},
         },
     }
     kube.kubectl("apply", "-f", "-", input=json.dumps(sts))
@@ -108,3 +112,14 @@ def test_crd_schema_refuses_invalid_object(kube: Kube) -> None:
     assert "spec.size" in bad.stderr and "less than or equal to 3" in bad.stderr, bad.stderr
     kube.kubectl("delete", "namespace", ns, "--wait=false")
     kube.kubectl("delete", "crd", "widgets.test.localkube.dev")
+
+
+def test_second_up_is_a_no_op_and_other_profile_says_what_to_do(kube: Kube) -> None:
+    cluster = [sys.executable, str(LOCALKUBE / "cluster.py")]
+    again = subprocess.run([*cluster, "up", "kwok"], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "already running" in again.stdout, again.stdout + again.stderr
+    other = subprocess.run([*cluster, "up", "full"], capture_output=True, text=True, timeout=60)
+    assert other.returncode != 0
+    assert "kwok profile is running" in other.stderr and "cluster-down" in other.stderr, other.stderr
+    status = subprocess.run([*cluster, "status"], capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0 and "profile: kwok" in status.stdout and "cluster: ready" in status.stdout
