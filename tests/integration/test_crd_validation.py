@@ -88,7 +88,8 @@ def test_defaults_are_applied_by_the_api_server(api: Api) -> None:
     expected = PostgresClusterSpec(replicas=3, version="16", storage="20Gi").model_dump(
         by_alias=True, exclude_none=True, mode="json"
     )
-    expected.pop("nodeSelector")  # an empty map outside any defaulted object stays absent
+    for empty in ("nodeSelector", "tolerations"):  # empty collections outside a defaulted object stay absent
+        expected.pop(empty)
     assert spec == expected
     assert spec["resources"]["requests"] == {"cpu": "250m", "memory": "512Mi"}
     assert spec["synchronous"] == {"number": 0, "dataDurability": "required"}
@@ -170,6 +171,11 @@ def test_other_rules_name_their_field(api: Api) -> None:
     refused(api.create("timing", patroni={"ttl": 10}), "spec.patroni.ttl", "loopWait + 2 * retryTimeout")
     refused(api.create("cidr", postgresql={"allowedCIDRs": ["everywhere"]}), "spec.postgresql.allowedCIDRs")
     refused(api.create("x" * 51), "metadata.name", "at most 50 characters")
+    refused(
+        api.create("tolerant", tolerations=[{"operator": "Equal", "value": "db"}]),
+        "spec.tolerations[0].operator",
+        "without a key must use operator Exists",
+    )
     assert api.create("boot").returncode == 0
     refused(
         api.patch("boot", {"bootstrap": {"initdb": {"database": "other"}}}), "spec.bootstrap", "cannot change"
@@ -209,7 +215,16 @@ def server_side_apply(api: Api, objs: list[dict[str, Any]], *, dry_run: bool) ->
 
 
 def test_every_child_the_builders_make_is_valid_for_the_api_server(api: Api) -> None:
-    assert api.create("children", storageClassName="fast", synchronous={"number": 1}).returncode == 0
+    spec = {
+        "storageClassName": "fast",
+        "synchronous": {"number": 1},
+        "tolerations": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}, {"operator": "Exists"}],
+        "nodeSelector": {"disk": "ssd"},
+        "affinity": {"podAntiAffinity": "required"},
+        "resources": {"limits": {"cpu": 2}},
+        "postgresql": {"parameters": {"shared_buffers": "128MB"}},
+    }
+    assert api.create("children", **spec).returncode == 0
     c = PostgresCluster.from_obj(api.get("children"))
     objs = [*desired_children(c), *build_secrets(c, ClusterPasswords.generate())]
     result = server_side_apply(api, objs, dry_run=True)

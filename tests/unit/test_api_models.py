@@ -92,6 +92,14 @@ def test_versions_are_the_supported_majors() -> None:
         ({"postgresql": {"parameters": {"shared_buffers": 256}}}, "spec.postgresql.parameters"),
         ({"postgresql": {"parameters": {"Shared_Buffers": "1GB"}}}, "spec.postgresql.parameters"),
         ({"unknownField": 1}, "spec.unknownField"),
+        ({"tolerations": [{"operator": "Equal", "value": "x"}]}, "spec.tolerations.0"),
+        ({"tolerations": [{"key": "k", "operator": "Exists", "value": "x"}]}, "spec.tolerations.0"),
+        (
+            {"tolerations": [{"key": "k", "effect": "NoSchedule", "tolerationSeconds": 5}]},
+            "spec.tolerations.0",
+        ),
+        ({"tolerations": [{"key": "k", "effect": "Never"}]}, "spec.tolerations.0.effect"),
+        ({"priorityClassName": "High"}, "spec.priorityClassName"),
     ],
 )
 def test_bad_spec_is_refused_naming_the_field(spec: dict[str, Any], field: str) -> None:

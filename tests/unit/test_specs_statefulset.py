@@ -143,9 +143,23 @@ def test_anti_affinity_modes() -> None:
     assert "affinity" not in pod_spec(statefulset(cluster(affinity={"podAntiAffinity": "none"})))
 
 
-def test_node_selector() -> None:
-    assert "nodeSelector" not in pod_spec(statefulset(cluster()))
+def test_node_selector_tolerations_and_priority() -> None:
+    plain = pod_spec(statefulset(cluster()))
+    assert "nodeSelector" not in plain and "tolerations" not in plain and "priorityClassName" not in plain
     assert pod_spec(statefulset(cluster(nodeSelector={"disk": "ssd"})))["nodeSelector"] == {"disk": "ssd"}
+    tolerations = [
+        {"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"},
+        {
+            "key": "node.kubernetes.io/unreachable",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 30,
+        },
+        {"operator": "Exists"},
+    ]
+    spec = pod_spec(statefulset(cluster(tolerations=tolerations, priorityClassName="databases")))
+    assert spec["tolerations"] == tolerations
+    assert spec["priorityClassName"] == "databases"
 
 
 def live(sts: dict[str, Any]) -> dict[str, Any]:

@@ -285,6 +285,56 @@ class Affinity(_SpecModel):
     )
 
 
+class Toleration(_SpecModel):
+    """Lets the instances run on tainted nodes (e.g. nodes reserved for databases)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_validations(
+            _rule(
+                "has(self.key) || self.operator == 'Exists'",
+                "tolerations: a toleration without a key must use operator Exists (it tolerates every taint)",
+                fieldPath=".operator",
+            ),
+            _rule(
+                "self.operator != 'Exists' || !has(self.value)",
+                "tolerations: a toleration with operator Exists takes no value",
+                fieldPath=".value",
+            ),
+            _rule(
+                "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                "tolerations: tolerationSeconds only applies to effect NoExecute",
+                fieldPath=".tolerationSeconds",
+            ),
+        )
+    )
+
+    key: str | None = Field(
+        None, max_length=316, pattern=LABEL_KEY_PATTERN, description="Taint key; all when unset."
+    )
+    operator: Literal["Exists", "Equal"] = Field(
+        "Equal", description="Equal (key and value) or Exists (key only)."
+    )
+    value: str | None = Field(None, max_length=63, description="Taint value, with operator Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="Taint effect; all when unset."
+    )
+    toleration_seconds: int | None = Field(
+        None, ge=0, description="With NoExecute: how long a pod stays bound after the taint appears."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Toleration:
+        if self.key is None and self.operator != "Exists":
+            raise ValueError(
+                "tolerations: a toleration without a key must use operator Exists (it tolerates every taint)"
+            )
+        if self.operator == "Exists" and self.value is not None:
+            raise ValueError("tolerations: a toleration with operator Exists takes no value")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerations: tolerationSeconds only applies to effect NoExecute")
+        return self
+
+
 class Synchronous(_SpecModel):
     number: int = Field(
         0,
@@ -434,6 +484,15 @@ class PostgresClusterSpec(_SpecModel):
     node_selector: dict[str, Annotated[str, StringConstraints(max_length=63)]] = Field(
         default_factory=dict, max_length=32, description="Nodes the instances may run on (node labels)."
     )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=16, description="Taints the instances tolerate."
+    )
+    priority_class_name: str | None = Field(
+        None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="PriorityClass of the instance pods, so a database is not the first thing evicted.",
+    )
     synchronous: Synchronous = _nested(Synchronous, "Synchronous replication.")
     bootstrap: Bootstrap = _nested(
         Bootstrap,
@@ -523,12 +582,20 @@ def _format_errors(prefix: str, err: ValidationError) -> str:
     for e in err.errors():
         loc = [str(p) for p in e["loc"]]
         msg = e["msg"].removeprefix("Value error, ")
-        if not loc or msg.startswith(loc[0]):
-            # Our own validators already name the field, relative to the spec.
-            parts.append(f"{prefix}.{msg}")
-        else:
-            parts.append(f"{prefix}.{'.'.join(loc)}: {msg}")
+        parts.append(_located(prefix, loc, msg))
     return "; ".join(parts)
+
+
+def _located(prefix: str, loc: list[str], msg: str) -> str:
+    # Our own validators start their message with the field's path relative to the spec
+    # ("postgresql.parameters: ...", "tolerations: ..."); put the full location in its place.
+    if not loc:
+        return f"{prefix}.{msg}"
+    for k in range(len(loc), 0, -1):
+        head = ".".join(loc[:k])
+        if msg.startswith(head) and msg[len(head) : len(head) + 1] in (" ", ":", "."):
+            return f"{prefix}.{'.'.join(loc)}{msg[len(head) :]}"
+    return f"{prefix}.{'.'.join(loc)}: {msg}"
 
 
 class PostgresCluster(BaseModel):

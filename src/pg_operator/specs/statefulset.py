@@ -179,6 +179,12 @@ def _pod_template(cluster: PostgresCluster) -> dict[str, Any]:
         pod_spec["affinity"] = affinity
     if cluster.spec.node_selector:
         pod_spec["nodeSelector"] = dict(cluster.spec.node_selector)
+    if cluster.spec.tolerations:
+        pod_spec["tolerations"] = [
+            t.model_dump(by_alias=True, exclude_none=True) for t in cluster.spec.tolerations
+        ]
+    if cluster.spec.priority_class_name is not None:
+        pod_spec["priorityClassName"] = cluster.spec.priority_class_name
     return {
         "metadata": {
             "labels": child_labels(cluster, COMPONENT_INSTANCE),
