@@ -9,15 +9,16 @@ pre-bound PersistentVolume for every pending claim of a PostgresCluster (the PV 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -365,5 +366,73 @@ def events_for(kube: Any, namespace: str, name: str) -> list[dict[str, Any]]:
     return list(items["items"])
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("this module only holds test helpers")
+# --- fixtures shared by the operator's test modules (imported there) ----------------------------------
+
+import pytest  # noqa: E402
+
+
+class ExternalKube:
+    """A cluster given by $PGOP_TEST_KUBECONFIG (another real API server), for developing these tests;
+    normally the session's `kube` fixture (tests/conftest.py) is used."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.kubectl_bin = os.environ.get(
+            "PGOP_KUBECTL", str(Path.home() / ".cache/pg-operator/current/kubectl")
+        )
+
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run(
+            [self.kubectl_bin, "--kubeconfig", self.kubeconfig, *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and res.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({res.returncode}):\n{res.stderr}")
+        return res
+
+
+@dataclasses.dataclass
+class OperatorEnv:
+    kube: Any
+    kubeconfig: Path
+    log_dir: Path
+    audit: Audit
+
+
+@pytest.fixture(scope="session")
+def operator_env(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorEnv]:
+    external = os.environ.get("PGOP_TEST_KUBECONFIG")
+    kube = ExternalKube(external) if external else request.getfixturevalue("kube")
+    audit_path = Path(os.environ.get("PGOP_TEST_AUDIT_LOG", str(AUDIT_LOG)))
+    assert audit_path.exists(), f"the API server's audit log {audit_path} is missing"
+    install_operator_identity(kube)
+    work = tmp_path_factory.mktemp("operator")
+    kubeconfig = operator_kubeconfig(kube, work / "operator.kubeconfig")
+    with PvProvisioner(kube.kubeconfig):
+        yield OperatorEnv(kube, kubeconfig, work, Audit(audit_path))
+
+
+def start_operator(env: OperatorEnv, identity: str, *extra: str) -> OperatorProcess:
+    return OperatorProcess(env.kubeconfig, env.log_dir, identity, *extra).start()
+
+
+def make_namespace(kube: Any, prefix: str) -> str:
+    ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    kube.kubectl("create", "namespace", ns)
+    return ns
+
+
+def postgres_cluster(name: str, namespace: str, replicas: int = 3, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "db.example.com/v1alpha1",
+        "kind": "PostgresCluster",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"replicas": replicas, "version": "16", "storage": "1Gi", **spec},
+    }

@@ -1,0 +1,325 @@
+"""The operator against the real API server (kwok profile): create, report, scale, resync without writes,
+survive kill -9, degrade on a missing StorageClass and recover, and garbage-collect on delete."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from test_operator_harness import (
+    CLUSTER_LABEL,
+    REPO,
+    OperatorEnv,
+    OperatorProcess,
+    apply,
+    condition,
+    events_for,
+    get_json,
+    get_or_none,
+    label_roles,
+    make_namespace,
+    operator_env,
+    postgres_cluster,
+    start_operator,
+    wait_until,
+)
+
+from pg_operator.api.models import PostgresCluster
+from pg_operator.controller.diff import object_differences, with_hash
+from pg_operator.specs import desired_children, secret_names
+
+__all__ = ["operator_env"]  # the fixture, imported so pytest sees it
+
+RESYNC = 12.0
+KINDS = {  # kubectl names of every kind a cluster owns, by (apiVersion, kind)
+    ("v1", "ServiceAccount"): "serviceaccounts",
+    ("rbac.authorization.k8s.io/v1", "Role"): "roles.rbac.authorization.k8s.io",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings.rbac.authorization.k8s.io",
+    ("v1", "ConfigMap"): "configmaps",
+    ("v1", "Service"): "services",
+    ("apps/v1", "StatefulSet"): "statefulsets.apps",
+    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets.policy",
+    ("v1", "Secret"): "secrets",
+}
+
+
+class Operator:
+    """The module's operator process; a test may replace it (kill -9 and restart)."""
+
+    def __init__(self, env: OperatorEnv) -> None:
+        self.env = env
+        self.proc: OperatorProcess = start_operator(env, "lifecycle", "--resync-seconds", str(RESYNC))
+        self.proc.wait_leader()
+
+    def restart(self) -> None:
+        self.proc = start_operator(self.env, "lifecycle", "--resync-seconds", str(RESYNC))
+        self.proc.wait_leader()
+
+
+@pytest.fixture(scope="module")
+def operator(operator_env: OperatorEnv) -> Iterator[Operator]:
+    op = Operator(operator_env)
+    yield op
+    assert op.proc.stop() == 0, f"operator did not stop cleanly:\n{op.proc.log_text()[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def orders_db(operator: Operator) -> dict[str, Any]:
+    kube = operator.env.kube
+    kube.kubectl("apply", "-f", str(REPO / "examples" / "orders-db.yaml"))
+    return {"namespace": "shop", "name": "orders-db"}
+
+
+def cluster_obj(kube: Any, ns: str, name: str) -> Any:
+    return get_json(kube, "postgresclusters.db.example.com", name, "-n", ns)
+
+
+def owned_objects(kube: Any, ns: str, name: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """(kind, name) → object, of every object of the owned kinds carrying the cluster label."""
+    out = {}
+    items = get_json(kube, ",".join(KINDS.values()), "-n", ns, "-l", f"{CLUSTER_LABEL}={name}")["items"]
+    for obj in items:
+        out[(obj["kind"], obj["metadata"]["name"])] = obj
+    return out
+
+
+def expected_names(kube: Any, ns: str, name: str) -> set[tuple[str, str]]:
+    cluster = PostgresCluster.from_obj(cluster_obj(kube, ns, name))
+    names = {(c["kind"], c["metadata"]["name"]) for c in desired_children(cluster)}
+    return names | {("Secret", s) for s in secret_names(cluster)}
+
+
+def assert_children_match(kube: Any, ns: str, name: str) -> None:
+    obj = cluster_obj(kube, ns, name)
+    cluster = PostgresCluster.from_obj(obj)
+    sts = get_or_none(kube, "statefulset", name, "-n", ns)
+    for desired in desired_children(cluster, existing_statefulset=sts):
+        observed = get_or_none(
+            kube, KINDS[(desired["apiVersion"], desired["kind"])], desired["metadata"]["name"], "-n", ns
+        )
+        assert observed is not None, f"{desired['kind']} {desired['metadata']['name']} missing"
+        assert object_differences(with_hash(desired), observed) == [], f"{desired['kind']} differs"
+        refs = observed["metadata"].get("ownerReferences") or []
+        assert any(r["uid"] == obj["metadata"]["uid"] and r.get("controller") for r in refs)
+
+
+def wait_children(kube: Any, ns: str, name: str, timeout: float = 60) -> None:
+    def complete() -> bool:
+        return expected_names(kube, ns, name) <= set(owned_objects(kube, ns, name))
+
+    wait_until(f"every child of {ns}/{name}", complete, timeout)
+
+
+def wait_ready(kube: Any, ns: str, name: str, replicas: int, timeout: float = 120) -> dict[str, Any]:
+    def ready() -> Any:
+        label_roles(kube, ns, name)  # what Patroni does in real pods
+        obj = cluster_obj(kube, ns, name)
+        status = obj.get("status") or {}
+        if condition(obj, "Ready").get("status") == "True" and status.get("readyReplicas") == replicas:
+            return obj
+        return None
+
+    return dict(wait_until(f"{ns}/{name} Ready with {replicas} instances", ready, timeout))
+
+
+def test_example_creates_every_child_with_the_built_spec(
+    orders_db: dict[str, Any], operator: Operator
+) -> None:
+    kube = operator.env.kube
+    ns, name = orders_db["namespace"], orders_db["name"]
+    wait_children(kube, ns, name)
+    assert_children_match(kube, ns, name)
+    for secret in ("superuser", "replication", "app"):
+        data = get_json(kube, "secret", f"{name}-{secret}", "-n", ns)["data"]
+        assert {"username", "password"} <= set(data), f"secret {secret} lacks username/password"
+    # nothing of the operator's logs carries a password
+    log = operator.proc.log_text()
+    for secret in ("superuser", "replication", "app"):
+        import base64
+
+        password = base64.b64decode(
+            get_json(kube, "secret", f"{name}-{secret}", "-n", ns)["data"]["password"]
+        )
+        assert password.decode() not in log
+
+
+def test_kubectl_get_pgc_prints_the_columns(orders_db: dict[str, Any], operator: Operator) -> None:
+    crd = yaml.safe_load((REPO / "deploy" / "crd" / "postgresclusters.yaml").read_text())
+    columns = [
+        c["name"].upper()
+        for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]
+        if not c.get("priority")
+    ]
+    out = operator.env.kube.kubectl("get", "pgc", "-n", "shop").stdout
+    header, *rows = out.splitlines()
+    assert header.split() == ["NAME", *columns]
+    assert rows and rows[0].split()[0] == "orders-db"
+
+
+def test_status_reaches_ready_when_the_pods_are_ready(orders_db: dict[str, Any], operator: Operator) -> None:
+    kube = operator.env.kube
+    obj = wait_ready(kube, "shop", "orders-db", 3)
+    status = obj["status"]
+    assert status["phase"] == "Healthy"
+    assert status["currentPrimary"] == "orders-db-0"
+    assert [i["name"] for i in status["instances"]] == ["orders-db-0", "orders-db-1", "orders-db-2"]
+    assert status["observedGeneration"] == obj["metadata"]["generation"]
+    row = kube.kubectl("get", "pgc", "orders-db", "-n", "shop", "--no-headers").stdout.split()
+    assert "orders-db-0" in row and "Healthy" in row
+    reasons = [e["reason"] for e in events_for(kube, "shop", "orders-db")]
+    assert "Created" in reasons
+
+
+def reconcile_passes(op: OperatorProcess) -> float:
+    return sum(v for k, v in op.metrics().items() if k.startswith("pg_operator_reconcile_total{"))
+
+
+def test_a_resync_makes_zero_writes(orders_db: dict[str, Any], operator: Operator) -> None:
+    env = operator.env
+    wait_ready(env.kube, "shop", "orders-db", 3)
+    time.sleep(2)  # let the last status write's own watch event come back
+    mark = env.audit.mark()
+    before = reconcile_passes(operator.proc)
+    noop_before = operator.proc.metric('pg_operator_reconcile_total{result="noop"}')
+    time.sleep(RESYNC * 1.1 + 3)  # at least one full (jittered) resync of every cluster
+    after = reconcile_passes(operator.proc)
+    assert after > before, "no reconcile ran during the resync window"
+    assert operator.proc.metric('pg_operator_reconcile_total{result="noop"}') > noop_before
+    writes = env.audit.writes_since(mark)
+    assert writes == {}, f"a no-op resync wrote: {dict(writes)}"
+    reads = env.audit.requests_since(mark)
+    non_watch = {k: v for k, v in reads.items() if k[0] not in ("watch",)}
+    print(
+        f"\nresync window: {after - before:.0f} reconcile passes, requests besides watches/lease: {non_watch}"
+    )
+
+
+def test_scaling_follows_and_the_pdb_goes_at_one(orders_db: dict[str, Any], operator: Operator) -> None:
+    kube = operator.env.kube
+    for replicas in (5, 1):
+        kube.kubectl(
+            "patch",
+            "pgc",
+            "orders-db",
+            "-n",
+            "shop",
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"replicas": replicas}}),
+        )
+        wait_until(
+            f"StatefulSet at {replicas}",
+            lambda r=replicas: (
+                get_json(kube, "statefulset", "orders-db", "-n", "shop")["spec"]["replicas"] == r
+            ),
+        )
+        obj = wait_ready(kube, "shop", "orders-db", replicas)
+        assert obj["status"]["replicas"] == replicas
+        pdb = get_or_none(kube, "poddisruptionbudget", "orders-db", "-n", "shop")
+        if replicas > 1:
+            assert pdb is not None
+        else:
+            wait_until(
+                "the PDB to be deleted at 1 instance",
+                lambda: get_or_none(kube, "poddisruptionbudget", "orders-db", "-n", "shop") is None,
+            )
+        assert_children_match(kube, "shop", "orders-db")
+    messages = [e["message"] for e in events_for(kube, "shop", "orders-db") if e["reason"] == "Scaled"]
+    assert any("3 to 5" in m for m in messages) and any("5 to 1" in m for m in messages), messages
+
+
+def test_kill_9_mid_reconcile_then_restart_converges(operator: Operator) -> None:
+    env = operator.env
+    kube = env.kube
+    ns = make_namespace(kube, "kill")
+    mark = env.audit.mark()
+    apply(kube, postgres_cluster("kill-db", ns, replicas=3))
+
+    def half_way() -> bool:  # the Services are applied, the StatefulSet is being applied
+        return f"applying StatefulSet {ns}/kill-db " in operator.proc.log_text()
+
+    wait_until("the operator to be half-way through kill-db", half_way, timeout=30, interval=0.01)
+    operator.proc.kill9()
+    partial = owned_objects(kube, ns, "kill-db")
+    operator.restart()
+    wait_children(kube, ns, "kill-db")
+    wait_ready(kube, ns, "kill-db", 3)
+    assert_children_match(kube, ns, "kill-db")
+    assert set(owned_objects(kube, ns, "kill-db")) == expected_names(kube, ns, "kill-db"), "orphans left"
+    creates = env.audit.writes_since(mark)
+    assert creates.get(("create", "secrets"), 0) == 3, f"Secrets created more than once: {dict(creates)}"
+    for key, obj in partial.items():  # what existed before the kill is the same object afterwards
+        again = owned_objects(kube, ns, "kill-db")[key]
+        assert again["metadata"]["uid"] == obj["metadata"]["uid"], f"{key} was recreated"
+    print(f"\nkilled with {len(partial)} of {len(expected_names(kube, ns, 'kill-db'))} children created")
+    kube.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def test_missing_storage_class_degrades_then_recovers(operator: Operator) -> None:
+    kube = operator.env.kube
+    ns = make_namespace(kube, "sc")
+    klass = f"pgop-test-{uuid.uuid4().hex[:6]}"
+    apply(kube, postgres_cluster("sc-db", ns, replicas=1, storageClassName=klass))
+
+    def degraded() -> bool:
+        cond = condition(cluster_obj(kube, ns, "sc-db"), "Degraded")
+        return cond.get("status") == "True" and cond.get("reason") == "StorageClassNotFound"
+
+    wait_until("Degraded: StorageClassNotFound", degraded)
+    assert get_or_none(kube, "statefulset", "sc-db", "-n", ns) is None
+    assert cluster_obj(kube, ns, "sc-db")["status"]["phase"].startswith("Degraded")
+    warnings = [e for e in events_for(kube, ns, "sc-db") if e["type"] == "Warning"]
+    assert [e["reason"] for e in warnings] == ["StorageClassNotFound"]
+    passes = operator.proc.metric('pg_operator_reconcile_total{result="error"}')
+    apply(
+        kube,
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": klass},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "Immediate",
+        },
+    )
+    try:
+        wait_until(
+            "the StatefulSet once the class exists",
+            lambda: get_or_none(kube, "statefulset", "sc-db", "-n", ns) is not None,
+        )
+        wait_until(
+            "Degraded to clear",
+            lambda: condition(cluster_obj(kube, ns, "sc-db"), "Degraded").get("status") == "False",
+        )
+        wait_ready(kube, ns, "sc-db", 1)
+        reasons = [e["reason"] for e in events_for(kube, ns, "sc-db")]
+        assert "Recovered" in reasons
+        assert operator.proc.metric('pg_operator_reconcile_total{result="error"}') == passes, (
+            "it crash-looped"
+        )
+    finally:
+        kube.kubectl("delete", "namespace", ns, "--wait=false")
+        kube.kubectl("delete", "storageclass", klass, "--wait=false")
+
+
+def test_deleting_the_cluster_garbage_collects_its_children(
+    orders_db: dict[str, Any], operator: Operator
+) -> None:
+    kube = operator.env.kube
+    assert owned_objects(kube, "shop", "orders-db")
+    kube.kubectl("delete", "pgc", "orders-db", "-n", "shop")
+    wait_until(
+        "every child to be garbage-collected",
+        lambda: not owned_objects(kube, "shop", "orders-db"),
+        timeout=90,
+    )
+    wait_until(
+        "the pods to go",
+        lambda: not get_json(kube, "pods", "-n", "shop", "-l", f"{CLUSTER_LABEL}=orders-db")["items"],
+        timeout=90,
+    )
+    kube.kubectl("delete", "namespace", "shop", "--wait=false")
