@@ -1,0 +1,139 @@
+"""What the operator knows about each instance: its pod as the kubelet reports it, plus Patroni's view."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pg_operator.api.constants import ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA
+
+POSTGRES_CONTAINER = "postgres"
+
+
+@dataclass(frozen=True)
+class Member:
+    """One entry of Patroni's GET /cluster."""
+
+    name: str
+    role: str  # "leader", "standby_leader", "replica", "sync_standby", "quorum_standby"
+    state: str  # "running", "streaming", "starting", "stopped", ...
+    timeline: int | None
+    lag_bytes: int | None  # None when Patroni reports it as unknown
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role in ("leader", "standby_leader")
+
+    @property
+    def streaming(self) -> bool:
+        return not self.is_leader and self.state == "streaming"
+
+
+@dataclass(frozen=True)
+class Instance:
+    name: str
+    ordinal: int
+    image: str | None
+    role: str  # ROLE_PRIMARY, ROLE_REPLICA or "" when Patroni has not labelled the pod yet
+    ready: bool
+    terminating: bool
+    created: datetime | None
+    # The kubelet's word that the database container is not running right now (terminated, or
+    # waiting to be restarted after it exited): certain evidence, unlike a missed heartbeat.
+    container_down: bool
+    member: Member | None = None
+
+    @property
+    def healthy_replica(self) -> bool:
+        return (self.role == ROLE_REPLICA and self.ready and not self.terminating
+                and (self.member is None or self.member.streaming))
+
+    @property
+    def viable_replica(self) -> bool:
+        """Could take over from a dead primary: its database runs, whatever its lag or readiness (a
+        replica of a dead primary stops streaming and may fail its readiness check)."""
+        return (self.role == ROLE_REPLICA and not self.terminating and not self.container_down
+                and (self.member is None or self.member.state in ("running", "streaming")))
+
+    @property
+    def lag(self) -> int:
+        """Replication lag for ranking; unknown counts as worst."""
+        if self.member is None or self.member.lag_bytes is None:
+            return 2**62
+        return self.member.lag_bytes
+
+
+def parse_members(cluster_json: Mapping[str, Any]) -> dict[str, Member]:
+    """Patroni's GET /cluster body → members by name. Patroni reports lag as a number of bytes or as
+    the string "unknown"."""
+    members: dict[str, Member] = {}
+    for raw in cluster_json.get("members") or []:
+        lag = raw.get("lag")
+        timeline = raw.get("timeline")
+        members[str(raw.get("name"))] = Member(
+            name=str(raw.get("name")),
+            role=str(raw.get("role", "")),
+            state=str(raw.get("state", "")),
+            timeline=int(timeline) if isinstance(timeline, int) else None,
+            lag_bytes=int(lag) if isinstance(lag, int) else (0 if raw.get("role") == "leader" else None),
+        )
+    return members
+
+
+def _ordinal(name: str) -> int:
+    tail = name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _container(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    items = (pod.get("spec") if kind == "spec" else pod.get("status") or {}) or {}
+    key = "containers" if kind == "spec" else "containerStatuses"
+    for c in items.get(key) or []:
+        if c.get("name") == POSTGRES_CONTAINER:
+            return dict(c)
+    return {}
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | None = None) -> Instance:
+    meta = pod.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    label = (meta.get("labels") or {}).get(ROLE_LABEL, "")
+    role = {ROLE_PRIMARY: ROLE_PRIMARY, "master": ROLE_PRIMARY, ROLE_REPLICA: ROLE_REPLICA}.get(label, "")
+    status = _container(pod, "status")
+    state = status.get("state") or {}
+    down = bool(status) and ("terminated" in state or (
+        "waiting" in state and int(status.get("restartCount") or 0) > 0))
+    return Instance(
+        name=name,
+        ordinal=_ordinal(name),
+        image=_container(pod, "spec").get("image"),
+        role=role,
+        ready=_ready(pod),
+        terminating=bool(meta.get("deletionTimestamp")),
+        created=_parse_time(meta.get("creationTimestamp")),
+        container_down=down,
+        member=(members or {}).get(name),
+    )
+
+
+def instances_from_pods(pods: Sequence[Mapping[str, Any]],
+                        members: Mapping[str, Member] | None = None) -> list[Instance]:
+    return sorted((instance_from_pod(p, members) for p in pods), key=lambda i: i.ordinal)

@@ -1,0 +1,117 @@
+"""Rollout order for image changes and scale-down: the on-call engineer's rules as pure functions.
+
+One action per reconcile pass; the controller acts and the next pass re-plans from what it observes,
+so a crash of the operator mid-rollout loses nothing.
+
+Rules:
+- never more than one instance down: act only when every instance is ready;
+- replicas first, highest ordinal first; each must be back, streaming and caught up before the next;
+- then a switchover to the healthiest upgraded replica, then the old primary (now a replica);
+- an upgraded instance that does not become ready in time stops the rollout and says why;
+- scale-down removes the highest ordinals, and never the primary: switch over first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from pg_operator.api.constants import ROLE_PRIMARY, ROLE_REPLICA
+from pg_operator.orchestration.instances import Instance
+
+ActionKind = Literal["none", "wait", "delete_pod", "switchover", "halt"]
+
+# A replica more than this far behind is not "caught up" for rollout purposes.
+MAX_CATCH_UP_LAG_BYTES = 16 * 1024 * 1024
+STALL_AFTER = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: ActionKind
+    target: str = ""  # the pod to delete, or the switchover candidate
+    reason: str = ""
+
+
+NONE = Action("none")
+
+
+def best_candidate(instances: Sequence[Instance], *, below_ordinal: int | None = None,
+                   image: str | None = None) -> Instance | None:
+    """The healthiest replica: streaming, least lag, then lowest ordinal."""
+    pool = [i for i in instances if i.healthy_replica
+            and (below_ordinal is None or i.ordinal < below_ordinal)
+            and (image is None or i.image == image)]
+    return min(pool, key=lambda i: (i.lag, i.ordinal), default=None)
+
+
+def _blocking(instances: Sequence[Instance], expected: int) -> Action | None:
+    """Why nothing may be taken down now, if anything stands in the way."""
+    if len(instances) < expected:
+        present = {i.name for i in instances}
+        return Action("wait", reason=f"waiting for {expected - len(present)} missing instance(s)")
+    for i in instances:
+        if i.terminating:
+            return Action("wait", reason=f"waiting for {i.name} to terminate")
+        if not i.ready:
+            return Action("wait", reason=f"waiting for {i.name} to become ready")
+        if not i.role:
+            return Action("wait", reason=f"waiting for Patroni to report the role of {i.name}")
+    return None
+
+
+def plan_update(instances: Sequence[Instance], desired_image: str, expected: int, now: datetime,
+                *, stall_after: timedelta = STALL_AFTER,
+                max_lag_bytes: int = MAX_CATCH_UP_LAG_BYTES) -> Action:
+    outdated = [i for i in instances if i.image != desired_image and not i.terminating]
+    updated = [i for i in instances if i.image == desired_image]
+    if not outdated:
+        return NONE
+    for i in updated:
+        age = now - i.created if i.created else timedelta(0)
+        if not i.ready and age > stall_after:
+            return Action("halt", target=i.name, reason=(
+                f"{i.name} runs {desired_image} but is not ready after {int(age.total_seconds())} s; "
+                "the rollout stopped: fix the image or set spec.image back"))
+    blocked = _blocking(instances, expected)
+    if blocked:
+        return blocked
+    for i in updated:
+        if i.role == ROLE_REPLICA and i.lag > max_lag_bytes:
+            return Action("wait", reason=f"waiting for {i.name} to catch up")
+    replicas = sorted((i for i in outdated if i.role == ROLE_REPLICA), key=lambda i: -i.ordinal)
+    if replicas:
+        target = replicas[0]
+        return Action("delete_pod", target=target.name,
+                      reason=f"recreating replica {target.name} with {desired_image}")
+    primary = next(i for i in outdated if i.role == ROLE_PRIMARY)
+    if len(instances) == 1:
+        return Action("delete_pod", target=primary.name,
+                      reason=f"single instance: restarting {primary.name} with {desired_image} in place")
+    candidate = best_candidate(instances, image=desired_image)
+    if candidate is None:
+        return Action("wait", reason="waiting for an upgraded replica to stream before the switchover")
+    return Action("switchover", target=candidate.name,
+                  reason=f"switching over from {primary.name} to upgraded {candidate.name}")
+
+
+def plan_scale(instances: Sequence[Instance], desired_replicas: int) -> tuple[int, Action]:
+    """The StatefulSet replica count to set now, and what must happen first.
+
+    Scaling down while the primary sits on an ordinal that would go away first moves the primary
+    to a surviving replica; until then the StatefulSet keeps its current size."""
+    current = max((i.ordinal + 1 for i in instances), default=0)
+    if desired_replicas >= current:
+        return desired_replicas, NONE
+    primary = next((i for i in instances if i.role == ROLE_PRIMARY and not i.terminating), None)
+    if primary is None or primary.ordinal < desired_replicas:
+        return desired_replicas, NONE
+    candidate = best_candidate(instances, below_ordinal=desired_replicas)
+    if candidate is None:
+        return current, Action("wait", reason=(
+            f"scale-down to {desired_replicas} waits: primary {primary.name} would be removed and no "
+            "surviving replica is streaming"))
+    return current, Action("switchover", target=candidate.name,
+                           reason=f"moving the primary off {primary.name} before scaling down")
