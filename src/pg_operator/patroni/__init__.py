@@ -1,0 +1,1 @@
+"""Talking to Patroni's REST API in the instance pods (port 8008)."""

@@ -1,0 +1,63 @@
+"""A small async client for the Patroni REST API of one cluster's instances.
+
+The operator reads the members' view (GET /cluster: roles, state, timeline, lag) and asks for planned
+switchovers (POST /switchover). Unsafe endpoints are protected by basic auth when the cluster's
+instances were configured with REST API credentials; those are passed in, never logged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from pg_operator.api.constants import PATRONI_PORT
+
+TIMEOUT = aiohttp.ClientTimeout(total=5, connect=2)
+
+
+class PatroniError(RuntimeError):
+    """Patroni refused or could not be reached; the message is Patroni's own, without credentials."""
+
+
+@dataclass(frozen=True)
+class PatroniAuth:
+    username: str
+    password: str = field(repr=False)
+
+
+def base_url(pod_ip: str, port: int = PATRONI_PORT) -> str:
+    return f"http://{pod_ip}:{port}"
+
+
+async def get_cluster(session: aiohttp.ClientSession, pod_ip: str) -> Mapping[str, Any]:
+    """GET /cluster from any member: every member answers with the whole cluster's view."""
+    try:
+        async with session.get(f"{base_url(pod_ip)}/cluster", timeout=TIMEOUT) as resp:
+            if resp.status != 200:
+                raise PatroniError(f"GET /cluster on {pod_ip}: HTTP {resp.status}")
+            body = await resp.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError) as e:
+        raise PatroniError(f"GET /cluster on {pod_ip}: {type(e).__name__}: {e}") from None
+    if not isinstance(body, dict):
+        raise PatroniError(f"GET /cluster on {pod_ip}: unexpected body")
+    return body
+
+
+async def switchover(session: aiohttp.ClientSession, pod_ip: str, leader: str, candidate: str,
+                     auth: PatroniAuth | None = None) -> str:
+    """Planned switchover from `leader` to `candidate`; Patroni does it synchronously and answers
+    once the candidate has taken over (or says why not)."""
+    basic = aiohttp.BasicAuth(auth.username, auth.password) if auth else None
+    url = f"{base_url(pod_ip)}/switchover"
+    try:
+        async with session.post(url, json={"leader": leader, "candidate": candidate}, auth=basic,
+                                timeout=aiohttp.ClientTimeout(total=60, connect=2)) as resp:
+            text = (await resp.text()).strip()
+            if resp.status != 200:
+                raise PatroniError(f"switchover {leader} -> {candidate} refused: HTTP {resp.status}: {text}")
+            return text
+    except (aiohttp.ClientError, TimeoutError) as e:
+        raise PatroniError(f"switchover {leader} -> {candidate}: {type(e).__name__}: {e}") from None
