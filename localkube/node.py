@@ -17,6 +17,7 @@ nothing of this goes away by itself when the processes are killed.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import ipaddress
 import json
 import os
@@ -26,7 +27,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from common import (
@@ -41,8 +44,6 @@ from common import (
     log,
     wait_for,
 )
-
-sys.path.insert(0, str(HERE / "images"))
 
 # Debian packages the node needs (cluster.py installs them with --install; .ci/run too).
 APT_PACKAGES = [
@@ -93,6 +94,25 @@ NETWORK_SYSCTLS = {
     "net.bridge.bridge-nf-call-iptables": "1", "net.bridge.bridge-nf-call-ip6tables": "1",
 }
 MINIMUM_SYSCTLS = {"fs.inotify.max_user_instances": 1024, "fs.inotify.max_user_watches": 524288}
+
+
+def _images() -> ModuleType:
+    """localkube/images/build.py, loaded under a name no installed package can shadow (`build` is
+    also PyPA's build tool)."""
+    name = "localkube_image_build"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "images" / "build.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def ensure_images(ctx: Context, names: Sequence[str]) -> None:
+    """Build (cached) and import image references into the running node's containerd, e.g.
+    ["localkube.local/base:bookworm", "localhost/pg-operator/postgres:16.15"]."""
+    _images().ensure_images(ctx, names)
 
 
 # --- paths -----------------------------------------------------------------------------------------
@@ -363,8 +383,7 @@ def _kube_proxy_config(ctx: Context) -> dict[str, Any]:
 
 def start(ctx: Context, pki: Any) -> None:
     """containerd, the pause image, kubelet, kube-proxy and CoreDNS; returns when the Node is Ready."""
-    import build as images  # localkube/images/build.py
-
+    images = _images()
     d = _dirs(ctx)
     for p in d.values():
         p.mkdir(parents=True, exist_ok=True)
