@@ -126,7 +126,8 @@ def _dirs(ctx: Context) -> dict[str, Path]:
     s = ctx.state
     return {
         "containerd_root": s / "containerd", "containerd_state": RUN_DIR / "containerd",
-        "containerd_opt": s / "containerd-opt", "cni_conf": s / "cni" / "net.d", "cni_ipam": s / "cni" / "ipam",
+        "containerd_opt": s / "containerd-opt",
+        "cni_conf": s / "cni" / "net.d", "cni_ipam": s / "cni" / "ipam",
         "kubelet_root": s / "kubelet", "kubelet_plugins": s / "kubelet-plugins", "pod_logs": s / "pod-logs",
         "config": s / "node", "volumes": s / "volumes",
     }
@@ -163,9 +164,11 @@ def _set_sysctl(name: str, value: str, required: bool) -> None:
 
 
 def prepare_host(ctx: Context) -> None:
-    """Kernel settings and cgroups the node needs; safe to repeat."""
+    """Clear what an earlier node left (it may have died without `down`), then the kernel settings
+    and cgroups the node needs; safe to repeat."""
     if os.geteuid() != 0:
         raise ClusterError("the full profile runs containers and must run as root")
+    cleanup_leftovers(ctx)
     if Path("/lib/modules").is_dir():  # modules may be built in (as on this VM); then modprobe is moot
         for mod in ("overlay", "br_netfilter"):
             subprocess.run(["modprobe", mod], capture_output=True)
@@ -453,7 +456,8 @@ def _corefile(ctx: Context) -> str:
 
 
 def _dns_objects() -> str:
-    ports = [{"name": "dns", "port": 53, "protocol": "UDP"}, {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]
+    ports = [{"name": "dns", "port": 53, "protocol": "UDP"},
+             {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]
     labels = {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}
     service = {
         "apiVersion": "v1", "kind": "Service",
@@ -516,7 +520,8 @@ def install_storage(ctx: Context) -> None:
             "--provisioner", PROVISIONER, "--storage-class", STORAGE_CLASS,
         ])
     ctx.kubectl("apply", "-f", "-", input=json.dumps(storage_class()))
-    wait_for("the storage provisioner", lambda: (ctx.run / "provisioner.ready").exists(), 15, ctx, "provisioner")
+    ready = ctx.run / "provisioner.ready"
+    wait_for("the storage provisioner", ready.exists, 15, ctx, "provisioner")
 
 
 def stop_storage(ctx: Context) -> None:
@@ -572,7 +577,8 @@ def _clean(ctx: Context, containerd_was_running: bool) -> None:
     for sub in ("io.containerd.grpc.v1.cri/sandboxes", "io.containerd.grpc.v1.cri/containers"):
         if not _mounts_under(d["containerd_root"] / sub):
             shutil.rmtree(d["containerd_root"] / sub, ignore_errors=True)
-    if not containerd_was_running and d["containerd_root"].exists() and not _mounts_under(d["containerd_root"]):
+    root = d["containerd_root"]
+    if not containerd_was_running and root.exists() and not _mounts_under(root):
         # Died without stopping: its metadata still lists containers whose tasks are gone. Start afresh
         # (images are re-imported from the cache on the next start).
         shutil.rmtree(d["containerd_root"], ignore_errors=True)

@@ -141,7 +141,8 @@ class Provisioner:
         if quantity_bytes(have) < quantity_bytes(want):
             meta = pvc["metadata"]
             code, body = self.api.call(
-                "PATCH", f"/api/v1/namespaces/{meta['namespace']}/persistentvolumeclaims/{meta['name']}/status",
+                "PATCH",
+                f"/api/v1/namespaces/{meta['namespace']}/persistentvolumeclaims/{meta['name']}/status",
                 {"status": {"capacity": {"storage": want}, "conditions": None,
                             "allocatedResources": {"storage": want}}},
                 "application/merge-patch+json")

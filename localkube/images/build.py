@@ -263,7 +263,8 @@ def images_dir(cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "images"
 
 
-def build(spec: ImageSpec, args: dict[str, str], cache: Path | None = None, quiet: bool = False) -> tuple[Path, str]:
+def build(spec: ImageSpec, args: dict[str, str], cache: Path | None = None,
+          quiet: bool = False) -> tuple[Path, str]:
     """Build (or find cached) the image; return (OCI tar path, image reference)."""
     ref = spec.ref(args)
     out_dir = images_dir(cache)

@@ -63,9 +63,9 @@ def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
 def write_layer(rootfs: Path, out: IO[bytes]) -> tuple[str, str, int]:
     """Write rootfs as a gzip tar layer to out; return (diff_id, digest, compressed size)."""
     compressed = _Hashing(out)
-    with gzip.GzipFile(fileobj=compressed, mode="wb", compresslevel=1, mtime=0) as gz:  # type: ignore[arg-type]
+    with gzip.GzipFile(fileobj=compressed, mode="wb", compresslevel=1, mtime=0) as gz:
         plain = _Hashing(gz)  # type: ignore[arg-type]
-        with tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
+        with tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             for entry in sorted(os.listdir(rootfs)):
                 tar.add(rootfs / entry, arcname=entry, recursive=True, filter=_tar_filter)
     return f"sha256:{plain.sha.hexdigest()}", f"sha256:{compressed.sha.hexdigest()}", compressed.size
@@ -147,7 +147,7 @@ def pack(rootfs: Path, ref: str, cfg: ImageConfig, dest: Path, arch: str = "amd6
             info = out.gettarinfo(str(layer_path), arcname=f"blobs/sha256/{layer_digest[7:]}")
             info.uid = info.gid = 0
             info.uname = info.gname = ""
-            with layer_path.open("rb") as f:
-                out.addfile(info, f)
+            with layer_path.open("rb") as layer:
+                out.addfile(info, layer)
         partial.replace(dest)
     return man_digest

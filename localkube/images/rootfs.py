@@ -18,10 +18,12 @@ from pathlib import Path
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
-# What a recipe may need from the host's environment (pip and TLS through the machine's CA bundle).
+# What a recipe may take from the host's environment. Not the CA-bundle variables (PIP_CERT,
+# SSL_CERT_FILE, …): the host's bundle is copied to the standard path instead, and a recipe that
+# installs ca-certificates (which rewrites that file) keeps its own copy when PIP_CERT is unset
+# (images/README.md).
 PASSED_ENV = (
-    "PIP_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_INDEX_URL",
-    "PIP_EXTRA_INDEX_URL", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+    "PIP_DEFAULT_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL",
     "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
 )
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -111,8 +113,9 @@ def run_recipe(rootfs: Path, script: str, env: dict[str, str], log: Path) -> Non
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in full_env.items())
     inner = (
         f"mount -t proc proc {r}/proc && mount --bind /dev {r}/dev && mount --bind /sys {r}/sys && "
+        f"{{ [ ! -d /dev/pts ] || mount --bind /dev/pts {r}/dev/pts; }} && "
         f"cd {r} && env -i {exports} chroot {r} /bin/sh -c 'cd /build && exec /bin/sh -eu ./{script}'; "
-        f"rc=$?; umount {r}/sys; umount {r}/dev; umount {r}/proc; exit $rc"
+        f"rc=$?; umount {r}/dev/pts 2>/dev/null; umount {r}/sys; umount {r}/dev; umount {r}/proc; exit $rc"
     )
     argv = ["unshare", "--mount", "--pid", "--fork", "--propagation", "private", "/bin/sh", "-c", inner]
     _run(argv, log, f"recipe {script}")

@@ -57,7 +57,8 @@ def pod(name: str, ns: str, command: list[str], **extra: Any) -> dict[str, Any]:
 
 
 def apply(kube: Kube, *objs: dict[str, Any]) -> None:
-    kube.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)}))
+    doc = {"apiVersion": "v1", "kind": "List", "items": list(objs)}
+    kube.kubectl("apply", "-f", "-", input=json.dumps(doc))
 
 
 def get(kube: Kube, kind: str, name: str, ns: str) -> dict[str, Any]:
@@ -124,9 +125,11 @@ def test_pods_resolve_services_by_name_and_reach_the_api_server(full_kube: Kube,
     wait_ready(full_kube, "client", ns)
     script = (
         "import socket, ssl, urllib.request\n"
-        f"print(socket.create_connection(('greeter.{ns}.svc', 80), timeout=5).makefile().readline().strip())\n"
+        f"s = socket.create_connection(('greeter.{ns}.svc', 80), timeout=5)\n"
+        "print(s.makefile().readline().strip())\n"
         "ctx = ssl.create_default_context(cafile='/var/run/secrets/kubernetes.io/serviceaccount/ca.crt')\n"
-        "print(urllib.request.urlopen('https://kubernetes.default.svc/livez', context=ctx, timeout=5).status)\n"
+        "url = 'https://kubernetes.default.svc/livez'\n"
+        "print(urllib.request.urlopen(url, context=ctx, timeout=5).status)\n"
     )
     # The greeter comes from the previous test; start it if this one runs alone.
     if full_kube.kubectl("-n", ns, "get", "service", "greeter", check=False).returncode != 0:
