@@ -77,8 +77,14 @@ class Wakeups:
                 if self._seen.get(uid) == fingerprint:
                     return
                 self._seen[uid] = fingerprint
+            if event_type != "DELETED":
+                self.controller.wake_soon(key)
+                return
         elif owning_cluster_name(body) is None:
             return  # labelled but not ours (e.g. Patroni's own ConfigMaps)
+        elif kind == "StatefulSet" and event_type == "MODIFIED":
+            self.controller.wake_soon(key)  # mostly its status moving; our own applies come back here too
+            return
         self.controller.wake(key)
 
     def on_storage_class(self, name: str, kwargs: Mapping[str, Any]) -> None:

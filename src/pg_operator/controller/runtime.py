@@ -29,18 +29,25 @@ class Controller:
         workers: int = 8,
         resync_seconds: float = 300.0,
         backoff: Backoff | None = None,
+        status_delay: float = 1.0,
     ) -> None:
         self.reconciler = reconciler
         self.metrics = metrics
         self.workers = workers
         self.resync_seconds = resync_seconds
         self.backoff = backoff or Backoff()
+        self.status_delay = status_delay
         self.queue: WorkQueue[ClusterKey] = WorkQueue()
         self.failures: dict[ClusterKey, int] = {}
 
     def wake(self, key: ClusterKey) -> None:
         self.queue.add(key)
         self.metrics.queue_depth.set(len(self.queue))
+
+    def wake_soon(self, key: ClusterKey) -> None:
+        """For status-only news (pods, StatefulSet status): a burst of such events, e.g. instances
+        becoming ready one by one, is folded into one pass and one status write."""
+        self.queue.add_after(key, self.status_delay)
 
     async def handle(self, key: ClusterKey) -> None:
         self.metrics.queue_depth.set(len(self.queue))

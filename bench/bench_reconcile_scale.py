@@ -1,0 +1,279 @@
+"""Scale benchmark of the reconcile loop on the kwok profile. Prints one JSON line.
+
+N PostgresClusters of R instances each, handled by the operator (subprocess, its own ServiceAccount):
+time until all are Ready, the operator's peak RSS, API requests per cluster (audit log, by the operator's
+user), and the requests of one steady-state resync of all clusters. Side by side, the floor: a plain
+script creating the same children directly (same builders, same concurrency) for N other clusters, and
+waiting for the same readiness (every instance ready; roles labelled as Patroni would).
+
+    .venv/bin/python bench/bench_reconcile_scale.py --clusters 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO / "tests"))
+
+from lightkube import AsyncClient, Client, KubeConfig, codecs, operators  # noqa: E402
+from lightkube.core.exceptions import ApiError  # noqa: E402
+from lightkube.generic_resource import create_namespaced_resource  # noqa: E402
+from lightkube.resources.core_v1 import Namespace, Pod  # noqa: E402
+from lightkube.types import PatchType  # noqa: E402
+from test_operator_harness import (  # noqa: E402
+    AUDIT_LOG,
+    CLUSTER_LABEL,
+    Audit,
+    ExternalKube,
+    OperatorProcess,
+    PvProvisioner,
+    install_operator_identity,
+    operator_kubeconfig,
+    postgres_cluster,
+    wait_until,
+)
+
+from pg_operator.api.models import PostgresCluster  # noqa: E402
+from pg_operator.controller.kube import resource_for  # noqa: E402
+from pg_operator.specs import ClusterPasswords, build_secrets, desired_children  # noqa: E402
+
+PGC = create_namespaced_resource("db.example.com", "v1alpha1", "PostgresCluster", "postgresclusters")
+
+
+class RoleLabeller:
+    """Labels instance pods role=primary (ordinal 0) / role=replica, as Patroni does in real pods."""
+
+    def __init__(self, config: KubeConfig) -> None:
+        self.client = Client(config, field_manager="bench-patroni-stand-in")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> RoleLabeller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for kind, pod in self.client.watch(
+                    Pod, namespace="*", labels={CLUSTER_LABEL: operators.exists()}
+                ):
+                    if self._stop.is_set():
+                        return
+                    labels = pod.metadata.labels or {}
+                    if kind == "DELETED" or "role" in labels:
+                        continue
+                    cluster = labels[CLUSTER_LABEL]
+                    role = "primary" if pod.metadata.name == f"{cluster}-0" else "replica"
+                    try:
+                        self.client.patch(
+                            Pod,
+                            pod.metadata.name,
+                            {"metadata": {"labels": {"role": role}}},
+                            namespace=pod.metadata.namespace,
+                            patch_type=PatchType.MERGE,
+                        )
+                    except ApiError:
+                        pass
+            except Exception:  # watch expired or connection dropped: resume
+                time.sleep(0.5)
+
+
+def ensure_namespace(client: Client, name: str) -> None:
+    try:
+        client.create(Namespace(metadata={"name": name}))  # type: ignore[arg-type]
+    except ApiError as exc:
+        if exc.status.code != 409:
+            raise
+
+
+def create_clusters(client: Client, ns: str, n: int, replicas: int) -> list[Any]:
+    out = []
+    for i in range(n):
+        body = postgres_cluster(f"c{i:04d}", ns, replicas=replicas)
+        out.append(client.create(codecs.from_dict(body)))
+    return out
+
+
+def ready_clusters(client: Client, ns: str) -> int:
+    count = 0
+    for obj in client.list(PGC, namespace=ns):
+        status = obj.get("status") or {} if isinstance(obj, dict) else (obj.status or {})
+        for cond in status.get("conditions") or ():
+            if cond.get("type") == "Ready" and cond.get("status") == "True":
+                count += 1
+    return count
+
+
+def ready_statefulsets(client: Client, ns: str, replicas: int) -> int:
+    from lightkube.resources.apps_v1 import StatefulSet
+
+    return sum(
+        1
+        for s in client.list(StatefulSet, namespace=ns)
+        if s.status and (s.status.readyReplicas or 0) == replicas
+    )
+
+
+async def floor_create(config: KubeConfig, clusters: list[Any], workers: int) -> int:
+    """What the operator does for a new cluster, done directly: apply every child, create the Secrets."""
+    client = AsyncClient(config, field_manager="bench-floor")
+    sem = asyncio.Semaphore(workers)
+    requests = 0
+
+    async def one(obj: Any) -> None:
+        nonlocal requests
+        cluster = PostgresCluster.from_obj(obj.to_dict() if hasattr(obj, "to_dict") else obj)
+        async with sem:
+            for child in desired_children(cluster):
+                await client.patch(
+                    resource_for(child["apiVersion"], child["kind"]),
+                    child["metadata"]["name"],
+                    child,
+                    namespace=cluster.namespace,
+                    patch_type=PatchType.APPLY,
+                    force=True,
+                )
+                requests += 1
+            for secret in build_secrets(cluster, ClusterPasswords.generate()):
+                await client.create(codecs.from_dict(secret))
+                requests += 1
+
+    await asyncio.gather(*(one(o) for o in clusters))
+    await client.close()
+    return requests
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--clusters", type=int, default=1000)
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=8, help="operator --workers and floor concurrency")
+    parser.add_argument("--resync-seconds", type=float, default=60.0)
+    parser.add_argument("--timeout", type=float, default=3600.0)
+    parser.add_argument("--keep", action="store_true", help="leave the benchmark namespaces behind")
+    args = parser.parse_args()
+
+    kubeconfig = os.environ.get("PGOP_TEST_KUBECONFIG") or str(
+        Path(os.environ.get("PGOP_STATE", "/var/lib/pg-operator-localkube")) / "admin.kubeconfig"
+    )
+    audit = Audit(Path(os.environ.get("PGOP_TEST_AUDIT_LOG", str(AUDIT_LOG))))
+    kube = ExternalKube(kubeconfig)
+    admin = KubeConfig.from_file(kubeconfig)
+    client = Client(admin, field_manager="bench")
+    stamp = time.strftime("%H%M%S")
+    op_ns, floor_ns = f"bench-op-{stamp}", f"bench-floor-{stamp}"
+    n, r = args.clusters, args.replicas
+    result: dict[str, Any] = {
+        "bench": "reconcile_scale",
+        "clusters": n,
+        "replicas": r,
+        "workers": args.workers,
+    }
+
+    install_operator_identity(kube)
+    work = Path(tempfile.mkdtemp(prefix="bench-operator-"))
+    op_config = operator_kubeconfig(kube, work / "operator.kubeconfig")
+    with PvProvisioner(kubeconfig), RoleLabeller(admin):
+        # --- the operator -----------------------------------------------------------------------
+        ensure_namespace(client, op_ns)
+        op = OperatorProcess(
+            op_config,
+            work,
+            "bench",
+            "--namespace",
+            op_ns,
+            "--workers",
+            str(args.workers),
+            "--resync-seconds",
+            str(args.resync_seconds),
+            "--log-level",
+            "warning",
+        ).start()
+        op.wait_leader(timeout=120)
+        mark = audit.mark()
+        started = time.monotonic()
+        create_clusters(client, op_ns, n, r)
+        wait_until(
+            "all operator clusters Ready",
+            lambda: ready_clusters(client, op_ns) == n,
+            timeout=args.timeout,
+            interval=2,
+        )
+        elapsed = time.monotonic() - started
+        reqs = audit.requests_since(mark)
+        total = sum(v for (verb, _), v in reqs.items() if verb != "watch")
+        writes = sum(v for (verb, _), v in reqs.items() if verb in ("create", "update", "patch", "delete"))
+        time.sleep(3)
+        resync_mark = audit.mark()
+        passes_before = op.metrics()
+        time.sleep(args.resync_seconds * 1.1 + 5)
+        passes_after = op.metrics()
+        resync = audit.requests_since(resync_mark)
+        reconciles = sum(
+            v - passes_before.get(k, 0)
+            for k, v in passes_after.items()
+            if k.startswith("pg_operator_reconcile_total{")
+        )
+        result["operator"] = {
+            "seconds_to_all_ready": round(elapsed, 1),
+            "peak_rss_mib": round(peak_rss_mib(op.pid), 1),
+            "requests_per_cluster": round(total / n, 2),
+            "writes_per_cluster": round(writes / n, 2),
+            "requests_by_verb": {f"{v} {res}": c for (v, res), c in sorted(reqs.items()) if v != "watch"},
+            "resync_window_seconds": round(args.resync_seconds * 1.1 + 5, 1),
+            "resync_reconcile_passes": int(reconciles),
+            "resync_requests": sum(v for (verb, _), v in resync.items() if verb != "watch"),
+            "resync_writes": sum(
+                v for (verb, _), v in resync.items() if verb in ("create", "update", "patch", "delete")
+            ),
+        }
+        op.stop()
+
+        # --- the floor: the same children, created directly ---------------------------------------
+        ensure_namespace(client, floor_ns)
+        started = time.monotonic()
+        clusters = create_clusters(client, floor_ns, n, r)
+        floor_requests = n + asyncio.run(floor_create(admin, clusters, args.workers))
+        wait_until(
+            "all floor StatefulSets ready",
+            lambda: ready_statefulsets(client, floor_ns, r) == n,
+            timeout=args.timeout,
+            interval=2,
+        )
+        result["floor"] = {
+            "seconds_to_all_ready": round(time.monotonic() - started, 1),
+            "requests_per_cluster": round(floor_requests / n, 2),
+        }
+    if not args.keep:
+        for ns in (op_ns, floor_ns):
+            client.delete(Namespace, ns)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
