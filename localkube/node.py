@@ -538,10 +538,12 @@ def stop(ctx: Context) -> None:
     ctx.stop_process("kubelet", timeout=10)  # first: it would restart the pods we stop next
     ctx.stop_process("kube-proxy", timeout=5)
     ctx.stop_process("coredns", timeout=5)
+    alive = ctx.pid_of("containerd") is not None
     _stop_pods(ctx)
-    _remove_containers(ctx)
-    ctx.stop_process("containerd", timeout=10)
-    _clean(ctx, containerd_was_running=True)
+    if alive:
+        _remove_containers(ctx)
+        ctx.stop_process("containerd", timeout=10)
+    _clean(ctx, containerd_was_running=alive)
 
 
 def cleanup_leftovers(ctx: Context) -> None:
