@@ -169,6 +169,7 @@ def prepare_host(ctx: Context) -> None:
     if os.geteuid() != 0:
         raise ClusterError("the full profile runs containers and must run as root")
     cleanup_leftovers(ctx)
+    _save_sysctls(ctx)
     if Path("/lib/modules").is_dir():  # modules may be built in (as on this VM); then modprobe is moot
         for mod in ("overlay", "br_netfilter"):
             subprocess.run(["modprobe", mod], capture_output=True)
@@ -186,6 +187,39 @@ def prepare_host(ctx: Context) -> None:
     _ensure_cgroup_root()
     for d in _dirs(ctx).values():
         d.mkdir(parents=True, exist_ok=True)
+
+
+# kube-proxy sets route_localnet itself (NodePorts on localhost); it is restored with the rest.
+_RESTORED_SYSCTLS = (*NETWORK_SYSCTLS, *KUBELET_SYSCTLS, *MINIMUM_SYSCTLS, "net.ipv4.conf.all.route_localnet")
+
+
+def _sysctl_record(ctx: Context) -> Path:
+    return ctx.state / "node" / "sysctls-before.json"
+
+
+def _save_sysctls(ctx: Context) -> None:
+    """Remember the host's kernel settings before the node changes them, so `down` puts them back."""
+    record = _sysctl_record(ctx)
+    if record.exists():  # an earlier start's record holds the true originals
+        return
+    values = {}
+    for name in _RESTORED_SYSCTLS:
+        with contextlib.suppress(OSError):
+            values[name] = _sysctl_path(name).read_text().strip()
+    _write_json(record, values)
+
+
+def _restore_sysctls(ctx: Context) -> None:
+    record = _sysctl_record(ctx)
+    try:
+        values = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return
+    for name, value in values.items():
+        with contextlib.suppress(OSError):
+            if _sysctl_path(name).read_text().strip() != value:
+                _sysctl_path(name).write_text(value + "\n")
+    record.unlink()
 
 
 def _v1_hierarchies() -> list[Path]:
@@ -586,6 +620,7 @@ def _clean(ctx: Context, containerd_was_running: bool) -> None:
         shutil.rmtree(d["containerd_root"], ignore_errors=True)
     if not _mounts_under(RUN_DIR):
         shutil.rmtree(RUN_DIR, ignore_errors=True)
+    _restore_sysctls(ctx)
     remaining = _mount_leftovers(ctx)
     if remaining:
         raise ClusterError("could not unmount (the state directory is kept so nothing under them is "
