@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -161,6 +162,12 @@ class ImageSpec:
                 raise ClusterError(f"{self.dir}/image.json: args.{key}={value!r} is not one of "
                                    f"{', '.join(self.allowed[key])}")
         return {**self.args, **overrides}
+
+    def variants(self) -> list[dict[str, str]]:
+        """The build matrix: one args dict per combination of the listed values (images/README.md)."""
+        keys = sorted(self.allowed)
+        return [dict(zip(keys, combo, strict=True))
+                for combo in itertools.product(*(self.allowed[k] for k in keys))] or [{}]
 
     def expand(self, text: str, args: dict[str, str]) -> str:
         """Replace ${NAME} with the build arg NAME (the shell/Dockerfile spelling images/ uses)."""
@@ -400,6 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE", help="build argument")
     p.add_argument("--import", dest="do_import", action="store_true",
                    help="import into the running local cluster's containerd")
+    p.add_argument("--all", action="store_true", help="build every combination of the image's args")
     p.add_argument("--list", action="store_true", help="list the image specs found")
     a = p.parse_args(argv)
     try:
@@ -420,13 +428,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 overrides[key] = value
             spec = ImageSpec.load(Path(a.dir))
             args = spec.resolve_args(overrides)
-        tar, ref = build(spec, args)
-        print(tar)
-        if a.do_import:
-            import node
+        for variant in spec.variants() if a.all else [args]:
+            tar, ref = build(spec, variant)
+            print(tar)
+            if a.do_import:
+                import node
 
-            import_image(node.containerd_address(Context()), tar, ref)
-            log(f"imported {ref}")
+                import_image(node.containerd_address(Context()), tar, ref)
+                log(f"imported {ref}")
     except ClusterError as e:
         print(f"localkube: error: {e}", file=sys.stderr)
         return 1

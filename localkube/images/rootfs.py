@@ -100,9 +100,25 @@ def copy_tree(src: Path, dst: Path) -> None:
 def run_recipe(rootfs: Path, script: str, env: dict[str, str], log: Path) -> None:
     """Run /build/<script> in a chroot of rootfs with /proc, /dev and /sys available."""
     shutil.copyfile("/etc/resolv.conf", rootfs / "etc/resolv.conf")
-    if CA_BUNDLE.exists():
-        (rootfs / CA_BUNDLE.relative_to("/")).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(CA_BUNDLE, rootfs / CA_BUNDLE.relative_to("/"))
+    bundle = rootfs / CA_BUNDLE.relative_to("/")
+    own_bundle = bundle.read_bytes() if bundle.is_file() else None
+    host_bundle = CA_BUNDLE.read_bytes() if CA_BUNDLE.is_file() else None
+    if host_bundle is not None:
+        bundle.parent.mkdir(parents=True, exist_ok=True)
+        bundle.write_bytes(host_bundle)
+    try:
+        _chroot(rootfs, script, env, log)
+    finally:
+        # The host's CA bundle is for the build only: unless the recipe made its own (installing
+        # ca-certificates does), the image gets back what it had.
+        if host_bundle is not None and bundle.is_file() and bundle.read_bytes() == host_bundle:
+            if own_bundle is None:
+                bundle.unlink()
+            else:
+                bundle.write_bytes(own_bundle)
+
+
+def _chroot(rootfs: Path, script: str, env: dict[str, str], log: Path) -> None:
     full_env = {
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": "/root", "LANG": "C.UTF-8", "DEBIAN_FRONTEND": "noninteractive",
@@ -122,7 +138,11 @@ def run_recipe(rootfs: Path, script: str, env: dict[str, str], log: Path) -> Non
 
 
 def clean_rootfs(rootfs: Path) -> None:
-    """Remove the build context and the caches a recipe leaves behind."""
+    """Remove the build context and the caches a recipe leaves behind; the host's resolver settings
+    (debootstrap and the recipe run copied them in) do not belong in an image: the kubelet mounts one."""
+    resolv = rootfs / "etc/resolv.conf"
+    if resolv.is_file() and not resolv.is_symlink():
+        resolv.write_text("")
     build = rootfs / "build"
     if build.is_dir():
         _remove_tree(build)
