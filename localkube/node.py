@@ -415,6 +415,8 @@ def _kube_proxy_config(ctx: Context) -> dict[str, Any]:
         "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
         "iptables": {"masqueradeAll": False, "syncPeriod": "30s", "minSyncPeriod": "1s"},
         "detectLocalMode": "ClusterCIDR",
+        # NodePorts on the node's own address only, not on every address of the host.
+        "nodePortAddresses": ["primary"],
     }
 
 
