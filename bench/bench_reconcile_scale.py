@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -79,7 +80,7 @@ class RoleLabeller:
                         continue
                     cluster = labels[CLUSTER_LABEL]
                     role = "primary" if pod.metadata.name == f"{cluster}-0" else "replica"
-                    try:
+                    with contextlib.suppress(ApiError):
                         self.client.patch(
                             Pod,
                             pod.metadata.name,
@@ -87,8 +88,6 @@ class RoleLabeller:
                             namespace=pod.metadata.namespace,
                             patch_type=PatchType.MERGE,
                         )
-                    except ApiError:
-                        pass
             except Exception:  # watch expired or connection dropped: resume
                 time.sleep(0.5)
 

@@ -267,8 +267,9 @@ class Audit:
 
 
 class PvProvisioner:
-    """Stands in for a volume provisioner on kwok: a PersistentVolume, pre-bound, for each pending claim
-    that carries the cluster label. Uses the admin kubeconfig (lightkube, sync, one watch)."""
+    """Stands in for a volume provisioner where there is none: a PersistentVolume, pre-bound, for each
+    pending claim that carries the cluster label and whose class no provisioner serves. Uses the admin
+    kubeconfig (lightkube, sync, one watch)."""
 
     def __init__(self, kubeconfig: str) -> None:
         from lightkube import Client, KubeConfig
@@ -285,6 +286,20 @@ class PvProvisioner:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
 
+    def _served_by_a_provisioner(self, class_name: str | None) -> bool:
+        """A class with a real provisioner (the full profile's hostpath one, or a kwok profile that has
+        one) is left to it; only classes nobody provisions, or no class at all, are served here."""
+        from lightkube.core.exceptions import ApiError
+        from lightkube.resources.storage_v1 import StorageClass
+
+        if not class_name:
+            return False
+        try:
+            klass = self.client.get(StorageClass, class_name)
+        except ApiError:
+            return False
+        return klass.provisioner != "kubernetes.io/no-provisioner"
+
     def _provision(self, pvc: Any) -> None:
         from lightkube.core.exceptions import ApiError
         from lightkube.models.core_v1 import (
@@ -296,6 +311,8 @@ class PvProvisioner:
         from lightkube.resources.core_v1 import PersistentVolume
 
         if pvc.spec.volumeName or (pvc.status and pvc.status.phase == "Bound"):
+            return
+        if self._served_by_a_provisioner(pvc.spec.storageClassName):
             return
         meta = pvc.metadata
         size = (pvc.spec.resources.requests or {}).get("storage", "1Gi")
