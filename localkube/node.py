@@ -41,7 +41,6 @@ from common import (
     ClusterError,
     Context,
     host_ip,
-    log,
     wait_for,
 )
 
@@ -574,28 +573,19 @@ def stop(ctx: Context) -> None:
     ctx.stop_process("kubelet", timeout=10)  # first: it would restart the pods we stop next
     ctx.stop_process("kube-proxy", timeout=5)
     ctx.stop_process("coredns", timeout=5)
-    alive = ctx.pid_of("containerd") is not None
     _stop_pods(ctx)
-    if alive:
-        _remove_containers(ctx)
-        ctx.stop_process("containerd", timeout=10)
-    _clean(ctx, containerd_was_running=alive)
+    # containerd's metadata is not cleaned container by container (seconds per pod): the content
+    # store under the state directory goes as a whole, and `up` re-imports images from the cache.
+    ctx.stop_process("containerd", timeout=10)
+    _clean(ctx)
 
 
 def cleanup_leftovers(ctx: Context) -> None:
     """Remove what an earlier node left, whether it was stopped or died; a no-op on a clean host."""
-    for name in COMPONENTS:
-        if name != "containerd":
-            ctx.stop_process(name, timeout=5)
-    alive = ctx.pid_of("containerd") is not None
-    if alive:
-        _stop_pods(ctx)
-        _remove_containers(ctx)
-        ctx.stop_process("containerd", timeout=10)
-    _clean(ctx, containerd_was_running=alive)
+    stop(ctx)
 
 
-def _clean(ctx: Context, containerd_was_running: bool) -> None:
+def _clean(ctx: Context) -> None:
     _kill_our_processes(ctx)
     _kill_cgroup_processes(signal.SIGKILL)
     _wait_cgroups_empty(5)
@@ -611,14 +601,8 @@ def _clean(ctx: Context, containerd_was_running: bool) -> None:
     shutil.rmtree(d["cni_ipam"], ignore_errors=True)
     if not _mounts_under(d["kubelet_root"]):
         shutil.rmtree(d["kubelet_root"], ignore_errors=True)
-    # CRI's own per-sandbox/container dirs; the images and snapshots of the content store stay.
-    for sub in ("io.containerd.grpc.v1.cri/sandboxes", "io.containerd.grpc.v1.cri/containers"):
-        if not _mounts_under(d["containerd_root"] / sub):
-            shutil.rmtree(d["containerd_root"] / sub, ignore_errors=True)
-    root = d["containerd_root"]
-    if not containerd_was_running and root.exists() and not _mounts_under(root):
-        # Died without stopping: its metadata still lists containers whose tasks are gone. Start afresh
-        # (images are re-imported from the cache on the next start).
+    # Its metadata would list containers whose tasks are gone: the next start begins afresh.
+    if not _mounts_under(d["containerd_root"]):
         shutil.rmtree(d["containerd_root"], ignore_errors=True)
     if not _mounts_under(RUN_DIR):
         shutil.rmtree(RUN_DIR, ignore_errors=True)
@@ -629,29 +613,12 @@ def _clean(ctx: Context, containerd_was_running: bool) -> None:
                            "deleted):\n  " + "\n  ".join(remaining))
 
 
-def _ctr(ctx: Context, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ctr", "--address", containerd_address(ctx), "-n", "k8s.io", *args],
-                          capture_output=True, text=True, timeout=timeout)
-
-
 def _stop_pods(ctx: Context) -> None:
     """SIGTERM every container process (databases shut down cleanly), SIGKILL what is left after 5 s."""
     _kill_cgroup_processes(signal.SIGTERM)
     if not _wait_cgroups_empty(5):
         _kill_cgroup_processes(signal.SIGKILL)
         _wait_cgroups_empty(5)
-
-
-def _remove_containers(ctx: Context) -> None:
-    """Delete tasks and containers through containerd so its shims exit and its metadata is clean."""
-    try:
-        tasks = _ctr(ctx, "tasks", "ls", "-q", timeout=10).stdout.split()
-        for task in tasks:
-            _ctr(ctx, "tasks", "delete", "-f", task, timeout=15)
-        for container in _ctr(ctx, "containers", "ls", "-q", timeout=10).stdout.split():
-            _ctr(ctx, "containers", "delete", container, timeout=15)
-    except subprocess.TimeoutExpired:
-        log("containerd did not answer while removing containers; killing it instead")
 
 
 # processes --------------------------------------------------------------------------------------------
@@ -691,7 +658,8 @@ def _our_processes(ctx: Context) -> list[tuple[int, list[str]]]:
 
 
 def _kill_our_processes(ctx: Context) -> None:
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 3.0)):
+    """What is left once the daemons were stopped by pid: shims, or daemons of a lost state dir."""
+    for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 3.0)):
         procs = _our_processes(ctx)
         if not procs:
             return
