@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -25,6 +26,7 @@ from backup_harness import Harness, Postgres, wait_for
 from pg_operator.backup import catalog
 from pg_operator.backup.archiving import ArchiveSettings, archiving_parameters
 from pg_operator.backup.barman import (
+    SECRET_KEY_ENV,
     ObjectStore,
     backup_list_argv,
     backup_show_argv,
@@ -38,9 +40,10 @@ from pg_operator.backup.catalog import backup_status
 from pg_operator.backup.failures import classify
 from pg_operator.backup.recovery import (
     RecoveryTarget,
+    bootstrap_command,
     recovery_conflict,
     recovery_settings,
-    restore_base_backup_argv,
+    source_env_names,
 )
 from pg_operator.backup.retention import RetentionPolicy, obsolete_backups
 
@@ -89,16 +92,25 @@ def switch_and_archive(pg: Postgres) -> str:
     return str(segment)
 
 
-def restored_server(h: Harness, name: str, source: ObjectStore, target: RecoveryTarget) -> Postgres:
-    """A new data directory from the source's backups, recovered to `target`, archiving under its own
-    server name, started and promoted."""
+def restored_server(
+    h: Harness, name: str, source: ObjectStore, target: RecoveryTarget, *, own_secret: str | None = None
+) -> Postgres:
+    """A new data directory from the source's backups, made by the bootstrap command Patroni would run,
+    recovered to `target` with the recovery settings Patroni would write, then started and promoted. The
+    source's credentials are only under PGOP_SOURCE_*; the plain AWS_* ones are the new cluster's own
+    (`own_secret` replaces its secret key, to show which set each command uses)."""
     pg = h.postgres(name)
     pg.pgdata.parent.mkdir(parents=True)
     os.chown(pg.pgdata.parent, pg.user.pw_uid, pg.user.pw_gid)
+    for variable, source_variable in source_env_names().items():
+        pg.env[source_variable] = pg.env[variable]
+    if own_secret is not None:
+        pg.env[SECRET_KEY_ENV] = own_secret
     own = h.store(BUCKET, name)
     assert recovery_conflict(source, own) is None
-    ok(h, check_wal_archive_argv(own))  # the new cluster's own WAL path is empty
-    ok(h, restore_base_backup_argv(source, target, str(pg.pgdata)))
+    # With its own credentials broken, the new cluster cannot check its own path: leave the check out.
+    command = bootstrap_command(source, target, str(pg.pgdata), own if own_secret is None else None)
+    pg.run(shlex.split(command))
     pg.configure(
         {
             **pg.base_parameters(),
@@ -185,9 +197,18 @@ def test_point_in_time_restore_has_exactly_the_rows_before_the_target(
 
 
 def test_restore_to_the_latest_point_has_every_row(harness: Harness, scenario: Scenario) -> None:
-    pg = restored_server(harness, "orders-latest", scenario.store, RecoveryTarget())
+    # Its own secret key is wrong: the restore and WAL replay can only have used the source's credentials.
+    pg = restored_server(harness, "orders-latest", scenario.store, RecoveryTarget(), own_secret="wrong")
     ((count,),) = pg.query("SELECT count(*) FROM orders")
     assert count == scenario.total
+
+    # ... and its own archiving uses its own (wrong) credentials, so it fails, visibly.
+    def archive_failing() -> bool:
+        ((failed, last_failed),) = pg.query("SELECT failed_count, last_failed_wal FROM pg_stat_archiver")
+        return failed > 0 and last_failed is not None
+
+    wait_for("the restored cluster's own archiving to fail", archive_failing, 60)
+    assert harness.s3.keys(BUCKET, "orders-latest/") == []
     pg.stop()
 
 

@@ -543,3 +543,30 @@ __all__ = [
     "scheduled_backup_crd",
     "write_backup_manifests",
 ]
+
+
+def pod_env(
+    backup: BackupConfiguration | None, recovery: RecoveryBootstrap | None = None
+) -> list[dict[str, Any]]:
+    """The postgres container's barman-cloud environment (hook for specs/statefulset.py): the cluster's
+    own destination as AWS_*, a recovery source as PGOP_SOURCE_AWS_* (the restore commands map it back
+    for their own process), all by secretKeyRef."""
+    from pg_operator.backup.pod import barman_env, checksum_env
+    from pg_operator.backup.recovery import SOURCE_ENV_PREFIX
+
+    env: list[dict[str, Any]] = []
+    sets = [(backup.s3, "") if backup is not None else None,
+            (recovery.source.s3, SOURCE_ENV_PREFIX) if recovery is not None else None]  # fmt: skip
+    for s3, prefix in filter(None, sets):
+        c = s3.credentials
+        env += barman_env(
+            secret_name=c.secret_name,
+            access_key_id_key=c.access_key_id_key,
+            secret_access_key_key=c.secret_access_key_key,
+            session_token_key=c.session_token_key,
+            region=s3.region,
+            prefix=prefix,
+        )
+    if backup is None and env:
+        env += checksum_env()
+    return sorted(env, key=lambda e: str(e["name"]))

@@ -14,7 +14,16 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from pg_operator.backup.barman import ObjectStore, check_wal_archive_argv, restore_argv, restore_command
+from pg_operator.backup.barman import (
+    ACCESS_KEY_ENV,
+    REGION_ENV,
+    SECRET_KEY_ENV,
+    SESSION_TOKEN_ENV,
+    ObjectStore,
+    check_wal_archive_argv,
+    restore_argv,
+    restore_command,
+)
 
 LSN_PATTERN = "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"
 # RFC 3339 with an explicit offset: a recovery target without a zone would be read in the server's zone.
@@ -22,6 +31,22 @@ RFC3339_PATTERN = (
     "^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
 )
 BOOTSTRAP_METHOD = "pgop_restore"
+# The source's credentials sit in the pod under these prefixed names (the cluster's own destination uses
+# the plain AWS_* ones); commands that read the source map them back for their own process only.
+SOURCE_ENV_PREFIX = "PGOP_SOURCE_"
+
+
+def source_env_names(*, session_token: bool = False) -> dict[str, str]:
+    """barman-cloud variable → the pod variable holding the source's value."""
+    names = [ACCESS_KEY_ENV, SECRET_KEY_ENV, REGION_ENV] + ([SESSION_TOKEN_ENV] if session_token else [])
+    return {n: SOURCE_ENV_PREFIX + n for n in names}
+
+
+def _with_source_env(command: str, *, session_token: bool) -> str:
+    # Shell assignments by reference ("$VAR"): the values are expanded by the shell into the child's
+    # environment and never appear in the command line.
+    assignments = " ".join(f'{n}="${p}"' for n, p in source_env_names(session_token=session_token).items())
+    return f"{assignments} {command}"
 
 
 def parse_rfc3339(value: str) -> dt.datetime:
@@ -83,10 +108,16 @@ def recovery_conflict(source: ObjectStore, own: ObjectStore | None) -> str | Non
     return None
 
 
-def recovery_settings(source: ObjectStore, target: RecoveryTarget) -> dict[str, str]:
+def recovery_settings(
+    source: ObjectStore, target: RecoveryTarget, *, session_token: bool = False
+) -> dict[str, str]:
     """PostgreSQL recovery settings (Patroni's bootstrap `recovery_conf`, or postgresql.auto.conf next to
-    recovery.signal): WAL from the source's archive, stop at the target, promote onto a new timeline."""
-    settings = {"restore_command": restore_command(source), "recovery_target_timeline": "latest"}
+    recovery.signal): WAL from the source's archive, stop at the target, promote onto a new timeline.
+    restore_command is run by a shell, which maps the source's credentials in."""
+    settings = {
+        "restore_command": _with_source_env(restore_command(source), session_token=session_token),
+        "recovery_target_timeline": "latest",
+    }
     if target.time is not None:
         settings["recovery_target_time"] = target.postgres_time or ""
     if target.lsn is not None:
@@ -108,32 +139,43 @@ def restore_base_backup_argv(source: ObjectStore, target: RecoveryTarget, pgdata
 
 
 def bootstrap_command(
-    source: ObjectStore, target: RecoveryTarget, pgdata: str, own: ObjectStore | None
+    source: ObjectStore,
+    target: RecoveryTarget,
+    pgdata: str,
+    own: ObjectStore | None,
+    *,
+    session_token: bool = False,
 ) -> str:
     """The command Patroni runs to create the data directory. Patroni splits it with shlex and runs it
     without a shell; `sh -c` chains the check of the new cluster's own archive (it must hold no WAL, or
-    two clusters would write one history) before the restore."""
+    two clusters would write one history; own credentials) before the restore (source credentials)."""
     conflict = recovery_conflict(source, own)
     if conflict:
         raise ValueError(conflict)
     restore = shlex.join(restore_base_backup_argv(source, target, pgdata))
+    restore = _with_source_env(restore, session_token=session_token)
     if own is None:
-        return shlex.join(["/bin/sh", "-c", f"exec {restore}"])
+        return shlex.join(["/bin/sh", "-c", restore])
     check = shlex.join(check_wal_archive_argv(own))
-    return shlex.join(["/bin/sh", "-c", f"{check} && exec {restore}"])
+    return shlex.join(["/bin/sh", "-c", f"{check} && {restore}"])
 
 
 def patroni_bootstrap(
-    source: ObjectStore, target: RecoveryTarget, pgdata: str, own: ObjectStore | None
+    source: ObjectStore,
+    target: RecoveryTarget,
+    pgdata: str,
+    own: ObjectStore | None,
+    *,
+    session_token: bool = False,
 ) -> dict[str, Any]:
     """Keys for Patroni's `bootstrap` section: the custom method replaces initdb."""
     return {
         "method": BOOTSTRAP_METHOD,
         BOOTSTRAP_METHOD: {
-            "command": bootstrap_command(source, target, pgdata, own),
+            "command": bootstrap_command(source, target, pgdata, own, session_token=session_token),
             # No --scope/--datadir appended: the command names the data directory itself.
             "no_params": True,
             "keep_existing_recovery_conf": False,
-            "recovery_conf": recovery_settings(source, target),
+            "recovery_conf": recovery_settings(source, target, session_token=session_token),
         },
     }
