@@ -163,8 +163,13 @@ async def _lead(
         log.error("lost leadership, exiting: %s", exc if isinstance(exc, LeaseLost) else repr(exc))
         code = 1
     elif kopf_task in done:
-        log.error("kopf stopped unexpectedly: %r", kopf_task.exception())
-        code = 1
+        # kopf returns normally after a signal it caught itself; anything else is a failure.
+        failure = kopf_task.exception()
+        if failure is not None:
+            log.error("kopf stopped unexpectedly: %r", failure)
+            code = 1
+        else:
+            log.info("stopping on signal (via kopf)")
     elif workers in done:
         log.error("reconcile workers stopped unexpectedly: %r", workers.exception())
         code = 1

@@ -228,11 +228,21 @@ class Reconciler:
             if self.memo.pending(ident4, rv, _canonical(patch)):
                 continue
             log.info("growing PVC %s/%s", namespace, pvc_name)
-            await self.api.merge_patch(
-                resource_for("v1", "PersistentVolumeClaim"), pvc_name, namespace, patch
-            )
-            self.memo.wrote(ident4, rv, _canonical(patch))
             outcome.writes += 1
+            try:
+                await self.api.merge_patch(
+                    resource_for("v1", "PersistentVolumeClaim"), pvc_name, namespace, patch
+                )
+            except ApiError as exc:
+                if exc.status.code not in (403, 422):
+                    raise
+                # e.g. the StorageClass does not allow expansion: retrying soon will not help; report it
+                problem = problem or (
+                    "StorageResizeRefused",
+                    f"PersistentVolumeClaim {pvc_name} cannot grow to spec.storage: {exc.status.message}",
+                )
+                outcome.problem = problem
+            self.memo.wrote(ident4, rv, _canonical(patch))
 
         outcome.writes += await self._report(body, cluster, snapshot, sts, problem, outcome)
         return outcome
