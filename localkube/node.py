@@ -41,6 +41,7 @@ from common import (
     ClusterError,
     Context,
     host_ip,
+    log,
     wait_for,
 )
 
@@ -577,12 +578,17 @@ def stop(ctx: Context) -> None:
     # containerd's metadata is not cleaned container by container (seconds per pod): the content
     # store under the state directory goes as a whole, and `up` re-imports images from the cache.
     ctx.stop_process("containerd", timeout=10)
-    _clean(ctx)
+    try:
+        _clean(ctx)
+    except ClusterError as e:  # cleanup_leftovers(), after the control plane, reports it and stops
+        log(f"warning: {e}")  # cluster.py from deleting the state directory
 
 
 def cleanup_leftovers(ctx: Context) -> None:
-    """Remove what an earlier node left, whether it was stopped or died; a no-op on a clean host."""
+    """Remove what an earlier node left, whether it was stopped or died; a no-op on a clean host.
+    Raises ClusterError when a mount under our directories cannot be removed."""
     stop(ctx)
+    _clean(ctx)
 
 
 def _clean(ctx: Context) -> None:
