@@ -94,12 +94,13 @@ def postgresql_16() -> Path:
 
 def barman_venv() -> Path:
     """bin/ of a venv (Debian's Python, readable by any user) with barman-cloud."""
-    venv = RUNTIME / f"barman-{BARMAN_VERSION}"
+    venv = RUNTIME / f"barman-{BARMAN_VERSION}-cloud-snappy"
     if not (venv / ".complete").exists():
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True)
         subprocess.run(
-            [str(venv / "bin" / "pip"), "install", "-q", f"barman[cloud]=={BARMAN_VERSION}"], check=True
+            [str(venv / "bin" / "pip"), "install", "-q", f"barman[cloud,snappy]=={BARMAN_VERSION}"],
+            check=True,
         )
         (venv / ".complete").touch()
     return venv / "bin"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -35,6 +36,7 @@ from pg_operator.backup.barman import (
     delete_backup_argv,
     retention_delete_argv,
     wal_archive_argv,
+    wal_restore_argv,
 )
 from pg_operator.backup.catalog import backup_status
 from pg_operator.backup.failures import classify
@@ -111,6 +113,10 @@ def restored_server(
     # With its own credentials broken, the new cluster cannot check its own path: leave the check out.
     command = bootstrap_command(source, target, str(pg.pgdata), own if own_secret is None else None)
     pg.run(shlex.split(command))
+    # The source's ALTER SYSTEM settings came with the backup; its archive_command must not survive, or
+    # the new cluster would archive into the source's path.
+    auto_conf = (pg.pgdata / "postgresql.auto.conf").read_text()
+    assert "archive_command" not in auto_conf and "max_slot_wal_keep_size" in auto_conf, auto_conf
     pg.configure(
         {
             **pg.base_parameters(),
@@ -170,7 +176,7 @@ def test_wal_is_archived_under_the_clusters_own_prefix(harness: Harness, scenari
     assert archived >= 3 and failed == 0
     shown = json.loads(ok(harness, backup_show_argv(scenario.store, scenario.first_backup_id)))
     status = backup_status(shown)
-    assert status["phase"] == "Completed" and status["backupId"] == scenario.first_backup_id
+    assert status["phase"] == "Completed" and status["backupID"] == scenario.first_backup_id
     assert status["beginWal"] <= status["endWal"] and status["beginWal"].startswith("00000001")
     assert status["size"] > 10_000_000 and status["startedAt"] <= status["stoppedAt"]
     base = [k for k in keys if k.startswith(f"{SOURCE}/base/{scenario.first_backup_id}/")]
@@ -292,6 +298,29 @@ def test_store_failures_have_a_clear_reason(
     # barman-cloud-backup does not create a missing bucket either: the same three reasons.
     assert res.returncode != 0 and failure.reason == reason, failure
     assert h.s3.secret_access_key not in failure.message
+
+
+@pytest.mark.parametrize(
+    ("compression", "suffix"), [("gzip", ".gz"), ("bzip2", ".bz2"), ("snappy", ".snappy"), ("none", "")]
+)
+def test_every_compression_round_trips_a_segment(
+    harness: Harness, scenario: Scenario, compression: str, suffix: str
+) -> None:
+    h = harness
+    store = h.store(BUCKET, f"wal-{compression}", compression=compression)
+    (h.workdir / f"seg-{compression}").mkdir()
+    (h.workdir / f"seg-{compression}").chmod(0o777)
+    pg_wal = scenario.source.pgdata / "pg_wal"
+    first = min(p.name for p in pg_wal.iterdir() if re.fullmatch("[0-9A-F]{24}", p.name))
+    segment = h.workdir / f"seg-{compression}" / first
+    shutil.copyfile(pg_wal / first, segment)
+    segment.chmod(0o644)
+    ok(h, [a if a != "%p" else str(segment) for a in wal_archive_argv(store)])
+    (key,) = h.s3.keys(BUCKET, f"wal-{compression}/wals/")
+    assert key.endswith(f"/{segment.name}{suffix}"), key
+    restored = segment.with_name("restored")
+    ok(h, [str(restored) if a == "%p" else segment.name if a == "%f" else a for a in wal_restore_argv(store)])
+    assert restored.read_bytes() == segment.read_bytes()
 
 
 def test_failing_archive_is_visible_keeps_wal_and_drains_when_fixed(harness: Harness) -> None:

@@ -158,3 +158,21 @@ def test_committed_crds_are_in_sync(tmp_path: Path) -> None:
         )
     written = write_backup_manifests(tmp_path)
     assert sorted(p.name for p in written) == ["backups.yaml", "scheduledbackups.yaml"]
+
+
+def test_catalog_status_keys_are_backup_status_fields() -> None:
+    from pg_operator.api.backup import BackupStatus
+    from pg_operator.backup.catalog import backup_status
+
+    shown = {"cloud": {"backup_id": "20261201T080543", "begin_wal": "000000010000000000000002",
+                       "end_wal": "000000010000000000000002", "begin_xlog": "0/2000028",
+                       "end_xlog": "0/2000100",
+                       "begin_time": "Tue Dec  1 08:05:43 2026", "end_time": "Tue Dec  1 08:05:46 2026",
+                       "cluster_size": 1, "status": "FAILED", "error": "x", "timeline": 1}}  # fmt: skip
+    status = backup_status(shown)
+    aliases = {f.alias or name for name, f in BackupStatus.model_fields.items()}
+    assert set(status) <= aliases, set(status) - aliases
+    parsed = BackupStatus.model_validate(status)
+    assert (
+        parsed.backup_id == "20261201T080543" and parsed.begin_lsn == "0/2000028" and parsed.phase == "Failed"
+    )

@@ -176,7 +176,8 @@ class TestRecovery:
         command = bootstrap_command(STORE, target, "/pgdata", self.own)
         sh, dash_c, script = shlex.split(command)
         assert (sh, dash_c) == ("/bin/sh", "-c")
-        check, restore = script.split(" && ")
+        check, restore, scrub = script.split(" && ")
+        assert "postgresql.auto.conf" in scrub and "archive_command" in scrub
         assert shlex.split(check) == barman.check_wal_archive_argv(self.own)
         words = shlex.split(restore)
         assert words[0] == "AWS_ACCESS_KEY_ID=$PGOP_SOURCE_AWS_ACCESS_KEY_ID"
@@ -263,7 +264,7 @@ def test_catalog() -> None:
                        "cluster_size": 22643269, "size": None, "status": "DONE", "timeline": 1}}  # fmt: skip
     status = catalog.backup_status(shown)
     assert status == {
-        "backupId": "20261201T080543", "beginWal": "000000010000000000000002",
+        "backupID": "20261201T080543", "beginWal": "000000010000000000000002",
         "endWal": "000000010000000000000002", "beginLSN": "0/2000028", "endLSN": "0/2000100",
         "startedAt": "2026-12-01T08:05:43Z", "stoppedAt": "2026-12-01T08:05:46Z", "size": 22643269,
         "timeline": 1, "phase": "Completed",

@@ -52,7 +52,7 @@ def backup_status(show: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(info, Mapping):
         raise ValueError("barman-cloud-backup-show: no 'cloud' entry in its output")
     status: dict[str, Any] = {
-        "backupId": str(info["backup_id"]),
+        "backupID": str(info["backup_id"]),
         "beginWal": info.get("begin_wal") or "",
         "endWal": info.get("end_wal") or "",
         "beginLSN": info.get("begin_xlog") or "",

@@ -138,6 +138,35 @@ def restore_base_backup_argv(source: ObjectStore, target: RecoveryTarget, pgdata
     )
 
 
+# Settings a restored postgresql.auto.conf (ALTER SYSTEM of the source) may carry that would make the new
+# cluster archive into the source's path or follow the source's recovery: they override Patroni's
+# postgresql.conf, so they are removed right after the restore.
+SOURCE_ONLY_SETTINGS: tuple[str, ...] = (
+    "archive_command",
+    "archive_library",
+    "archive_mode",
+    "primary_conninfo",
+    "primary_slot_name",
+    "recovery_target",
+    "recovery_target_action",
+    "recovery_target_inclusive",
+    "recovery_target_lsn",
+    "recovery_target_name",
+    "recovery_target_time",
+    "recovery_target_timeline",
+    "recovery_target_xid",
+    "restore_command",
+)
+
+
+def scrub_auto_conf_command(pgdata: str) -> str:
+    """Shell: delete SOURCE_ONLY_SETTINGS lines from the restored postgresql.auto.conf, if there is one."""
+    auto = shlex.quote(f"{pgdata.rstrip('/')}/postgresql.auto.conf")
+    names = "|".join(SOURCE_ONLY_SETTINGS)
+    expression = shlex.quote(f"/^[[:space:]]*({names})[[:space:]]*=/d")
+    return f"{{ [ ! -f {auto} ] || sed -i -E {expression} {auto}; }}"
+
+
 def bootstrap_command(
     source: ObjectStore,
     target: RecoveryTarget,
@@ -148,16 +177,17 @@ def bootstrap_command(
 ) -> str:
     """The command Patroni runs to create the data directory. Patroni splits it with shlex and runs it
     without a shell; `sh -c` chains the check of the new cluster's own archive (it must hold no WAL, or
-    two clusters would write one history; own credentials) before the restore (source credentials)."""
+    two clusters would write one history; own credentials), the restore (source credentials), and the
+    removal of the source's archive/recovery settings from the restored postgresql.auto.conf."""
     conflict = recovery_conflict(source, own)
     if conflict:
         raise ValueError(conflict)
     restore = shlex.join(restore_base_backup_argv(source, target, pgdata))
     restore = _with_source_env(restore, session_token=session_token)
-    if own is None:
-        return shlex.join(["/bin/sh", "-c", restore])
-    check = shlex.join(check_wal_archive_argv(own))
-    return shlex.join(["/bin/sh", "-c", f"{check} && {restore}"])
+    steps = [restore, scrub_auto_conf_command(pgdata)]
+    if own is not None:
+        steps.insert(0, shlex.join(check_wal_archive_argv(own)))
+    return shlex.join(["/bin/sh", "-c", " && ".join(steps)])
 
 
 def patroni_bootstrap(
