@@ -160,6 +160,11 @@ async def floor_create(config: KubeConfig, clusters: list[Any], workers: int) ->
     return requests
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def progress(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
@@ -248,6 +253,7 @@ def main() -> int:
         result["operator"] = {
             "seconds_to_all_ready": round(elapsed, 1),
             "peak_rss_mib": round(peak_rss_mib(op.pid), 1),
+            "cpu_seconds_total": round(cpu_seconds(op.pid), 1),
             "requests_per_cluster": round(total / n, 2),
             "writes_per_cluster": round(writes / n, 2),
             "requests_by_verb": {f"{v} {res}": c for (v, res), c in sorted(reqs.items()) if v != "watch"},

@@ -86,6 +86,7 @@ class LeaseElector:
         self.is_leader = False
         self._seen: tuple[str | None, float] = (None, 0.0)  # (resourceVersion, monotonic time first seen)
         self._last_renew = 0.0
+        self._held: Lease | None = None  # the Lease as our last successful write returned it
         self.last_error: str | None = None
 
     def _now(self) -> float:
@@ -101,9 +102,30 @@ class LeaseElector:
             leaseTransitions=transitions,
         )
 
+    async def _renew_held(self) -> bool | None:
+        """Renew from the object our last write returned (one request, no GET). None: we need a fresh
+        look (no such object, or somebody else wrote the Lease since)."""
+        held = self._held
+        if held is None or held.spec is None:
+            return None
+        held.spec = self._spec(held.spec.leaseTransitions or 0, held.spec.acquireTime)
+        try:
+            self._held = await self.api.replace(held)
+        except ApiError as exc:
+            self._held = None
+            if is_conflict(exc):
+                return None
+            raise
+        self._last_renew = self._now()
+        return True
+
     async def try_once(self) -> bool:
         """One round of the state machine; True when we hold the Lease afterwards."""
         cfg = self.config
+        if self.is_leader:
+            renewed = await self._renew_held()
+            if renewed is not None:
+                return renewed
         try:
             lease = await self.api.get(Lease, cfg.name, cfg.namespace)
         except ApiError as exc:
@@ -118,7 +140,7 @@ class LeaseElector:
         action = decide(cfg.identity, record, self._seen[1], self._now())
         try:
             if action is Action.CREATE:
-                await self.api.create(
+                self._held = await self.api.create(
                     Lease(
                         metadata=ObjectMeta(name=cfg.name, namespace=cfg.namespace), spec=self._spec(0, None)
                     )
@@ -126,11 +148,11 @@ class LeaseElector:
             elif action is Action.RENEW:
                 assert lease is not None and record is not None
                 lease.spec = self._spec(record.transitions, lease.spec.acquireTime if lease.spec else None)
-                await self.api.replace(lease)
+                self._held = await self.api.replace(lease)
             elif action is Action.TAKE:
                 assert lease is not None and record is not None
                 lease.spec = self._spec(record.transitions + 1, None)
-                await self.api.replace(lease)
+                self._held = await self.api.replace(lease)
             else:
                 return False
         except ApiError as exc:
@@ -153,7 +175,8 @@ class LeaseElector:
             except Exception as exc:  # API unreachable: keep trying, stay a candidate
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("leader election attempt failed: %s", self.last_error)
-            await asyncio.sleep(self.config.renew_period * (0.8 + 0.4 * random.random()))
+            # Candidates look twice per renew period, so a lapse is noticed soon after it happens.
+            await asyncio.sleep(self.config.renew_period * (0.4 + 0.2 * random.random()))
 
     async def hold(self) -> None:
         """Renew until we cannot; raises LeaseLost then (never returns normally)."""
