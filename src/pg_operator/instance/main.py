@@ -4,6 +4,13 @@
     pg-operator-instance render           print the rendered config with passwords redacted
     pg-operator-instance post-bootstrap DSN   (Patroni calls this once after initdb)
 
+Inputs (docs/contracts.md, "Pod contract"): PGOP_CLUSTER_NAME, PGOP_NAMESPACE, PGOP_POD_NAME, PGOP_POD_IP,
+PGOP_PG_MAJOR, PGDATA; /etc/pg-operator/config/instance.yaml (pg_operator.api.instance_config); the Secrets
+in /etc/pg-operator/secrets/{superuser,replication,app}/{username,password}. For tests on one host the
+paths move with PGOP_CONFIG_FILE, PGOP_SECRETS_DIR, PGOP_RUN_DIR (default /var/run/postgresql),
+PGOP_PG_BIN_DIR (default /usr/lib/postgresql/current/bin), and PGOP_LISTEN_HOST binds PostgreSQL and the
+REST API to one address instead of all.
+
 PID 1 is tini (images/postgres/recipe.sh): it forwards signals and reaps orphans, so this process simply
 becomes Patroni via exec, and Patroni stops PostgreSQL cleanly on SIGTERM.
 """
@@ -51,7 +58,7 @@ def read_instance_settings(path: str) -> dict[str, Any]:
         raise ValueError(f"cannot read the instance settings {path}: {e.strerror}") from None
     try:
         return InstanceConfig.from_yaml(text).model_dump(by_alias=True, mode="json")
-    except ValueError as e:  # pydantic's ValidationError is a ValueError naming the field
+    except (ValueError, yaml.YAMLError) as e:  # pydantic's ValidationError is a ValueError naming the field
         raise ValueError(f"{path}: {e}") from None
 
 

@@ -1,0 +1,116 @@
+"""The entrypoint's shell on real files in a temporary directory (no Patroni, no PostgreSQL)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pg_operator.api.instance_config import InstanceConfig
+from pg_operator.instance import main
+
+PASSWORDS = {"superuser": "su-pw-0123456789", "replication": "repl-pw-0123456789", "app": "app-pw-0123456789"}
+USERS = {"superuser": "postgres", "replication": "replicator", "app": "app"}
+
+
+def pod_files(tmp_path: Path) -> dict[str, str]:
+    settings = InstanceConfig.model_validate(
+        {
+            "cluster": "orders-db",
+            "namespace": "shop",
+            "pgMajor": "16",
+            "postgresql": {"parameters": {"work_mem": "8MB"}, "allowedCIDRs": ["10.244.0.0/16"]},
+            "bootstrap": {"database": "app", "owner": "app"},
+            "synchronous": {"number": 0, "dataDurability": "required"},
+            "patroni": {"ttl": 20, "loopWait": 2, "retryTimeout": 5},
+        }
+    )
+    (tmp_path / "instance.yaml").write_text(settings.to_yaml())
+    for role, password in PASSWORDS.items():
+        (tmp_path / "secrets" / role).mkdir(parents=True)
+        (tmp_path / "secrets" / role / "username").write_text(USERS[role])
+        (tmp_path / "secrets" / role / "password").write_text(password + "\n")
+    return {
+        "PGOP_CLUSTER_NAME": "orders-db",
+        "PGOP_NAMESPACE": "shop",
+        "PGOP_POD_NAME": "orders-db-0",
+        "PGOP_POD_IP": "10.244.0.9",
+        "PGOP_PG_MAJOR": "16",
+        "PGDATA": "/var/lib/postgresql/data/pgdata",
+        "PGOP_CONFIG_FILE": str(tmp_path / "instance.yaml"),
+        "PGOP_SECRETS_DIR": str(tmp_path / "secrets"),
+        "PGOP_RUN_DIR": str(tmp_path / "run"),
+    }
+
+
+def test_render_prints_the_config_without_passwords(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for key, value in pod_files(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    assert main.main(["render"]) == 0
+    out = capsys.readouterr().out
+    config = yaml.safe_load(out)
+    assert config["scope"] == "orders-db"
+    assert config["postgresql"]["parameters"]["work_mem"] == "8MB"
+    assert config["postgresql"]["authentication"]["superuser"]["password"] == "<redacted>"
+    for password in PASSWORDS.values():
+        assert password not in out
+
+
+def test_build_config_reads_secrets_and_trims_the_newline(tmp_path: Path) -> None:
+    _, config = main.build_config(pod_files(tmp_path))
+    assert config["postgresql"]["authentication"]["replication"] == {
+        "username": "replicator",
+        "password": PASSWORDS["replication"],
+    }
+    assert config["bootstrap"]["post_bootstrap"].endswith("-m pg_operator.instance post-bootstrap")
+
+
+def test_errors_name_the_input_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = pod_files(tmp_path)
+    (tmp_path / "secrets" / "app" / "password").unlink()
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert main.main(["render"]) == 2
+    err = capsys.readouterr().err
+    assert "secret app: cannot read" in err
+    for password in PASSWORDS.values():
+        assert password not in err
+
+
+def test_bad_instance_yaml_names_the_field(tmp_path: Path) -> None:
+    env = pod_files(tmp_path)
+    text = (tmp_path / "instance.yaml").read_text().replace("ttl: 20", "ttl: 15")
+    (tmp_path / "instance.yaml").write_text(text)
+    with pytest.raises(ValueError, match=r"patroni\.ttl=15 is below the minimum 20"):
+        main.build_config(env)
+    (tmp_path / "instance.yaml").write_text("cluster: [")
+    with pytest.raises(ValueError, match=r"instance\.yaml"):
+        main.build_config(env)
+
+
+def test_config_file_is_private_and_replaced_atomically(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "patroni.yml"
+    main.write_private(path, "a: 1\n")
+    main.write_private(path, "a: 2\n")
+    assert path.read_text() == "a: 2\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert os.listdir(path.parent) == ["patroni.yml"]
+
+
+def test_wrong_major_in_the_image_is_refused(tmp_path: Path) -> None:
+    env = pod_files(tmp_path)
+    fake = tmp_path / "bin" / "postgres"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'postgres (PostgreSQL) 15.19'\n")
+    fake.chmod(0o755)
+    pod, _ = main.build_config({**env, "PGOP_PG_BIN_DIR": str(fake.parent)})
+    with pytest.raises(ValueError, match="this image holds PostgreSQL 15, but PGOP_PG_MAJOR=16"):
+        main.check_server_major(pod)
