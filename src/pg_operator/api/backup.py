@@ -570,3 +570,24 @@ def pod_env(
     if backup is None and env:
         env += checksum_env()
     return sorted(env, key=lambda e: str(e["name"]))
+
+
+def instance_backup_section(
+    cluster_name: str,
+    backup: BackupConfiguration | None,
+    recovery: RecoveryBootstrap | None,
+    *,
+    bin_dir: str = DEFAULT_BIN_DIR,
+) -> dict[str, Any] | None:
+    """instance.yaml's `backup` value for a cluster (hook for specs/configmap.py / InstanceConfig)."""
+    from pg_operator.backup.instance_hook import RecoveryPlan, section
+
+    archive = backup.archive_settings(cluster_name, bin_dir=bin_dir) if backup is not None else None
+    plan = None
+    if recovery is not None:
+        plan = RecoveryPlan(
+            source=recovery.source_store(bin_dir=bin_dir),
+            target=recovery.target(),
+            session_token=recovery.source.s3.credentials.session_token_key is not None,
+        )
+    return section(archive, plan)

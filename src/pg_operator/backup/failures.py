@@ -39,7 +39,8 @@ _KNOWN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ),
     (
         "BackupNotFound",
-        ("Cannot find any candidate backup", "Unknown backup", "does not exist"),
+        # barman's own wording, typo included: "Backup X for server Y does not exists".
+        ("Cannot find any candidate backup", "Unknown backup", "does not exists"),
         "no base backup matches the recovery target",
     ),
 )  # fmt: skip
