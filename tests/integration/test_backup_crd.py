@@ -167,5 +167,8 @@ def test_cluster_recovery(kube: Kube, crds: None) -> None:
             "at most one of targetTime and targetLSN")  # fmt: skip
     refused(create(kube, "PostgresCluster", {**CLUSTER, "bootstrap": {"recovery": {"source": source,
                    "targetTime": "2026-12-01 08:00"}}}), "spec.bootstrap.recovery.targetTime")  # fmt: skip
+    no_such_day = {"source": source, "targetTime": "2026-02-30T08:00:00Z"}
+    refused(create(kube, "PostgresCluster", {**CLUSTER, "bootstrap": {"recovery": no_such_day}}),
+            "spec.bootstrap.recovery.targetTime")  # fmt: skip
     refused(create(kube, "PostgresCluster", {**CLUSTER, "bootstrap": {"recovery": {"source": source,
                    "targetLSN": "3000060"}}}), "spec.bootstrap.recovery.targetLSN")  # fmt: skip

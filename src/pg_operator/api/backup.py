@@ -207,6 +207,8 @@ class RecoveryBootstrap(_Model):
     target_time: str | None = Field(
         None, max_length=40, pattern=RFC3339_PATTERN,
         description="Recover up to this time, RFC 3339 with a zone (e.g. 2026-12-01T08:30:00Z).",
+        # `format` makes the API server check that the date exists (the pattern checks the shape).
+        json_schema_extra={"format": "date-time"},
     )  # fmt: skip
     target_lsn: str | None = Field(
         None, alias="targetLSN", max_length=17, pattern=LSN_PATTERN, description="Recover up to this LSN."

@@ -28,7 +28,7 @@ from pg_operator.backup.barman import (
 LSN_PATTERN = "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"
 # RFC 3339 with an explicit offset: a recovery target without a zone would be read in the server's zone.
 RFC3339_PATTERN = (
-    "^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+    "^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
 )
 BOOTSTRAP_METHOD = "pgop_restore"
 # The source's credentials sit in the pod under these prefixed names (the cluster's own destination uses
