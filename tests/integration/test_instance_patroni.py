@@ -584,6 +584,9 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
     # --- failover: SIGKILL the leader's Patroni and PostgreSQL ---------------------------------------------
     killed_at = time.monotonic()
     leader.kill()
+    # Its primary gone, the replica no longer streams: it must stop counting as ready (well before the
+    # lock expires and it is promoted).
+    wait_until("the replica to report not ready", lambda: replica.api("/readiness")[0] == 503, 10, 0.1)
     promoted = wait_until(
         "the replica to be promoted",
         lambda: replica.api("/primary")[0] == 200 and time.monotonic(),
@@ -626,6 +629,7 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
             return conn.execute("SELECT 1 FROM orders WHERE id = 2").fetchone() is not None
 
     wait_until("the old leader to rejoin as a replica with the new row", old_leader_follows, timeout=120)
+    rewound = "pg_rewind exit code=0" in leader.logs[-1].read_text(errors="replace")
     with replica.connect("postgres", su) as conn:
         assert conn.execute("SELECT application_name FROM pg_stat_replication").fetchall() == [(leader.name,)]
 
@@ -648,6 +652,7 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
         "ttl": TTL,
         "loop_wait": LOOP_WAIT,
         "writable_s": round(handed_over - stopped_at, 2),
+        "old_leader_rejoined_with_pg_rewind": rewound,
     }
     print(json.dumps(clean))
     with (RUNTIME / "failover-results.jsonl").open("a") as f:
