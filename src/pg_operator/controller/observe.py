@@ -20,9 +20,6 @@ class WatchedKind:
     kind: str
     plural: str
     index_id: str
-    # Only objects carrying the cluster label are watched (server-side label selector), except the
-    # kinds we own, which are found by ownerReference too.
-    label_selected: bool = True
 
     @property
     def group(self) -> str:

@@ -122,11 +122,10 @@ class WriteMemo:
         return fp == fingerprint
 
     def wrote(self, ident: tuple[str, str, str, str], observed_rv: str | None, fingerprint: str) -> None:
-        self._entries[ident] = (observed_rv, fingerprint, time.monotonic())
-
-    def forget_cluster(self, namespace: str) -> None:
-        for ident in [i for i in self._entries if i[0] == namespace]:
-            self._entries.pop(ident, None)
+        now = time.monotonic()
+        if len(self._entries) > 4096:  # entries of deleted clusters are never looked up again
+            self._entries = {k: v for k, v in self._entries.items() if now - v[2] <= self.ttl}
+        self._entries[ident] = (observed_rv, fingerprint, now)
 
 
 class Reconciler:
@@ -213,12 +212,16 @@ class Reconciler:
 
         for obj in undesired_children(snapshot, cluster.uid, MANAGED_KINDS, wanted):
             meta = _meta(obj)
+            gone = (namespace, str(obj.get("kind")), str(meta.get("name")), "delete")
+            if self.memo.pending(gone, meta.get("resourceVersion"), ""):
+                continue
             log.info("deleting %s %s/%s: no longer desired", obj.get("kind"), namespace, meta.get("name"))
             try:
                 await self.api.delete(obj["apiVersion"], obj["kind"], str(meta["name"]), namespace)
             except ApiError as exc:
                 if not is_not_found(exc):
                     raise
+            self.memo.wrote(gone, meta.get("resourceVersion"), "")
             outcome.writes += 1
 
         for pvc_name, patch in pvc_resizes(cluster, snapshot.of_kind("v1", "PersistentVolumeClaim")):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from lightkube.core.exceptions import ApiError
+
 from pg_operator.controller.backoff import Backoff, jittered
 from pg_operator.controller.keys import ClusterKey
 from pg_operator.controller.metrics import Metrics
@@ -12,6 +14,10 @@ from pg_operator.controller.reconcile import Outcome, Reconciler
 from pg_operator.controller.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
+
+
+def namespace_terminating(exc: ApiError) -> bool:
+    return exc.status.code == 403 and "being terminated" in (exc.status.message or "")
 
 
 def result_label(outcome: Outcome) -> str:
@@ -55,21 +61,17 @@ class Controller:
             outcome = await self.reconciler.reconcile(key)
         except asyncio.CancelledError:
             raise
+        except ApiError as exc:
+            if not namespace_terminating(exc):
+                self._failed(key, exc)
+                return
+            # Its namespace is being deleted, the cluster with it: nothing to repair, nothing to retry.
+            log.info("not reconciling %s/%s: its namespace is being deleted", key[0], key[1])
+            self.failures.pop(key, None)
+            self.metrics.reconciles.labels(result="gone").inc()
+            return
         except Exception as exc:
-            failures = self.failures.get(key, 0) + 1
-            self.failures[key] = failures
-            delay = self.backoff.delay(failures)
-            self.metrics.reconciles.labels(result="error").inc()
-            log.warning(
-                "reconcile of %s/%s failed (%d in a row), retrying in %.1fs: %s: %s",
-                key[0],
-                key[1],
-                failures,
-                delay,
-                type(exc).__name__,
-                exc,
-            )
-            self.queue.add_after(key, delay)
+            self._failed(key, exc)
             return
         self.failures.pop(key, None)
         self.metrics.reconciles.labels(result=result_label(outcome)).inc()
@@ -77,6 +79,23 @@ class Controller:
             log.info("reconciled %s/%s: %d write(s), phase %r", key[0], key[1], outcome.writes, outcome.phase)
         if not outcome.gone:
             self.queue.add_after(key, jittered(self.resync_seconds))
+
+    def _failed(self, key: ClusterKey, exc: Exception) -> None:
+        """Retry with capped exponential backoff and jitter."""
+        failures = self.failures.get(key, 0) + 1
+        self.failures[key] = failures
+        delay = self.backoff.delay(failures)
+        self.metrics.reconciles.labels(result="error").inc()
+        log.warning(
+            "reconcile of %s/%s failed (%d in a row), retrying in %.1fs: %s: %s",
+            key[0],
+            key[1],
+            failures,
+            delay,
+            type(exc).__name__,
+            exc,
+        )
+        self.queue.add_after(key, delay)
 
     async def run(self) -> None:
         await self.queue.run_workers(self.handle, self.workers)
