@@ -5,6 +5,8 @@ with the archive_command of pg_operator.backup, filled with pgbench data (scale 
 on the same data in the same run:
 - barman-cloud-backup to S3, gzip and uncompressed (the command line of `base_backup_argv`);
 - pg_basebackup to local disk, tar+gzip (-Ft -z) and plain (-Fp), as the reference without an object store;
+- the S3 server's own ceiling: one boto3 multipart upload of 64 MB of random bytes (moto is a Python
+  server on the same cores, so it bounds what barman-cloud can reach here);
 - restore: barman-cloud-restore of the latest backup into a new directory, then PostgreSQL replays the
   archived WAL (restore_command) and promotes; both phases timed.
 Figures are medians over the trials (default 3). Throughput = database bytes / seconds.
@@ -68,6 +70,16 @@ def fill(h: Harness, pg: Postgres, scale: int) -> int:
     return int(size)
 
 
+def s3_put(h: Harness, size_mb: int = 64) -> float:
+    """Seconds for one multipart upload of incompressible bytes with boto3: the store's own ceiling."""
+    blob = h.workdir / "blob"
+    blob.write_bytes(os.urandom(size_mb * MB))
+    seconds, _ = timed(lambda: h.s3.client().upload_file(str(blob), BUCKET, "probe/blob"))
+    blob.unlink()
+    h.s3.client().delete_object(Bucket=BUCKET, Key="probe/blob")
+    return seconds
+
+
 def barman_backup(h: Harness, pg: Postgres, store: ObjectStore, name: str) -> tuple[float, int]:
     argv = base_backup_argv(store, name=name, host="127.0.0.1", port=pg.port, user="postgres")
     seconds, res = timed(lambda: h.barman(argv, timeout=1800))
@@ -123,7 +135,7 @@ def main() -> int:
     h = Harness(workdir)
     trials: dict[str, list[float]] = {k: [] for k in (
         "barman_gzip_s", "barman_none_s", "pg_basebackup_tar_gzip_s", "pg_basebackup_plain_s",
-        "restore_copy_s", "restore_replay_s")}  # fmt: skip
+        "restore_copy_s", "restore_replay_s", "s3_put_64mb_s")}  # fmt: skip
     try:
         h.s3.client().create_bucket(Bucket=BUCKET)
         store = h.store(BUCKET, "bench-db")
@@ -137,6 +149,7 @@ def main() -> int:
         ((accounts,),) = pg.query("SELECT count(*) FROM pgbench_accounts")
         stored_gzip = 0
         for i in range(args.trials):
+            trials["s3_put_64mb_s"].append(s3_put(h))
             seconds, stored_gzip = barman_backup(h, pg, store, f"gzip-{i}")
             trials["barman_gzip_s"].append(seconds)
             seconds, _ = barman_backup(h, pg, plain_store, f"none-{i}")
@@ -168,6 +181,8 @@ def main() -> int:
         "barman_cloud_backup_none_mb_s": round(db_mb / med["barman_none_s"], 1),
         "pg_basebackup_tar_gzip_mb_s": round(db_mb / med["pg_basebackup_tar_gzip_s"], 1),
         "pg_basebackup_plain_mb_s": round(db_mb / med["pg_basebackup_plain_s"], 1),
+        "s3_server_put_mb_s": round(64 / med["s3_put_64mb_s"], 1),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         "restore_total_s": round(med["restore_copy_s"] + med["restore_replay_s"], 2),
         "barman_gzip_stored_mb": round(stored_gzip / MB, 1),
         **med,

@@ -265,9 +265,7 @@ def main() -> int:
             ),
         }
         op.stop()
-        progress(
-            f"operator half done: {result['operator']['seconds_to_all_ready']} s; clearing its namespace"
-        )
+        progress(f"operator half: {json.dumps(result['operator'])}; clearing its namespace")
         client.delete(Namespace, op_ns)
         wait_until(
             "the operator half's pods to go",
