@@ -54,7 +54,8 @@ CFG
 apt-get update -qq
 # libicu72 … libossp-uuid16: what the bundle's binaries and extensions link (ldd); tzdata: the bundle was
 # built --with-system-tzdata; tini: PID 1 (forwards signals, reaps orphans — PID 1 gets no default signal
-# handling and Patroni's children would otherwise become zombies).
+# handling and Patroni's children would otherwise become zombies; the entrypoint passes -s so it also
+# reaps when it is not PID 1, e.g. with shareProcessNamespace).
 apt-get install -y -qq --no-install-recommends \
   ca-certificates tzdata tini \
   python3 python3-venv \
@@ -108,6 +109,8 @@ step "Patroni $PATRONI_VERSION and the instance entrypoint"
 "$VENV/bin/pip" install -q "patroni[kubernetes]==${PATRONI_VERSION}" "psycopg[binary]>=3.2" \
   "pydantic>=2.10" "pyyaml>=6.0"
 "$VENV/bin/pip" install -q --no-deps "$BUILD_CONTEXT"
+# The operator's own command cannot run here (its dependencies are left out): do not offer it.
+rm -f "$VENV/bin/pg-operator"
 "$VENV/bin/python" -c "import patroni, psycopg, pg_operator.instance.main, pg_operator.instance.post_bootstrap"
 "$VENV/bin/pg-operator-instance" --help >/dev/null
 
