@@ -283,6 +283,8 @@ def build(spec: ImageSpec, args: dict[str, str], cache: Path | None = None,
         fcntl.flock(lock, fcntl.LOCK_EX)
         if tar.exists():
             return tar, ref
+        for stale in out_dir.glob(f"work-{short}-*"):  # a build of this image that was killed
+            _remove_work(stale)
         if not quiet:
             log(f"building image {ref} (log: {logf})")
         work = Path(tempfile.mkdtemp(prefix=f"work-{short}-", dir=out_dir))
