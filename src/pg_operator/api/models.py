@@ -398,11 +398,13 @@ class Patroni(_SpecModel):
         )
     )
 
-    # Shorter than Patroni's 30/10/10: an unclean failover takes about ttl + loopWait.
-    ttl: int = Field(20, ge=10, le=600, description="Seconds the leader lock lives without renewal.")
+    # Shorter than Patroni's 30/10/10: an unclean failover takes about ttl (the operator cuts that short
+    # when the kubelet reports the primary's container dead). Patroni 4 raises a ttl below 20 and a
+    # retry_timeout below 3 to those floors, so smaller values are refused rather than silently changed.
+    ttl: int = Field(20, ge=20, le=600, description="Seconds the leader lock lives without renewal.")
     loop_wait: int = Field(5, ge=1, le=60, description="Seconds between Patroni's HA loop runs.")
     retry_timeout: int = Field(
-        5, ge=1, le=120, description="Seconds Patroni retries the API server and PostgreSQL before demoting."
+        5, ge=3, le=120, description="Seconds Patroni retries the API server and PostgreSQL before demoting."
     )
 
     @model_validator(mode="after")
