@@ -106,6 +106,45 @@ def barman_venv() -> Path:
     return venv / "bin"
 
 
+PATRONI_VERSION = "4.1.5"
+
+
+def patroni_venv() -> Path:
+    """bin/ of a venv (Debian's Python) with Patroni and its etcd v3 client."""
+    venv = RUNTIME / f"patroni-{PATRONI_VERSION}-etcd3"
+    if not (venv / ".complete").exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"patroni[etcd3]=={PATRONI_VERSION}",
+                        "psycopg[binary]>=3.2"], check=True)  # fmt: skip
+        (venv / ".complete").touch()
+    return venv / "bin"
+
+
+@contextlib.contextmanager
+def etcd_server(workdir: Path) -> Iterator[str]:
+    """A one-member etcd on loopback (the local cluster's build of it) as Patroni's DCS; yields host:port."""
+    etcd = CACHE / "current" / "etcd"
+    if not etcd.exists():
+        raise AssertionError(f"{etcd} is missing: build the local cluster's binaries first (make cluster-up)")
+    client, peer = free_port(), free_port()
+    log = workdir / "etcd.log"
+    argv = [str(etcd), "--name", "pgop-backup-it", "--data-dir", str(workdir / "etcd"),
+            "--listen-client-urls", f"http://127.0.0.1:{client}",
+            "--advertise-client-urls", f"http://127.0.0.1:{client}",
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"pgop-backup-it=http://127.0.0.1:{peer}", "--unsafe-no-fsync"]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=out)
+    try:
+        health = f"http://127.0.0.1:{client}/health"
+        wait_for("etcd", lambda: urllib.request.urlopen(health, timeout=1).status == 200, 30)
+        yield f"127.0.0.1:{client}"
+    finally:
+        stop_process(proc)
+
+
 def run_user() -> pwd.struct_passwd:
     with contextlib.suppress(KeyError):
         return pwd.getpwnam(RUN_USER)

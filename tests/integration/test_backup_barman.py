@@ -11,20 +11,32 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from backup_harness import Harness, Postgres, wait_for
+from backup_harness import (
+    Harness,
+    Postgres,
+    as_user,
+    etcd_server,
+    free_port,
+    patroni_venv,
+    stop_process,
+    wait_for,
+)
 
-from pg_operator.backup import catalog
+from pg_operator.backup import catalog, instance_hook
 from pg_operator.backup.archiving import ArchiveSettings, archiving_parameters
 from pg_operator.backup.barman import (
     SECRET_KEY_ENV,
@@ -216,6 +228,92 @@ def test_restore_to_the_latest_point_has_every_row(harness: Harness, scenario: S
     wait_for("the restored cluster's own archiving to fail", archive_failing, 60)
     assert harness.s3.keys(BUCKET, "orders-latest/") == []
     pg.stop()
+
+
+def test_patroni_restores_with_the_custom_bootstrap(harness: Harness, scenario: Scenario) -> None:
+    """The Patroni side, end to end: a Patroni 4 (etcd v3 as its DCS) whose config is a plain one with
+    instance_hook.apply() laid over it, as the instance entrypoint will do. It bootstraps by the custom
+    method (check own path, barman-cloud-restore, scrub), recovers to the target, promotes, and archives
+    under its own name."""
+    h, name = harness, "orders-patroni"
+    patroni_bin = patroni_venv()
+    source_keys = h.s3.keys(BUCKET, f"{SOURCE}/")
+    base = h.workdir / name
+    base.mkdir(mode=0o700)
+    os.chown(base, h.user.pw_uid, h.user.pw_gid)
+    pgdata = base / "pgdata"
+    pg_port, api_port = free_port(), free_port()
+    backup = instance_hook.section(
+        ArchiveSettings(h.store(BUCKET, name)),
+        instance_hook.RecoveryPlan(scenario.store, RecoveryTarget(time=scenario.target_time)),
+    )
+    with etcd_server(h.workdir) as etcd:
+        plain = {
+            "scope": name,
+            "name": f"{name}-0",
+            "restapi": {"listen": f"127.0.0.1:{api_port}", "connect_address": f"127.0.0.1:{api_port}"},
+            "etcd3": {"hosts": [etcd]},
+            "bootstrap": {
+                "dcs": {"ttl": 20, "loop_wait": 2, "retry_timeout": 5},
+                "initdb": ["data-checksums"],
+            },
+            "postgresql": {
+                "listen": f"127.0.0.1:{pg_port}",
+                "connect_address": f"127.0.0.1:{pg_port}",
+                "data_dir": str(pgdata),
+                "bin_dir": str(h.pg_home / "bin"),
+                "pgpass": str(base / "pgpass"),
+                "authentication": {
+                    "superuser": {"username": "postgres", "password": "it-superuser"},
+                    "replication": {"username": "replicator", "password": "it-replication"},
+                },
+                "parameters": {"unix_socket_directories": str(base)},
+                "pg_hba": [
+                    "local all all trust",
+                    "host all all 127.0.0.1/32 trust",
+                    "host replication all 127.0.0.1/32 trust",
+                ],
+            },
+        }
+        config = instance_hook.apply(plain, backup, pgdata=str(pgdata), bin_dir=str(h.barman_bin))
+        config_file = base / "patroni.yml"
+        config_file.write_text(yaml.safe_dump(config))
+        os.chown(config_file, h.user.pw_uid, h.user.pw_gid)
+        env = {
+            "PATH": f"{h.pg_home / 'bin'}:{h.barman_bin}:/usr/bin:/bin",
+            "LD_LIBRARY_PATH": str(h.pg_home / "lib"),
+            "HOME": str(base),
+            **h.s3.env(),
+        }
+        for variable, source_variable in source_env_names().items():
+            env[source_variable] = env[variable]
+        log = base / "patroni.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(as_user(h.user, [str(patroni_bin / "patroni"), str(config_file)]),
+                                    stdout=out, stderr=out, env=env, cwd="/")  # fmt: skip
+        try:
+
+            def primary() -> bool:
+                assert proc.poll() is None, log.read_text()[-4000:]
+                with urllib.request.urlopen(f"http://127.0.0.1:{api_port}/primary", timeout=2) as r:
+                    return bool(r.status == 200)
+
+            wait_for("Patroni to bootstrap from the backup and lead", primary, 300)
+            pg = Postgres(name, pgdata, pg_port, h.pg_home, h.user, env)
+            rows = dict(pg.query("SELECT batch, count(*) FROM orders GROUP BY batch"))
+            assert rows == {"base": 100, "before": 50}, rows
+            pg.query("CHECKPOINT")
+            ((timeline,),) = pg.query("SELECT timeline_id FROM pg_control_checkpoint()")
+            assert timeline == 2
+            ((command,),) = pg.query("SHOW archive_command")
+            assert command.endswith(f" {name} %p")
+            pg.query("INSERT INTO orders (batch) VALUES ('patroni')")
+            switch_and_archive(pg)
+            assert any(k.endswith("00000002.history.gz") for k in h.s3.keys(BUCKET, f"{name}/"))
+            assert h.s3.keys(BUCKET, f"{SOURCE}/") == source_keys
+            assert "Running custom bootstrap script" in log.read_text()
+        finally:
+            stop_process(proc, timeout=60)
 
 
 def test_a_restore_that_would_archive_into_the_source_is_refused(scenario: Scenario) -> None:
