@@ -11,6 +11,7 @@ return as a replica.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import hashlib
@@ -35,11 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import psycopg
 import pytest
 
 from conftest import REPO, Kube
 from pg_operator.api.instance_config import InstanceConfig
+from pg_operator.patroni.client import PatroniAuth, PatroniError, get_cluster, switchover
 
 PG_VERSION = "16.15"
 PATRONI_VERSION = "4.1.5"
@@ -389,8 +392,9 @@ def patroni_pair(
     kube.kubectl("create", "namespace", ns)
     work = RUNTIME / f"run-{ns}"
     instances: list[Instance] = []
-    passwords = {role: secrets.token_urlsafe(32) for role in ("superuser", "replication", "app")}
-    users = {"superuser": "postgres", "replication": "replicator", "app": "app"}
+    roles = ("superuser", "replication", "app", "patroni-api")
+    passwords = {role: secrets.token_urlsafe(32) for role in roles}
+    users = {"superuser": "postgres", "replication": "replicator", "app": "app", "patroni-api": "patroni"}
     pair = Pair(ns, cluster, passwords, instances)
     try:
         apply(kube, *instance_rbac(ns, cluster))
@@ -492,11 +496,34 @@ def patroni_pair(
 def test_patroni_pair_elects_replicates_and_fails_over(kube: Kube, patroni_pair: Pair) -> None:
     ns, cluster, instances = patroni_pair.ns, patroni_pair.cluster, patroni_pair.instances
     su, app = patroni_pair.passwords["superuser"], patroni_pair.passwords["app"]
-    check_pair(kube, ns, cluster, instances, su, app)
+    api = PatroniAuth("patroni", patroni_pair.passwords["patroni-api"])
+    check_pair(kube, ns, cluster, instances, su, app, api)
     patroni_pair.failed = False
 
 
-def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su: str, app: str) -> None:
+def write_on(inst: Instance, app: str, row: int) -> Callable[[], float]:
+    def write() -> float:
+        with inst.connect("app", app, "app") as conn:
+            conn.execute("INSERT INTO orders VALUES (%s, 'planned') ON CONFLICT DO NOTHING", (row,))
+        return time.monotonic()
+
+    return write
+
+
+async def planned_switchover(primary: Instance, candidate: Instance, api: PatroniAuth) -> None:
+    async with aiohttp.ClientSession() as session:
+        view = await get_cluster(session, "127.0.0.1", port=candidate.api_port)
+        assert {m["name"] for m in view["members"]} == {primary.name, candidate.name}
+        with pytest.raises(PatroniError, match="HTTP 401"):
+            await switchover(session, "127.0.0.1", primary.name, candidate.name,
+                             PatroniAuth(api.username, "wrong"), port=primary.api_port)
+        with pytest.raises(PatroniError, match="HTTP 401"):
+            await switchover(session, "127.0.0.1", primary.name, candidate.name, None, port=primary.api_port)
+        await switchover(session, "127.0.0.1", primary.name, candidate.name, api, port=primary.api_port)
+
+
+def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su: str, app: str,
+               api: PatroniAuth) -> None:
     by_name = {i.name: i for i in instances}
     for inst in instances:
         inst.start()
@@ -633,8 +660,21 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
     with replica.connect("postgres", su) as conn:
         assert conn.execute("SELECT application_name FROM pg_stat_replication").fetchall() == [(leader.name,)]
 
-    # --- a clean stop (what a pod deletion or rolling update does) hands over without waiting for ttl -----
+    # --- a planned switchover through the operator's REST client: refused without the API credentials ----
+    # With synchronous replication Patroni switches over only to the synchronous standby.
     wait_until(f"{cluster}-sync to name the old leader", lambda: sync_key_names(leader.name), timeout=60)
+    wait_until("both instances ready", lambda: all(i.api("/readiness")[0] == 200 for i in instances), 60)
+    switched_at = time.monotonic()
+    asyncio.run(planned_switchover(replica, leader, api))
+    wait_until("the candidate to hold the lock", lambda: lock_holder() == leader.name, 30)
+    writable_again = wait_until("writes on the candidate", write_on(leader, app, 4), timeout=30, interval=0.1)
+    downtime = round(writable_again - switched_at, 2)
+    print(json.dumps({"measure": "instance_switchover", "writable_s": downtime}), flush=True)
+    # From here on the roles are swapped: `replica` names the primary again, as the next step expects.
+    leader, replica = replica, leader
+
+    # --- a clean stop (what a pod deletion or rolling update does) hands over without waiting for ttl -----
+    wait_until(f"{cluster}-sync to name {leader.name}", lambda: sync_key_names(leader.name), timeout=60)
     assert replica.proc is not None
     stopped_at = time.monotonic()
     os.killpg(replica.proc.pid, signal.SIGTERM)

@@ -12,8 +12,9 @@ import yaml
 from pg_operator.api.instance_config import InstanceConfig
 from pg_operator.instance import main
 
-PASSWORDS = {"superuser": "su-pw-0123456789", "replication": "repl-pw-0123456789", "app": "app-pw-0123456789"}
-USERS = {"superuser": "postgres", "replication": "replicator", "app": "app"}
+PASSWORDS = {"superuser": "su-pw-0123456789", "replication": "repl-pw-0123456789", "app": "app-pw-0123456789",
+             "patroni-api": "api-pw-0123456789"}
+USERS = {"superuser": "postgres", "replication": "replicator", "app": "app", "patroni-api": "patroni"}
 
 
 def pod_files(tmp_path: Path) -> dict[str, str]:

@@ -41,6 +41,7 @@ CREDS = {
     "superuser": Credentials("postgres", "su-secret-pw"),
     "replication": Credentials("replicator", "repl-secret-pw"),
     "app": Credentials("orders_owner", "app-secret-pw"),
+    "patroni-api": Credentials("patroni", "api-secret-pw"),
 }
 
 
@@ -89,7 +90,8 @@ def test_labels_match_the_api_constants() -> None:
 
 def test_rest_api_and_postgresql_addresses() -> None:
     config = render()
-    assert config["restapi"] == {"listen": "0.0.0.0:8008", "connect_address": "10.244.0.7:8008"}
+    assert config["restapi"] == {"listen": "0.0.0.0:8008", "connect_address": "10.244.0.7:8008",
+                                 "authentication": {"username": "patroni", "password": "api-secret-pw"}}
     pg = config["postgresql"]
     assert pg["listen"] == "*:5432"
     assert pg["connect_address"] == "10.244.0.7:5432"
@@ -263,3 +265,10 @@ def test_renders_what_the_operator_model_dumps() -> None:
     assert render(InstanceConfig.from_yaml(model.to_yaml()).model_dump(by_alias=True, mode="json")) == render(
         dumped
     )
+
+
+def test_unsafe_rest_endpoints_require_the_api_credentials() -> None:
+    without = {k: v for k, v in CREDS.items() if k != "patroni-api"}
+    with pytest.raises(ValueError, match="patroni-api"):
+        pc.render_patroni_config(pod=pod_environment(ENV), instance=INSTANCE, credentials=without,
+                                 os_user="postgres", post_bootstrap="true")

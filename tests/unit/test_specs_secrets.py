@@ -20,20 +20,22 @@ def decoded(secret: dict[str, Any]) -> dict[str, str]:
     return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
 
 
-PASSWORDS = ClusterPasswords(superuser="su-pw", replication="repl-pw", app="p@ss:w/rd?&%\\")
+PASSWORDS = ClusterPasswords(superuser="su-pw", replication="repl-pw", app="p@ss:w/rd?&%\\",
+                             patroni_api="api-pw")
 
 
 def test_names_and_order() -> None:
-    names = ["orders-db-superuser", "orders-db-replication", "orders-db-app"]
+    names = ["orders-db-superuser", "orders-db-replication", "orders-db-app", "orders-db-patroni-api"]
     assert secret_names(cluster()) == names
     assert [s["metadata"]["name"] for s in build_secrets(cluster(), PASSWORDS)] == names
 
 
-def test_superuser_and_replication_secrets() -> None:
-    su, repl, _ = build_secrets(cluster(), PASSWORDS)
+def test_superuser_replication_and_patroni_api_secrets() -> None:
+    su, repl, _, api = build_secrets(cluster(), PASSWORDS)
     assert decoded(su) == {"username": "postgres", "password": "su-pw"}
     assert decoded(repl) == {"username": "replicator", "password": "repl-pw"}
-    for s in (su, repl):
+    assert decoded(api) == {"username": "patroni", "password": "api-pw"}
+    for s in (su, repl, api):
         assert s["type"] == "kubernetes.io/basic-auth"
         assert s["metadata"]["ownerReferences"][0]["controller"] is True
         assert "stringData" not in s

@@ -28,6 +28,8 @@ ROLE_REPLICA: Final = "replica"
 # Database roles the operator owns.
 SUPERUSER: Final = "postgres"
 REPLICATION_USER: Final = "replicator"
+# Basic-auth user for Patroni's unsafe REST endpoints (switchover, restart, reload, config).
+PATRONI_API_USER: Final = "patroni"
 
 # Pod contract with the instance entrypoint.
 CONTAINER_NAME: Final = "postgres"

@@ -18,7 +18,7 @@ DEFAULT_RUN_DIR = "/var/run/postgresql"
 # The image links the one PostgreSQL it holds here (images/postgres/recipe.sh).
 DEFAULT_PG_BIN_DIR = "/usr/lib/postgresql/current/bin"
 
-SECRET_ROLES = ("superuser", "replication", "app")
+SECRET_ROLES = ("superuser", "replication", "app", "patroni-api")
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _MAJOR = re.compile(r"^[0-9]{2}$")

@@ -205,8 +205,13 @@ def _connect(ip: str, port: int) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
+def _restapi_auth(credentials: Mapping[str, Credentials]) -> dict[str, Any]:
+    api = credentials["patroni-api"]
+    return {"authentication": {"username": api.username, "password": api.password}}
+
+
 def _checked_secret_names(instance: Mapping[str, Any], credentials: Mapping[str, Credentials]) -> None:
-    missing = [role for role in ("superuser", "replication", "app") if role not in credentials]
+    missing = [role for role in ("superuser", "replication", "app", "patroni-api") if role not in credentials]
     if missing:
         raise ValueError(f"missing credentials for {', '.join(missing)}")
     users = instance.get("users") or {}
@@ -268,6 +273,9 @@ def render_patroni_config(
             # /readiness (leader, or replica streaming within maximum_lag_on_failover), /liveness, /metrics.
             "listen": f"{pod.listen_host or '0.0.0.0'}:{api_port}",  # noqa: S104 (the pod's network)
             "connect_address": _connect(pod.pod_ip, api_port),
+            # Unsafe endpoints (switchover, restart, reload, config) need basic auth; the probes and the
+            # operator's reads (GET /readiness, /liveness, /metrics, /cluster) stay open.
+            **_restapi_auth(credentials),
         },
         "kubernetes": {
             "namespace": pod.namespace,

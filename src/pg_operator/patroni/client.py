@@ -32,10 +32,11 @@ def base_url(pod_ip: str, port: int = PATRONI_PORT) -> str:
     return f"http://{pod_ip}:{port}"
 
 
-async def get_cluster(session: aiohttp.ClientSession, pod_ip: str) -> Mapping[str, Any]:
+async def get_cluster(session: aiohttp.ClientSession, pod_ip: str,
+                      port: int = PATRONI_PORT) -> Mapping[str, Any]:
     """GET /cluster from any member: every member answers with the whole cluster's view."""
     try:
-        async with session.get(f"{base_url(pod_ip)}/cluster", timeout=TIMEOUT) as resp:
+        async with session.get(f"{base_url(pod_ip, port)}/cluster", timeout=TIMEOUT) as resp:
             if resp.status != 200:
                 raise PatroniError(f"GET /cluster on {pod_ip}: HTTP {resp.status}")
             body = await resp.json(content_type=None)
@@ -47,13 +48,13 @@ async def get_cluster(session: aiohttp.ClientSession, pod_ip: str) -> Mapping[st
 
 
 async def switchover(session: aiohttp.ClientSession, pod_ip: str, leader: str, candidate: str,
-                     auth: PatroniAuth | None = None) -> str:
+                     auth: PatroniAuth | None = None, port: int = PATRONI_PORT) -> str:
     """Planned switchover from `leader` to `candidate`; Patroni does it synchronously and answers
     once the candidate has taken over (or says why not)."""
-    basic = aiohttp.BasicAuth(auth.username, auth.password) if auth else None
-    url = f"{base_url(pod_ip)}/switchover"
+    headers = {"Authorization": aiohttp.encode_basic_auth(auth.username, auth.password)} if auth else {}
+    url = f"{base_url(pod_ip, port)}/switchover"
     try:
-        async with session.post(url, json={"leader": leader, "candidate": candidate}, auth=basic,
+        async with session.post(url, json={"leader": leader, "candidate": candidate}, headers=headers,
                                 timeout=aiohttp.ClientTimeout(total=60, connect=2)) as resp:
             text = (await resp.text()).strip()
             if resp.status != 200:

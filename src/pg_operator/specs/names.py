@@ -48,6 +48,10 @@ def app_secret(cluster: PostgresCluster) -> str:
     return f"{cluster.name}-app"
 
 
+def patroni_api_secret(cluster: PostgresCluster) -> str:
+    return f"{cluster.name}-patroni-api"
+
+
 def pod(cluster: PostgresCluster, ordinal: int) -> str:
     return f"{statefulset(cluster)}-{ordinal}"
 

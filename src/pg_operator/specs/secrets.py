@@ -1,4 +1,5 @@
-"""Credentials: Secrets `<name>-superuser`, `<name>-replication` and `<name>-app`.
+"""Credentials: Secrets `<name>-superuser`, `<name>-replication`, `<name>-app` and `<name>-patroni-api`
+(basic auth for Patroni's unsafe REST endpoints, which the operator uses for switchovers).
 
 Create-only: the controller creates the missing ones with fresh passwords and never updates them, so a
 password is generated once per Secret. No password ever appears in a repr, a log line or an Event.
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from pg_operator.api.constants import PG_PORT, REPLICATION_USER, SUPERUSER
+from pg_operator.api.constants import PATRONI_API_USER, PG_PORT, REPLICATION_USER, SUPERUSER
 from pg_operator.api.models import PostgresCluster
 from pg_operator.specs import names
 from pg_operator.specs.labels import COMPONENT_CREDENTIALS, child_metadata
@@ -42,24 +43,28 @@ def _password() -> str:
 
 @dataclass(frozen=True)
 class ClusterPasswords:
-    """The three passwords of a cluster. Its repr names no password."""
+    """The passwords of a cluster. Its repr names no password."""
 
     superuser: str = field(repr=False)
     replication: str = field(repr=False)
     app: str = field(repr=False)
+    patroni_api: str = field(repr=False)
 
     @classmethod
     def generate(cls) -> ClusterPasswords:
-        return cls(superuser=_password(), replication=_password(), app=_password())
+        return cls(superuser=_password(), replication=_password(), app=_password(),
+                   patroni_api=_password())
 
     def __repr__(self) -> str:
-        return "ClusterPasswords(superuser=<redacted>, replication=<redacted>, app=<redacted>)"
+        return ("ClusterPasswords(superuser=<redacted>, replication=<redacted>, app=<redacted>, "
+                "patroni_api=<redacted>)")
 
     __str__ = __repr__
 
 
 def secret_names(cluster: PostgresCluster) -> list[str]:
-    return [names.superuser_secret(cluster), names.replication_secret(cluster), names.app_secret(cluster)]
+    return [names.superuser_secret(cluster), names.replication_secret(cluster), names.app_secret(cluster),
+            names.patroni_api_secret(cluster)]
 
 
 def _pgpass_field(value: str) -> str:
@@ -113,7 +118,7 @@ def _secret(cluster: PostgresCluster, name: str, values: dict[str, str]) -> dict
 
 
 def build_secrets(cluster: PostgresCluster, passwords: ClusterPasswords) -> list[dict[str, Any]]:
-    """All three Secrets, in the order of `secret_names`."""
+    """All the Secrets, in the order of `secret_names`."""
     return [
         _secret(
             cluster,
@@ -126,4 +131,9 @@ def build_secrets(cluster: PostgresCluster, passwords: ClusterPasswords) -> list
             {"username": REPLICATION_USER, "password": passwords.replication},
         ),
         _secret(cluster, names.app_secret(cluster), app_connection(cluster, passwords.app)),
+        _secret(
+            cluster,
+            names.patroni_api_secret(cluster),
+            {"username": PATRONI_API_USER, "password": passwords.patroni_api},
+        ),
     ]

@@ -43,6 +43,7 @@ _SECRET_VOLUMES = (
     ("superuser", names.superuser_secret),
     ("replication", names.replication_secret),
     ("app", names.app_secret),
+    ("patroni-api", names.patroni_api_secret),
 )
 
 
