@@ -43,6 +43,7 @@ class Instance:
     # The kubelet's word that the database container is not running right now (terminated, or
     # waiting to be restarted after it exited): certain evidence, unlike a missed heartbeat.
     container_down: bool
+    pod_ip: str = ""
     member: Member | None = None
 
     @property
@@ -130,6 +131,7 @@ def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | No
         terminating=bool(meta.get("deletionTimestamp")),
         created=_parse_time(meta.get("creationTimestamp")),
         container_down=down,
+        pod_ip=str((pod.get("status") or {}).get("podIP") or ""),
         member=(members or {}).get(name),
     )
 

@@ -1,0 +1,197 @@
+"""The operator's part of high availability, on top of Patroni: one step per reconcile pass.
+
+- Fast failover: when the kubelet reports the primary's database container dead, release its leader
+  key so a replica takes over now rather than after Patroni's ttl (orchestration.failover).
+- Scale-down never removes the primary: the StatefulSet keeps its size until a switchover moved the
+  primary to a surviving ordinal (orchestration.rollout.plan_scale).
+- Rolling image changes: replicas first, then a switchover, then the old primary; a stalled instance
+  halts the rollout as a reported problem (orchestration.rollout.plan_update).
+- Patroni's own ConfigMaps get an owner reference so deleting the cluster removes them too.
+
+Patroni's REST API is asked only when a decision needs its view (a rollout or switchover in
+progress), never in steady state: an idle cluster costs no request here.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+from lightkube.core.exceptions import ApiError
+
+from pg_operator.api.constants import API_VERSION, CLUSTER_LABEL, KIND, ROLE_PRIMARY
+from pg_operator.api.models import PostgresCluster
+from pg_operator.controller.events import EventRecorder
+from pg_operator.controller.kube import Api, is_conflict, is_not_found, resource_for
+from pg_operator.controller.observe import Snapshot
+from pg_operator.orchestration.failover import leader_configmap_name, plan_lock_release
+from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
+from pg_operator.orchestration.rollout import Action, plan_scale, plan_update
+from pg_operator.patroni.client import PatroniAuth, PatroniError, get_cluster, switchover
+from pg_operator.specs import names
+
+log = logging.getLogger(__name__)
+
+PATRONI_CONFIGMAP_SUFFIXES = ("-leader", "-config", "-sync", "-failover")
+
+
+@dataclass
+class StepResult:
+    writes: int = 0
+    replicas: int | None = None  # the StatefulSet size to apply now, when it differs from the spec
+    problem: tuple[str, str] | None = None
+    message: str = ""  # what the data plane is waiting for or doing, for the phase
+
+
+def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def _desired_image(statefulset: Mapping[str, Any]) -> str | None:
+    for c in ((statefulset.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or ():
+        if c.get("name") == "postgres":
+            return str(c.get("image"))
+    return None
+
+
+def patroni_auth(snapshot: Snapshot, cluster: PostgresCluster) -> PatroniAuth | None:
+    secret = snapshot.find("v1", "Secret", names.patroni_api_secret(cluster))
+    data = (secret or {}).get("data") or {}
+    try:
+        return PatroniAuth(base64.b64decode(data["username"]).decode(),
+                           base64.b64decode(data["password"]).decode())
+    except (KeyError, ValueError):
+        return None
+
+
+class DataPlane:
+    def __init__(self, api: Api, events: EventRecorder) -> None:
+        self.api = api
+        self.events = events
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def step(self, cluster: PostgresCluster, body: dict[str, Any], snapshot: Snapshot,
+                   statefulset: Mapping[str, Any]) -> StepResult:
+        result = StepResult()
+        pods = [p for p in snapshot.of_kind("v1", "Pod")
+                if (_meta(p).get("labels") or {}).get(CLUSTER_LABEL) == cluster.name]
+        instances = instances_from_pods(pods)
+        result.writes += await self._adopt_patroni_configmaps(cluster, snapshot)
+        result.writes += await self._fast_failover(cluster, body, snapshot, instances)
+
+        replicas, scale_action = plan_scale(instances, cluster.spec.replicas)
+        if replicas != cluster.spec.replicas:
+            result.replicas = replicas
+        if scale_action.kind != "none":
+            members = await self._members(instances)
+            replicas, scale_action = plan_scale(instances_from_pods(pods, members), cluster.spec.replicas)
+            result.replicas = replicas if replicas != cluster.spec.replicas else None
+            result.writes += await self._act(cluster, body, snapshot, instances, scale_action, result)
+            return result
+
+        image = _desired_image(statefulset)
+        if image and any(i.image != image for i in instances):
+            members = await self._members(instances)
+            action = plan_update(instances_from_pods(pods, members), image, cluster.spec.replicas,
+                                 datetime.now(UTC))
+            result.writes += await self._act(cluster, body, snapshot, instances, action, result)
+        return result
+
+    async def _members(self, instances: list[Instance]) -> dict[str, Member]:
+        """Patroni's view, asked of the primary first, then any other running instance."""
+        ordered = sorted(instances, key=lambda i: (i.role != ROLE_PRIMARY, i.ordinal))
+        for inst in ordered:
+            ip = inst.pod_ip
+            if not ip or inst.container_down:
+                continue
+            try:
+                return parse_members(await get_cluster(self.session(), ip))
+            except PatroniError as exc:
+                log.info("Patroni on %s did not answer: %s", inst.name, exc)
+        return {}
+
+    async def _act(self, cluster: PostgresCluster, body: dict[str, Any], snapshot: Snapshot,
+                   instances: list[Instance], action: Action, result: StepResult) -> int:
+        result.message = action.reason
+        if action.kind in ("none", "wait"):
+            if action.reason:
+                log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
+            return 0
+        if action.kind == "halt":
+            result.problem = ("RolloutHalted", action.reason)
+            return 0
+        if action.kind == "delete_pod":
+            log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
+            try:
+                await self.api.delete("v1", "Pod", action.target, cluster.namespace)
+            except ApiError as exc:
+                if not is_not_found(exc):
+                    raise
+            return 1 + int(await self.events.record(body, "Normal", "RollingUpdate", action.reason))
+        # switchover
+        primary = next((i for i in instances if i.role == ROLE_PRIMARY), None)
+        if primary is None or not primary.pod_ip:
+            return 0
+        auth = patroni_auth(snapshot, cluster)
+        log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
+        try:
+            await switchover(self.session(), primary.pod_ip, primary.name, action.target, auth)
+        except PatroniError as exc:
+            # Patroni says why (e.g. the candidate is not the synchronous standby yet): try again later.
+            log.warning("%s/%s: switchover refused: %s", cluster.namespace, cluster.name, exc)
+            result.message = f"switchover to {action.target} refused by Patroni; retrying"
+            return int(await self.events.record(body, "Warning", "SwitchoverRefused", str(exc)))
+        return int(await self.events.record(body, "Normal", "Switchover", action.reason))
+
+    async def _fast_failover(self, cluster: PostgresCluster, body: dict[str, Any], snapshot: Snapshot,
+                             instances: list[Instance]) -> int:
+        leader = snapshot.find("v1", "ConfigMap", leader_configmap_name(cluster.name))
+        release = plan_lock_release(leader, instances)
+        if release is None:
+            return 0
+        try:
+            await self.api.merge_patch(resource_for("v1", "ConfigMap"), leader_configmap_name(cluster.name),
+                                       cluster.namespace, release.patch())
+        except ApiError as exc:
+            if is_conflict(exc) or is_not_found(exc):
+                return 0  # the holder renewed (so it lives) or the key is gone: nothing to do
+            raise
+        log.warning("%s/%s: released the leader key of %s: %s", cluster.namespace, cluster.name,
+                    release.holder, release.reason)
+        recorded = await self.events.record(
+            body, "Warning", "FailoverStarted",
+            f"{release.reason}: released its leader key so a replica takes over without waiting for the ttl")
+        return 1 + int(recorded)
+
+    async def _adopt_patroni_configmaps(self, cluster: PostgresCluster, snapshot: Snapshot) -> int:
+        """Patroni creates its ConfigMaps without an owner; give them one (not as controller: they
+        stay Patroni's) so the garbage collector removes them with the cluster."""
+        writes = 0
+        wanted = {cluster.name + suffix for suffix in PATRONI_CONFIGMAP_SUFFIXES}
+        for cm in snapshot.of_kind("v1", "ConfigMap"):
+            meta = _meta(cm)
+            if meta.get("name") not in wanted or meta.get("ownerReferences"):
+                continue
+            ref = {"apiVersion": API_VERSION, "kind": KIND, "name": cluster.name, "uid": cluster.uid}
+            try:
+                await self.api.merge_patch(resource_for("v1", "ConfigMap"), str(meta["name"]),
+                                           cluster.namespace, {"metadata": {"ownerReferences": [ref]}})
+            except ApiError as exc:
+                if not is_not_found(exc):
+                    raise
+            writes += 1
+        return writes
