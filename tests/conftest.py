@@ -13,14 +13,18 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 LOCALKUBE = REPO / "localkube"
 sys.path.insert(0, str(LOCALKUBE))
 
 from common import Context  # noqa: E402
+
+from pg_operator.images import default_image, image_for  # noqa: E402
 
 TIERS = ("unit", "integration", "e2e")
 
@@ -105,6 +109,43 @@ def kube(cluster_manager: ClusterManager) -> Kube:
 def full_kube(cluster_manager: ClusterManager) -> Kube:
     """The full profile: real control plane and a real node running real containers."""
     return cluster_manager.ensure("full")
+
+
+# --- e2e: the operator as a user installs it, and the user's example cluster -----------------------------
+
+OPERATOR_NAMESPACE = "pg-operator-system"
+EXAMPLE_NAMESPACE, EXAMPLE = "shop", "orders-db"
+
+
+def operator_image() -> str:
+    for doc in yaml.safe_load_all((REPO / "deploy" / "operator" / "deployment.yaml").read_text()):
+        if doc and doc.get("kind") == "Deployment":
+            containers: list[dict[str, Any]] = doc["spec"]["template"]["spec"]["containers"]
+            return str(next(c["image"] for c in containers if c["name"] == "operator"))
+    raise AssertionError("deploy/operator/deployment.yaml has no Deployment")
+
+
+@pytest.fixture(scope="session")
+def operator(full_kube: Kube) -> Iterator[Kube]:
+    """CRD, RBAC and Deployment from deploy/, with images built locally (cached by their inputs)."""
+    sys.path.insert(0, str(REPO / "localkube" / "images"))
+    from build import ensure_images
+
+    ensure_images(full_kube.ctx, [default_image("16"), image_for("16.13"), operator_image()])
+    full_kube.kubectl("apply", "-k", str(REPO / "deploy"))
+    full_kube.kubectl("-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment/pg-operator",
+                      "--timeout=300s", timeout=320)
+    yield full_kube
+
+
+@pytest.fixture(scope="session")
+def example(operator: Kube) -> Iterator[Kube]:
+    """examples/orders-db.yaml applied and Ready."""
+    operator.kubectl("apply", "-f", str(REPO / "examples" / "orders-db.yaml"))
+    operator.kubectl("-n", EXAMPLE_NAMESPACE, "wait", f"postgrescluster/{EXAMPLE}", "--for=condition=Ready",
+                     "--timeout=900s", timeout=920)
+    yield operator
+    operator.kubectl("delete", "namespace", EXAMPLE_NAMESPACE, "--ignore-not-found", timeout=300)
 
 
 def _tier(item: pytest.Item) -> str:

@@ -1,0 +1,145 @@
+"""Helpers for e2e tests of real PostgreSQL clusters: Secrets, Services, connections, container kills."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import node
+import psycopg
+from psycopg import sql
+
+from conftest import Kube
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float, interval: float = 1.0) -> Any:
+    """Poll until check() returns something truthy; connection errors count as "not yet"."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except (AssertionError, psycopg.Error, KeyError) as e:
+            last = e
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+def get_json(kube: Kube, *args: str) -> Any:
+    return json.loads(kube.kubectl("get", "-o", "json", *args).stdout)
+
+
+def secret(kube: Kube, namespace: str, name: str) -> dict[str, str]:
+    data = get_json(kube, "secret", name, "-n", namespace)["data"]
+    return {k: base64.b64decode(v).decode() for k, v in data.items()}
+
+
+def service_ip(kube: Kube, namespace: str, name: str) -> str:
+    return str(get_json(kube, "service", name, "-n", namespace)["spec"]["clusterIP"])
+
+
+def connect_app(kube: Kube, namespace: str, cluster: str, service_suffix: str = "rw",
+                timeout: int = 3) -> psycopg.Connection[Any]:
+    app = secret(kube, namespace, f"{cluster}-app")
+    return psycopg.connect(host=service_ip(kube, namespace, f"{cluster}-{service_suffix}"),
+                           port=int(app["port"]), user=app["username"], password=app["password"],
+                           dbname=app["dbname"], connect_timeout=timeout, autocommit=True)
+
+
+def status(kube: Kube, namespace: str, cluster: str) -> dict[str, Any]:
+    return dict(get_json(kube, "pgc", cluster, "-n", namespace).get("status") or {})
+
+
+def healthy(kube: Kube, namespace: str, cluster: str, replicas: int) -> dict[str, Any] | None:
+    """The status once every instance is ready with exactly one primary, else None."""
+    st = status(kube, namespace, cluster)
+    instances = st.get("instances") or []
+    roles = sorted(i.get("role") for i in instances)
+    ok = (len(instances) == replicas and all(i.get("ready") for i in instances)
+          and roles == ["primary"] + ["replica"] * (replicas - 1) and st.get("currentPrimary"))
+    return st if ok else None
+
+
+def kill_container(kube: Kube, namespace: str, pod: str, container: str = "postgres") -> None:
+    """SIGKILL a container's init process from the host, as a crash or the OOM killer would."""
+    pod_obj = get_json(kube, "pod", pod, "-n", namespace)
+    cid = next(c["containerID"] for c in pod_obj["status"]["containerStatuses"] if c["name"] == container)
+    cid = cid.split("://", 1)[1]
+    res = subprocess.run(["ctr", "--address", node.containerd_address(kube.ctx), "-n", "k8s.io",
+                          "tasks", "ls"], capture_output=True, text=True, check=True)
+    pids = [line.split()[1] for line in res.stdout.splitlines()[1:] if line.split()[0] == cid]
+    assert pids, f"no running task for container {cid} of {pod}"
+    subprocess.run(["kill", "-9", pids[0]], check=True)
+
+
+class Writer:
+    """A client that writes numbered rows through <cluster>-rw for as long as it runs, one connection
+    per attempt as a pooled application would reconnect, remembering every acknowledged commit and the
+    longest stretch during which no write succeeded."""
+
+    def __init__(self, kube: Kube, namespace: str, cluster: str, table: str) -> None:
+        self.kube, self.namespace, self.cluster, self.table = kube, namespace, cluster, table
+        self.acked: list[int] = []
+        self.outages: list[float] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._host = service_ip(kube, namespace, f"{cluster}-rw")
+        self._app = secret(kube, namespace, f"{cluster}-app")
+        with self._connect() as conn:
+            ddl = sql.SQL("create table if not exists {} (id int primary key, at timestamptz default now())")
+            conn.execute(ddl.format(sql.Identifier(table)))
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        a = self._app
+        return psycopg.connect(host=self._host, port=int(a["port"]), user=a["username"],
+                               password=a["password"], dbname=a["dbname"], connect_timeout=2, autocommit=True)
+
+    def _run(self) -> None:
+        n, down_since = 1, None
+        while not self._stop.is_set():
+            try:
+                with self._connect() as conn:
+                    conn.execute("set statement_timeout = '5s'")
+                    insert = sql.SQL("insert into {} (id) values (%s)").format(sql.Identifier(self.table))
+                    conn.execute(insert, (n,))
+                self.acked.append(n)
+                n += 1
+                if down_since is not None:
+                    self.outages.append(time.monotonic() - down_since)
+                    down_since = None
+            except psycopg.Error:
+                if down_since is None:
+                    down_since = time.monotonic()
+            time.sleep(0.05)
+
+    def __enter__(self) -> Writer:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(30)
+
+    def wait_for_writes(self, count: int, timeout: float) -> None:
+        target = len(self.acked) + count
+        wait_until(f"{count} more acknowledged writes", lambda: len(self.acked) >= target, timeout, 0.1)
+
+    @property
+    def longest_outage(self) -> float:
+        return max(self.outages, default=0.0)
+
+    def missing(self) -> list[int]:
+        """Acknowledged commits that the current primary does not have: lost writes."""
+        with self._connect() as conn:
+            query = sql.SQL("select id from {}").format(sql.Identifier(self.table))
+            present = {r[0] for r in conn.execute(query).fetchall()}
+        return [n for n in self.acked if n not in present]

@@ -1,0 +1,91 @@
+"""Failover on real pods: the primary's container SIGKILLed, the primary's pod deleted, and a planned
+switchover, each under a writer that runs throughout. With synchronous replication no acknowledged
+commit may be lost. The figures printed here are measured again, over trials, by bench/bench_failover.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+from pgcluster import Writer, get_json, healthy, kill_container, status, wait_until
+
+from conftest import Kube
+
+NS, NAME = "ha-sync", "sync-db"
+
+
+@pytest.fixture(scope="module")
+def sync_cluster(operator: Kube) -> Iterator[Kube]:
+    operator.kubectl("create", "namespace", NS)
+    cluster = {
+        "apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
+        "metadata": {"name": NAME, "namespace": NS},
+        "spec": {"replicas": 3, "version": "16", "storage": "1Gi",
+                 "synchronous": {"number": 1, "dataDurability": "required"}},
+    }
+    operator.kubectl("apply", "-f", "-", input=json.dumps(cluster))
+    wait_until("the synchronous cluster to be healthy", lambda: healthy(operator, NS, NAME, 3), 900, 2)
+    yield operator
+    operator.kubectl("delete", "namespace", NS, "--ignore-not-found", timeout=300)
+
+
+def events(kube: Kube, reason: str) -> list[str]:
+    items = get_json(kube, "events", "-n", NS, "--field-selector", f"involvedObject.name={NAME}")["items"]
+    return [e.get("message", "") for e in items if e.get("reason") == reason]
+
+
+def report(measure: str, writer: Writer, old: str, new: str) -> None:
+    print(json.dumps({"measure": measure, "write_outage_s": round(writer.longest_outage, 2),
+                      "acknowledged": len(writer.acked), "old_primary": old, "new_primary": new}), flush=True)
+
+
+def test_primary_container_killed_a_replica_takes_over_and_nothing_acknowledged_is_lost(
+        sync_cluster: Kube) -> None:
+    old = wait_until("healthy", lambda: healthy(sync_cluster, NS, NAME, 3), 300)["currentPrimary"]
+    with Writer(sync_cluster, NS, NAME, "kill_writes") as writer:
+        writer.wait_for_writes(20, 60)
+        kill_container(sync_cluster, NS, old)
+        wait_until("writes to fail over", lambda: writer.outages, 120, 0.2)
+        writer.wait_for_writes(20, 60)
+    new = wait_until("healthy again", lambda: healthy(sync_cluster, NS, NAME, 3), 300)["currentPrimary"]
+    report("failover_container_sigkill", writer, old, new)
+    assert new != old, "the killed primary kept its role: no replica was promoted"
+    assert writer.missing() == [], "acknowledged commits were lost"
+    roles = {i["name"]: i["role"] for i in status(sync_cluster, NS, NAME)["instances"]}
+    assert roles[old] == "replica", f"the old primary did not rejoin as a replica: {roles}"
+    assert events(sync_cluster, "PrimaryChanged"), "no Warning Event for the failover"
+
+
+def test_primary_pod_deleted_a_replica_takes_over(sync_cluster: Kube) -> None:
+    old = wait_until("healthy", lambda: healthy(sync_cluster, NS, NAME, 3), 300)["currentPrimary"]
+    with Writer(sync_cluster, NS, NAME, "delete_writes") as writer:
+        writer.wait_for_writes(20, 60)
+        sync_cluster.kubectl("delete", "pod", old, "-n", NS, "--wait=false")
+        wait_until("writes to fail over", lambda: writer.outages, 120, 0.2)
+        writer.wait_for_writes(20, 60)
+    new = wait_until("healthy again", lambda: healthy(sync_cluster, NS, NAME, 3), 300)["currentPrimary"]
+    report("failover_pod_deleted", writer, old, new)
+    assert new != old
+    assert writer.missing() == []
+
+
+def test_planned_switchover_to_a_chosen_replica(sync_cluster: Kube) -> None:
+    st = wait_until("healthy", lambda: healthy(sync_cluster, NS, NAME, 3), 300)
+    old = st["currentPrimary"]
+    target = next(i["name"] for i in st["instances"] if i["role"] == "replica")
+    with Writer(sync_cluster, NS, NAME, "switchover_writes") as writer:
+        writer.wait_for_writes(20, 60)
+        started = time.monotonic()
+        sync_cluster.kubectl("annotate", "pgc", NAME, "-n", NS, f"db.example.com/switchover-to={target}")
+        wait_until(f"{target} to become primary",
+                   lambda: status(sync_cluster, NS, NAME).get("currentPrimary") == target, 120, 0.5)
+        took = time.monotonic() - started
+        writer.wait_for_writes(20, 60)
+    report("switchover", writer, old, target)
+    print(json.dumps({"measure": "switchover_requested_to_primary_s", "seconds": round(took, 2)}))
+    assert writer.missing() == []
+    annotations = get_json(sync_cluster, "pgc", NAME, "-n", NS)["metadata"].get("annotations") or {}
+    assert "db.example.com/switchover-to" not in annotations, "the request was not cleared once done"
