@@ -27,17 +27,26 @@ from lightkube.core.exceptions import ApiError
 from pg_operator.api.constants import API_VERSION, CLUSTER_LABEL, KIND, ROLE_PRIMARY
 from pg_operator.api.models import PostgresCluster
 from pg_operator.controller.events import EventRecorder
-from pg_operator.controller.kube import Api, is_conflict, is_not_found, resource_for
+from pg_operator.controller.kube import (
+    Api,
+    PostgresClusterResource,
+    is_conflict,
+    is_not_found,
+    resource_for,
+)
 from pg_operator.controller.observe import Snapshot
 from pg_operator.orchestration.failover import leader_configmap_name, plan_lock_release
 from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
-from pg_operator.orchestration.rollout import Action, plan_scale, plan_update
+from pg_operator.orchestration.rollout import Action, best_candidate, plan_scale, plan_update
 from pg_operator.patroni.client import PatroniAuth, PatroniError, get_cluster, switchover
 from pg_operator.specs import names
 
 log = logging.getLogger(__name__)
 
 PATRONI_CONFIGMAP_SUFFIXES = ("-leader", "-config", "-sync", "-failover")
+# A planned switchover, asked for on the cluster: `kubectl annotate pgc NAME db.example.com/switchover-to=POD`
+# (or `=auto` for the healthiest replica). Cleared once done, or when it cannot be done.
+SWITCHOVER_ANNOTATION = "db.example.com/switchover-to"
 
 
 @dataclass
@@ -93,6 +102,12 @@ class DataPlane:
         result.writes += await self._adopt_patroni_configmaps(cluster, snapshot)
         result.writes += await self._fast_failover(cluster, body, snapshot, instances)
 
+        requested = str((_meta(body).get("annotations") or {}).get(SWITCHOVER_ANNOTATION) or "")
+        if requested:
+            result.writes += await self._requested_switchover(cluster, body, snapshot, pods, requested,
+                                                              result)
+            return result
+
         replicas, scale_action = plan_scale(instances, cluster.spec.replicas)
         if replicas != cluster.spec.replicas:
             result.replicas = replicas
@@ -110,6 +125,42 @@ class DataPlane:
                                  datetime.now(UTC))
             result.writes += await self._act(cluster, body, snapshot, instances, action, result)
         return result
+
+    async def _requested_switchover(self, cluster: PostgresCluster, body: dict[str, Any], snapshot: Snapshot,
+                                    pods: list[dict[str, Any]], requested: str, result: StepResult) -> int:
+        instances = instances_from_pods(pods)
+        primary = next((i for i in instances if i.role == ROLE_PRIMARY), None)
+        if primary is not None and primary.name == requested:
+            return await self._clear_request(cluster, body, "Normal", "SwitchoverDone",
+                                             f"{requested} is the primary")
+        members = await self._members(instances)
+        instances = instances_from_pods(pods, members)
+        if requested == "auto":
+            target = best_candidate(instances)
+        else:
+            target = next((i for i in instances if i.name == requested), None)
+            if target is None:
+                return await self._clear_request(cluster, body, "Warning", "SwitchoverRefused",
+                                                 f"{requested} is not an instance of this cluster")
+        if target is None or not target.healthy_replica:
+            result.message = f"switchover to {requested} waits for it to be a streaming replica"
+            return 0
+        action = Action("switchover", target=target.name, reason=f"switchover to {target.name} requested")
+        writes = await self._act(cluster, body, snapshot, instances, action, result)
+        if result.message == action.reason:  # Patroni did it
+            writes += await self._clear_request(cluster, body, None, "", "")
+        return writes
+
+    async def _clear_request(self, cluster: PostgresCluster, body: dict[str, Any], event_type: str | None,
+                             reason: str, message: str) -> int:
+        try:
+            await self.api.merge_patch(PostgresClusterResource, cluster.name, cluster.namespace,
+                                       {"metadata": {"annotations": {SWITCHOVER_ANNOTATION: None}}})
+        except ApiError as exc:
+            if not is_not_found(exc):
+                raise
+        recorded = await self.events.record(body, event_type, reason, message) if event_type else False
+        return 1 + int(recorded)
 
     async def _members(self, instances: list[Instance]) -> dict[str, Member]:
         """Patroni's view, asked of the primary first, then any other running instance."""
