@@ -211,8 +211,17 @@ def test_status_matches_the_crd_model_and_naive_times_are_utc() -> None:
         cluster(), previous=None, statefulset=sts(), pods=healthy_pods(), now=datetime(2026, 12, 1, 8)
     )
     parsed = PostgresClusterStatus.model_validate(s)
-    assert parsed.model_dump(by_alias=True, mode="json") == s
+    assert parsed.model_dump(by_alias=True, mode="json", exclude_none=True) == s
     assert s["conditions"][0]["lastTransitionTime"] == "2026-12-01T08:00:00Z"
     assert s["selector"] == (
         "app.kubernetes.io/instance=orders-db,app.kubernetes.io/name=postgresql,db.example.com/cluster=orders-db"
     )
+
+
+def test_instances_report_patroni_timeline_from_the_pod_annotation() -> None:
+    pods = [pod(0, "primary", annotations={"status": '{"state":"running","role":"primary","timeline":3}'}),
+            pod(1, annotations={"status": "not json"})]
+    status = compute_status(cluster(2), previous=None, statefulset=sts(2), pods=pods, now=T0)
+    by_name = {i["name"]: i for i in status["instances"]}
+    assert by_name["orders-db-0"]["timeline"] == 3
+    assert "timeline" not in by_name["orders-db-1"]

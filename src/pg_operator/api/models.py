@@ -555,6 +555,7 @@ class InstanceStatus(_StatusModel):
     name: str
     role: str = Field(description="primary, replica, or unknown while Patroni has not labelled the pod.")
     ready: bool
+    timeline: int | None = Field(None, description="PostgreSQL timeline as Patroni reports it.")
 
 
 class PostgresClusterStatus(_StatusModel):

@@ -4,6 +4,7 @@ status only when it differs."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +33,16 @@ def _is_ready(pod: Mapping[str, Any]) -> bool:
     return False
 
 
+def _patroni_timeline(meta: Mapping[str, Any]) -> int | None:
+    """Patroni publishes each member's state as JSON in the pod's `status` annotation; the timeline
+    changes only on promotion, so reporting it costs no extra status writes."""
+    try:
+        timeline = json.loads((meta.get("annotations") or {}).get("status") or "{}").get("timeline")
+    except (ValueError, AttributeError):
+        return None
+    return timeline if isinstance(timeline, int) else None
+
+
 def _instances(cluster: PostgresCluster, pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     instances = []
     for pod in pods:
@@ -41,14 +52,16 @@ def _instances(cluster: PostgresCluster, pods: Sequence[Mapping[str, Any]]) -> l
         if labels.get(CLUSTER_LABEL) != cluster.name or meta.get("deletionTimestamp"):
             continue
         role = labels.get(ROLE_LABEL)
-        instances.append(
-            {
-                "name": str(meta.get("name", "")),
-                "role": _ROLES.get(role, role) if role else "unknown",
-                "ready": _is_ready(pod),
-                "_revision": labels.get("controller-revision-hash"),
-            }
-        )
+        instance = {
+            "name": str(meta.get("name", "")),
+            "role": _ROLES.get(role, role) if role else "unknown",
+            "ready": _is_ready(pod),
+            "_revision": labels.get("controller-revision-hash"),
+        }
+        timeline = _patroni_timeline(meta)
+        if timeline is not None:
+            instance["timeline"] = timeline
+        instances.append(instance)
     return sorted(instances, key=lambda i: i["name"])
 
 
@@ -170,6 +183,8 @@ def compute_status(
         "replicas": existing,
         "readyReplicas": ready,
         "currentPrimary": primary,
-        "instances": [{"name": i["name"], "role": i["role"], "ready": i["ready"]} for i in instances],
+        # Keys are left out rather than null: a null would be dropped by the merge patch and make every
+        # later pass see a difference.
+        "instances": [{k: i[k] for k in ("name", "role", "ready", "timeline") if k in i} for i in instances],
         "selector": ",".join(f"{k}={v}" for k, v in sorted(selector_labels(cluster).items())),
     }
