@@ -223,13 +223,13 @@ def _restore_sysctls(ctx: Context) -> None:
 
 
 def _v1_hierarchies() -> list[Path]:
-    """Mount points of the cgroup v1 hierarchies, the named (name=systemd) one included: the kubelet
-    creates its cgroups in every one of them."""
+    """Mount points of the cgroup hierarchies, the named (name=systemd) one and a hybrid host's
+    cgroup2 (unified) one included: the kubelet and runc create their cgroups in every one of them."""
     out = []
     with open("/proc/self/mountinfo") as f:
         for line in f:
             pre, _, post = line.partition(" - ")
-            if post.split()[0] == "cgroup":
+            if post.split()[0] in ("cgroup", "cgroup2"):
                 out.append(Path(pre.split()[4]))
     return out
 
@@ -241,7 +241,7 @@ def _ensure_cgroup_root() -> None:
         d.mkdir(exist_ok=True)
         if (h / "cpuset.cpus").exists():  # a cpuset child is unusable until it has cpus and mems
             for knob in ("cpuset.cpus", "cpuset.mems"):
-                if not (d / knob).read_text().strip():
+                if (d / knob).exists() and not (d / knob).read_text().strip():
                     (d / knob).write_text((h / knob).read_text())
 
 
