@@ -89,7 +89,9 @@ def free_port() -> int:
 
 def install_operator_identity(kube: Any) -> None:
     """CRD, the operator's Namespace, ServiceAccount and RBAC, exactly as deployed (not the Deployment)."""
-    kube.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "crd" / "postgresclusters.yaml"))
+    # Other tests apply the CRD under their own field manager: the committed file wins.
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f",
+                 str(REPO / "deploy" / "crd" / "postgresclusters.yaml"))
     kube.kubectl(
         "wait", "--for=condition=Established", "--timeout=60s", "crd/postgresclusters.db.example.com"
     )

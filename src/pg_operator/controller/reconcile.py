@@ -16,6 +16,7 @@ from typing import Any
 from lightkube.core.exceptions import ApiError
 
 from pg_operator.api.models import PostgresCluster
+from pg_operator.controller.dataplane import DataPlane
 from pg_operator.controller.diff import HASH_ANNOTATION, object_differences, with_hash
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.keys import ClusterKey, is_owned_by
@@ -135,6 +136,7 @@ class Reconciler:
         self.metrics = metrics
         self.events = events
         self.memo = WriteMemo()
+        self.dataplane = DataPlane(api, events)
         self._invalid_seen: dict[ClusterKey, int] = {}
 
     async def reconcile(self, key: ClusterKey) -> Outcome:
@@ -193,6 +195,17 @@ class Reconciler:
 
         sts = snapshot.find("apps/v1", "StatefulSet", name)
         desired = desired_children(cluster, existing_statefulset=sts)
+        if sts is not None:
+            # Failover, switchover, rollout order and scale-down safety: Patroni's part is done by
+            # Patroni, the rest here. It may hold the StatefulSet's size until the primary has moved.
+            step = await self.dataplane.step(cluster, body, snapshot, sts)
+            outcome.writes += step.writes
+            problem = problem or step.problem
+            outcome.problem = problem
+            if step.replicas is not None:
+                for child in desired:
+                    if child["kind"] == "StatefulSet":
+                        child["spec"]["replicas"] = step.replicas
         wanted: set[ObjectId] = set()
         for child in desired:
             child_meta = child["metadata"]
@@ -337,6 +350,12 @@ class Reconciler:
             raise
         self.memo.wrote(ident, rv, _canonical(status))
         writes = 1
+        was_primary = str((previous or {}).get("currentPrimary") or "")
+        primary = str(status.get("currentPrimary") or "")
+        if was_primary and primary and primary != was_primary:
+            writes += await self.events.record(
+                body, "Warning", "PrimaryChanged", f"the primary moved from {was_primary} to {primary}"
+            )
         was = (_condition(previous, "Degraded") or {}).get("status") == "True"
         now_degraded = _condition(status, "Degraded") or {}
         if now_degraded.get("status") == "True" and not was:
