@@ -101,11 +101,14 @@ class Provisioner:
         if code != 200:
             raise RuntimeError(f"listing volumes: HTTP {code}: {pvs}")
         by_name = {pv["metadata"]["name"]: pv for pv in pvs["items"]}
+        # Claims some PV already names (pre-bound by whoever made it): the PV controller binds those.
+        claimed = {(pv["spec"].get("claimRef") or {}).get("uid") for pv in pvs["items"]}
         for pvc in pvcs["items"]:
             if pvc["spec"].get("storageClassName") != self.storage_class:
                 continue
             if not pvc["spec"].get("volumeName"):
-                self.provision(pvc, by_name)
+                if pvc["metadata"]["uid"] not in claimed:
+                    self.provision(pvc, by_name)
             elif pvc.get("status", {}).get("phase") == "Bound":
                 self.resize(pvc, by_name.get(pvc["spec"]["volumeName"]))
         for pv in pvs["items"]:
