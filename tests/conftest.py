@@ -128,14 +128,19 @@ def operator_image() -> str:
 @pytest.fixture(scope="session")
 def operator(full_kube: Kube) -> Iterator[Kube]:
     """CRD, RBAC and Deployment from deploy/, with images built locally (cached by their inputs)."""
+    install_operator(full_kube)
+    yield full_kube
+
+
+def install_operator(kube: Kube) -> None:
+    """What a user does (kubectl apply -k deploy/), after building and importing the images."""
     sys.path.insert(0, str(REPO / "localkube" / "images"))
     from build import ensure_images
 
-    ensure_images(full_kube.ctx, [default_image("16"), image_for("16.13"), operator_image()])
-    full_kube.kubectl("apply", "-k", str(REPO / "deploy"))
-    full_kube.kubectl("-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment/pg-operator",
-                      "--timeout=300s", timeout=320)
-    yield full_kube
+    ensure_images(kube.ctx, [default_image("16"), image_for("16.13"), operator_image()])
+    kube.kubectl("apply", "-k", str(REPO / "deploy"))
+    kube.kubectl("-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment/pg-operator",
+                 "--timeout=300s", timeout=320)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,89 @@
+"""Failover and switchover on the full profile, measured over trials: one JSON line of medians.
+
+For each trial, a writer inserts through <name>-rw (a new connection per attempt, as a pooled client
+reconnects) while the primary is (a) SIGKILLed at its container's init process, (b) deleted as a pod,
+(c) switched over on request. The figure is the longest stretch without a successful write. The
+cluster uses synchronous replication, and every acknowledged write is checked after each trial.
+
+  python3 localkube/cluster.py up full && .venv/bin/python bench/bench_failover.py --trials 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "e2e"), str(REPO / "localkube")]
+
+from common import Context  # noqa: E402
+from pgcluster import Writer, healthy, kill_container, status, wait_until  # noqa: E402
+
+from conftest import Kube, install_operator  # noqa: E402
+
+NS, NAME = "bench-failover", "bench-db"
+
+
+def trial(kube: Kube, how: str, table: str) -> dict[str, Any]:
+    st = wait_until("healthy", lambda: healthy(kube, NS, NAME, 3), 600, 1)
+    old = st["currentPrimary"]
+    with Writer(kube, NS, NAME, table) as writer:
+        writer.wait_for_writes(20, 60)
+        if how == "sigkill":
+            kill_container(kube, NS, old)
+        elif how == "pod_delete":
+            kube.kubectl("delete", "pod", old, "-n", NS, "--wait=false")
+        else:
+            target = next(i["name"] for i in st["instances"] if i["role"] == "replica")
+            kube.kubectl("annotate", "pgc", NAME, "-n", NS, f"db.example.com/switchover-to={target}",
+                         "--overwrite")
+        wait_until("the outage to end", lambda: writer.outages, 300, 0.1)
+        writer.wait_for_writes(10, 60)
+    lost = writer.missing()
+    new = wait_until("healthy again", lambda: healthy(kube, NS, NAME, 3), 600, 1)["currentPrimary"]
+    return {"outage_s": writer.longest_outage, "lost": len(lost), "promoted": new != old}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=5)
+    args = parser.parse_args()
+    ctx = Context()
+    kube = Kube(profile="full", kubeconfig=str(ctx.admin_kubeconfig), ctx=ctx)
+    install_operator(kube)
+    kube.kubectl("create", "namespace", NS, check=False)
+    body = {"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
+            "metadata": {"name": NAME, "namespace": NS},
+            "spec": {"replicas": 3, "version": "16", "storage": "1Gi",
+                     "synchronous": {"number": 1, "dataDurability": "required"}}}
+    started = time.monotonic()
+    kube.kubectl("apply", "-f", "-", input=json.dumps(body))
+    wait_until("the cluster to be healthy", lambda: healthy(kube, NS, NAME, 3), 900, 1)
+    ready_s = time.monotonic() - started
+    results: dict[str, list[dict[str, Any]]] = {"sigkill": [], "pod_delete": [], "switchover": []}
+    try:
+        for i in range(args.trials):
+            for how, rows in results.items():
+                rows.append(trial(kube, how, f"{how}_{i}"))
+                print(f"{how} #{i + 1}: {rows[-1]}", file=sys.stderr, flush=True)
+    finally:
+        final = status(kube, NS, NAME)
+        kube.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+    out: dict[str, Any] = {"bench": "failover", "trials": args.trials, "apply_to_ready_s": round(ready_s, 1)}
+    for how, rows in results.items():
+        out[f"{how}_outage_p50_s"] = round(statistics.median(r["outage_s"] for r in rows), 2)
+        out[f"{how}_outage_max_s"] = round(max(r["outage_s"] for r in rows), 2)
+        out[f"{how}_promoted"] = sum(r["promoted"] for r in rows)
+    out["acknowledged_writes_lost"] = sum(r["lost"] for rows in results.values() for r in rows)
+    out["final_phase"] = final.get("phase")
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
