@@ -57,6 +57,7 @@ OPERATOR_OWNED_PARAMETERS: tuple[str, ...] = (
     "listen_addresses",
     "max_replication_slots",
     "max_wal_senders",
+    "password_encryption",
     "port",
     "primary_conninfo",
     "primary_slot_name",
@@ -73,6 +74,8 @@ OPERATOR_OWNED_PARAMETERS: tuple[str, ...] = (
     "restore_command",
     "synchronous_standby_names",
     "unix_socket_directories",
+    "unix_socket_group",
+    "unix_socket_permissions",
     "wal_level",
     "wal_log_hints",
 )

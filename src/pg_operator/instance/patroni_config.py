@@ -12,6 +12,7 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
+from pg_operator.api import models as api_models
 from pg_operator.instance.inputs import Credentials, PodEnvironment
 
 # Labels of the pod contract (docs/contracts.md, pg_operator.api.constants). Repeated here so the image
@@ -27,47 +28,9 @@ MIN_TTL = 20
 MIN_LOOP_WAIT = 1
 MIN_RETRY_TIMEOUT = 3
 
-# Settings that Patroni or this entrypoint own: a user value would break replication, failover, archiving
-# or the pod layout. The API refuses them first; refused again here in case the schema was bypassed.
-OPERATOR_OWNED_PARAMETERS = frozenset(
-    {
-        "archive_cleanup_command",
-        "archive_command",
-        "archive_library",
-        "archive_mode",
-        "cluster_name",
-        "config_file",
-        "data_directory",
-        "external_pid_file",
-        "hba_file",
-        "hot_standby",
-        "ident_file",
-        "listen_addresses",
-        "max_replication_slots",
-        "max_wal_senders",
-        "password_encryption",
-        "port",
-        "primary_conninfo",
-        "primary_slot_name",
-        "promote_trigger_file",
-        "recovery_end_command",
-        "recovery_target",
-        "recovery_target_action",
-        "recovery_target_inclusive",
-        "recovery_target_lsn",
-        "recovery_target_name",
-        "recovery_target_time",
-        "recovery_target_timeline",
-        "recovery_target_xid",
-        "restore_command",
-        "synchronous_standby_names",
-        "unix_socket_directories",
-        "unix_socket_group",
-        "unix_socket_permissions",
-        "wal_level",
-        "wal_log_hints",
-    }
-)
+# Settings that Patroni or this entrypoint own (the API's list): the API refuses them first; refused again
+# here in case the schema was bypassed.
+OPERATOR_OWNED_PARAMETERS = frozenset(api_models.OPERATOR_OWNED_PARAMETERS)
 
 # The peer map that lets the OS user PostgreSQL runs as (and only it) connect over the Unix socket as the
 # superuser — Patroni's own connections, `kubectl exec … psql`.
