@@ -10,8 +10,15 @@ from fractions import Fraction
 QUANTITY_PATTERN = r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 _QUANTITY_RE = re.compile(QUANTITY_PATTERN)
 
+# Any quantity the API server may render (signs, exponents, n/u suffixes), for comparing what it stored
+# with what we asked for; user input is held to QUANTITY_PATTERN by the schema.
+_ANY_QUANTITY_RE = re.compile(r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?:[eE]([+-]?[0-9]+))?"
+                              r"(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+
 _SUFFIX: dict[str, Fraction] = {
     "": Fraction(1),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
     "m": Fraction(1, 1000),
     "k": Fraction(10**3),
     "M": Fraction(10**6),
@@ -34,10 +41,13 @@ def parse_quantity(value: str | int) -> Fraction:
         raise ValueError(f"not a quantity: {value!r}")
     if isinstance(value, int):
         return Fraction(value)
-    match = _QUANTITY_RE.match(value)
+    match = _ANY_QUANTITY_RE.match(value.strip())
     if match is None:
         raise ValueError(f"not a quantity: {value!r}")
-    return Fraction(Decimal(match.group(1))) * _SUFFIX[match.group(3) or ""]
+    number = Fraction(Decimal(match.group(1)))
+    if match.group(2):
+        number *= Fraction(10) ** int(match.group(2))
+    return number * _SUFFIX[match.group(3) or ""]
 
 
 def gibibytes(value: str) -> int:

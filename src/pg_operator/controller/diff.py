@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
-from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
 
+from pg_operator.api import quantity
 from pg_operator.api.constants import GROUP
 
 HASH_ANNOTATION = f"{GROUP}/applied-hash"
@@ -26,27 +26,6 @@ _IDENTITY = frozenset({"apiVersion", "kind"})
 _META_COMPARED = ("labels", "annotations", "ownerReferences")
 _LIST_KEYS = ("name", "type", "containerPort", "port", "mountPath", "key")
 
-_QUANTITY = re.compile(
-    r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:[eE]([+-]?\d+))?(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$"
-)
-_SUFFIX = {
-    None: Decimal(1),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-}
 
 
 # Spec fields left out of the hash: immutable fields the builders copy from the existing object (as the
@@ -82,16 +61,10 @@ def with_hash(desired: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
-def parse_quantity(value: str) -> Decimal | None:
-    m = _QUANTITY.match(value.strip())
-    if not m:
-        return None
+def parse_quantity(value: str) -> Fraction | None:
     try:
-        number = Decimal(m.group(1))
-        if m.group(2):
-            number *= Decimal(10) ** int(m.group(2))
-        return number * _SUFFIX[m.group(3)]
-    except (InvalidOperation, KeyError):
+        return quantity.parse_quantity(value)
+    except ValueError:
         return None
 
 
