@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import json
 import os
 import signal
@@ -90,8 +91,13 @@ def free_port() -> int:
 def install_operator_identity(kube: Any) -> None:
     """CRD, the operator's Namespace, ServiceAccount and RBAC, exactly as deployed (not the Deployment)."""
     # Other tests apply the CRD under their own field manager: the committed file wins.
-    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f",
-                 str(REPO / "deploy" / "crd" / "postgresclusters.yaml"))
+    kube.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        str(REPO / "deploy" / "crd" / "postgresclusters.yaml"),
+    )
     kube.kubectl(
         "wait", "--for=condition=Established", "--timeout=60s", "crd/postgresclusters.db.example.com"
     )
@@ -227,6 +233,13 @@ class OperatorProcess:
             self.proc.wait(10)
 
 
+@dataclasses.dataclass(frozen=True)
+class AuditMark:
+    stamp: str  # UTC, as the audit log writes requestReceivedTimestamp
+    inode: int
+    size: int
+
+
 class Audit:
     """Counts what one user wrote, from the API server's audit log (JSON lines, ResponseComplete)."""
 
@@ -234,27 +247,53 @@ class Audit:
         self.path = path
         self.user = user
 
-    def mark(self) -> int:
-        return self.path.stat().st_size if self.path.exists() else 0
+    def mark(self) -> AuditMark:
+        try:
+            st = self.path.stat()
+            inode, size = st.st_ino, st.st_size
+        except FileNotFoundError:
+            inode, size = 0, 0
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+        return AuditMark(stamp, inode, size)
 
-    def events_since(self, offset: int) -> Iterator[dict[str, Any]]:
-        with self.path.open("rb") as f:
-            f.seek(offset)
-            for raw in f:
-                try:
-                    event = json.loads(raw)
-                except ValueError:
-                    continue
-                if (
-                    event.get("stage") == "ResponseComplete"
-                    and (event.get("user") or {}).get("username") == self.user
-                ):
-                    yield event
+    def _lines_since(self, mark: AuditMark) -> Iterator[bytes]:
+        st = self.path.stat()
+        if st.st_ino == mark.inode and st.st_size >= mark.size:
+            with self.path.open("rb") as f:
+                f.seek(mark.size)
+                yield from f
+            return
+        # The API server rotated the log since the mark: read the rotated files written since, then the
+        # current one, and keep what was received after the mark.
+        rotated = sorted(
+            p
+            for p in self.path.parent.glob(f"{self.path.stem}-*{self.path.suffix}")
+            if p.stat().st_mtime >= st.st_mtime - 86400
+        )
+        for path in [*rotated, self.path]:
+            with path.open("rb") as f:
+                yield from f
 
-    def requests_since(self, offset: int, *, include_leases: bool = False) -> Counter[tuple[str, str]]:
+    def events_since(self, mark: AuditMark) -> Iterator[dict[str, Any]]:
+        needle = self.user.encode()
+        for raw in self._lines_since(mark):
+            if needle not in raw:
+                continue
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                continue
+            if (
+                event.get("stage") == "ResponseComplete"
+                and (event.get("user") or {}).get("username") == self.user
+                and str(event.get("requestReceivedTimestamp", "")) >= mark.stamp
+            ):
+                yield event
+
+    def requests_since(self, mark: AuditMark, *, include_leases: bool = False) -> Counter[tuple[str, str]]:
         """(verb, resource[/subresource]) → count; the leader Lease's renewals are left out unless asked."""
         out: Counter[tuple[str, str]] = Counter()
-        for event in self.events_since(offset):
+        for event in self.events_since(mark):
             ref = event.get("objectRef") or {}
             resource = str(ref.get("resource") or event.get("requestURI"))
             if resource == "leases" and not include_leases:
@@ -264,8 +303,8 @@ class Audit:
             out[(str(event.get("verb")), resource)] += 1
         return out
 
-    def writes_since(self, offset: int) -> Counter[tuple[str, str]]:
-        return Counter({k: v for k, v in self.requests_since(offset).items() if k[0] in WRITE_VERBS})
+    def writes_since(self, mark: AuditMark) -> Counter[tuple[str, str]]:
+        return Counter({k: v for k, v in self.requests_since(mark).items() if k[0] in WRITE_VERBS})
 
 
 class PvProvisioner:
