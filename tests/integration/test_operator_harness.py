@@ -123,6 +123,14 @@ def operator_kubeconfig(kube: Any, path: Path) -> Path:
     return path
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the test process dies, so a killed test session leaves
+    no operator behind (Linux prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
 class OperatorProcess:
     """`pg-operator run` as a subprocess, with its own health/metrics ports and log file."""
 
@@ -158,6 +166,7 @@ class OperatorProcess:
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
         )
         log.close()
         return self
@@ -477,8 +486,13 @@ def operator_env(
         yield OperatorEnv(kube, kubeconfig, work, Audit(audit_path))
 
 
+# Identities are unique to the test session: a process left over from another session must never share
+# one with ours (two processes of one identity would both believe they hold the Lease).
+SESSION = uuid.uuid4().hex[:6]
+
+
 def start_operator(env: OperatorEnv, identity: str, *extra: str) -> OperatorProcess:
-    return OperatorProcess(env.kubeconfig, env.log_dir, identity, *extra).start()
+    return OperatorProcess(env.kubeconfig, env.log_dir, f"{identity}-{SESSION}", *extra).start()
 
 
 def make_namespace(kube: Any, prefix: str) -> str:

@@ -63,14 +63,14 @@ def test_only_the_leader_acts_and_killing_it_hands_over(
         "it reconciled"
     )
     holder = get_json(kube, "lease", LEASE, "-n", OPERATOR_NS)["spec"]["holderIdentity"]
-    assert holder == "leader-a"
+    assert holder == a.identity
 
     a.kill9()
     killed = time.monotonic()
     wait_until("the standby to take over", b.is_leader, timeout=2 * DURATION, interval=0.1)
     handover = time.monotonic() - killed
     print(f"\nleader hand-over after kill -9: {handover:.1f} s (lease duration {DURATION} s)")
-    assert get_json(kube, "lease", LEASE, "-n", OPERATOR_NS)["spec"]["holderIdentity"] == "leader-b"
+    assert get_json(kube, "lease", LEASE, "-n", OPERATOR_NS)["spec"]["holderIdentity"] == b.identity
 
     # the new leader reconciles: a scale-up is carried out by it
     kube.kubectl(
