@@ -16,7 +16,7 @@ from typing import Any
 from lightkube.core.exceptions import ApiError
 
 from pg_operator.api.models import PostgresCluster
-from pg_operator.controller.dataplane import DataPlane
+from pg_operator.controller.dataplane import DataPlane, StepResult
 from pg_operator.controller.diff import HASH_ANNOTATION, object_differences, with_hash
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.keys import ClusterKey, is_owned_by
@@ -198,7 +198,13 @@ class Reconciler:
         if sts is not None:
             # Failover, switchover, rollout order and scale-down safety: Patroni's part is done by
             # Patroni, the rest here. It may hold the StatefulSet's size until the primary has moved.
-            step = await self.dataplane.step(cluster, body, snapshot, sts)
+            try:
+                step = await self.dataplane.step(cluster, body, snapshot, sts)
+            except ApiError as exc:
+                # A refused action (say, RBAC) is reported, and must not keep the children and the
+                # status from being reconciled; the next pass tries again.
+                log.warning("%s/%s: data-plane action failed: %s", namespace, name, exc.status.message)
+                step = StepResult(problem=("DataPlaneActionFailed", str(exc.status.message)))
             outcome.writes += step.writes
             problem = problem or step.problem
             outcome.problem = problem
