@@ -134,12 +134,12 @@ def test_example_creates_every_child_with_the_built_spec(
     ns, name = orders_db["namespace"], orders_db["name"]
     wait_children(kube, ns, name)
     assert_children_match(kube, ns, name)
-    for secret in ("superuser", "replication", "app"):
+    for secret in ("superuser", "replication", "app", "patroni-api"):
         data = get_json(kube, "secret", f"{name}-{secret}", "-n", ns)["data"]
         assert {"username", "password"} <= set(data), f"secret {secret} lacks username/password"
     # nothing of the operator's logs carries a password
     log = operator.proc.log_text()
-    for secret in ("superuser", "replication", "app"):
+    for secret in ("superuser", "replication", "app", "patroni-api"):
         import base64
 
         password = base64.b64decode(
