@@ -293,9 +293,11 @@ def test_missing_storage_class_degrades_then_recovers(operator: Operator) -> Non
             "the StatefulSet once the class exists",
             lambda: get_or_none(kube, "statefulset", "sc-db", "-n", ns) is not None,
         )
+        # Generous: on a loaded 2-core machine the claim, the fake pod and the status take a while.
         wait_until(
             "Degraded to clear",
             lambda: condition(cluster_obj(kube, ns, "sc-db"), "Degraded").get("status") == "False",
+            timeout=180,
         )
         wait_ready(kube, ns, "sc-db", 1)
         reasons = [e["reason"] for e in events_for(kube, ns, "sc-db")]
