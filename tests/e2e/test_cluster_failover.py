@@ -75,7 +75,10 @@ def test_primary_pod_deleted_a_replica_takes_over(sync_cluster: Kube) -> None:
 def test_planned_switchover_to_a_chosen_replica(sync_cluster: Kube) -> None:
     st = wait_until("healthy", lambda: healthy(sync_cluster, NS, NAME, 3), 300)
     old = st["currentPrimary"]
-    target = next(i["name"] for i in st["instances"] if i["role"] == "replica")
+    # With synchronous replication Patroni switches over only to the synchronous standby it recorded.
+    sync = get_json(sync_cluster, "configmap", f"{NAME}-sync", "-n", NS)["metadata"]["annotations"]
+    target = sync["sync_standby"]
+    assert target != old
     with Writer(sync_cluster, NS, NAME, "switchover_writes") as writer:
         writer.wait_for_writes(20, 60)
         started = time.monotonic()
@@ -89,3 +92,19 @@ def test_planned_switchover_to_a_chosen_replica(sync_cluster: Kube) -> None:
     assert writer.missing() == []
     annotations = get_json(sync_cluster, "pgc", NAME, "-n", NS)["metadata"].get("annotations") or {}
     assert "db.example.com/switchover-to" not in annotations, "the request was not cleared once done"
+
+
+def test_a_switchover_patroni_refuses_is_answered_not_retried_forever(sync_cluster: Kube) -> None:
+    st = wait_until("healthy", lambda: healthy(sync_cluster, NS, NAME, 3), 300)
+    sync = get_json(sync_cluster, "configmap", f"{NAME}-sync", "-n", NS)["metadata"]["annotations"]
+    other = next(i["name"] for i in st["instances"]
+                 if i["role"] == "replica" and i["name"] != sync["sync_standby"])
+    sync_cluster.kubectl("annotate", "pgc", NAME, "-n", NS, f"db.example.com/switchover-to={other}")
+
+    def answered() -> bool:
+        annotations = get_json(sync_cluster, "pgc", NAME, "-n", NS)["metadata"].get("annotations") or {}
+        return "db.example.com/switchover-to" not in annotations
+
+    wait_until("the request to be answered", answered, 120, 1)
+    assert any("sync" in m for m in events(sync_cluster, "SwitchoverRefused")), "no Event says why"
+    assert status(sync_cluster, NS, NAME)["currentPrimary"] == st["currentPrimary"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from pg_operator.orchestration.failover import leader_holder, plan_lock_release
 from pg_operator.orchestration.instances import Instance, instances_from_pods, parse_members
-from pg_operator.orchestration.rollout import plan_scale, plan_update
+from pg_operator.orchestration.rollout import best_candidate, plan_scale, plan_update
 
 OLD, NEW = "localhost/pg-operator/postgres:16.13", "localhost/pg-operator/postgres:16.15"
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -151,3 +151,16 @@ def test_lock_kept_without_a_running_replica_or_holder() -> None:
     assert plan_lock_release(leader_cm("db-0"), instances_from_pods(lonely)) is None
     assert plan_lock_release(leader_cm(None), instances_from_pods(lonely)) is None
     assert leader_holder(None) is None
+
+
+def test_switchover_candidates_are_the_synchronous_standbys_when_there_are_any() -> None:
+    pods = [pod("db-0", "primary"), pod("db-1"), pod("db-2")]
+    m = parse_members(members(("db-0", "leader", "running", 0), ("db-1", "replica", "streaming", 0),
+                              ("db-2", "sync_standby", "streaming", 100)))
+    chosen = best_candidate(instances_from_pods(pods, m))
+    assert chosen is not None and chosen.name == "db-2"
+    asynchronous = parse_members(members(("db-0", "leader", "running", 0),
+                                         ("db-1", "replica", "streaming", 0),
+                                         ("db-2", "replica", "streaming", 100)))
+    chosen = best_candidate(instances_from_pods(pods, asynchronous))
+    assert chosen is not None and chosen.name == "db-1"

@@ -147,9 +147,9 @@ class DataPlane:
             return 0
         action = Action("switchover", target=target.name, reason=f"switchover to {target.name} requested")
         writes = await self._act(cluster, body, snapshot, instances, action, result)
-        if result.message == action.reason:  # Patroni did it
-            writes += await self._clear_request(cluster, body, None, "", "")
-        return writes
+        # Done, or refused by Patroni (its reason is in the SwitchoverRefused Event): either way the
+        # request is answered; asking again is the user's call.
+        return writes + await self._clear_request(cluster, body, None, "", "")
 
     async def _clear_request(self, cluster: PostgresCluster, body: dict[str, Any], event_type: str | None,
                              reason: str, message: str) -> int:

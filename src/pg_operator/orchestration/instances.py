@@ -27,6 +27,11 @@ class Member:
         return self.role in ("leader", "standby_leader")
 
     @property
+    def is_sync(self) -> bool:
+        """A synchronous standby: with synchronous replication Patroni switches over only to one."""
+        return self.role in ("sync_standby", "quorum_standby")
+
+    @property
     def streaming(self) -> bool:
         return not self.is_leader and self.state == "streaming"
 

@@ -40,10 +40,13 @@ NONE = Action("none")
 
 def best_candidate(instances: Sequence[Instance], *, below_ordinal: int | None = None,
                    image: str | None = None) -> Instance | None:
-    """The healthiest replica: streaming, least lag, then lowest ordinal."""
+    """The healthiest replica: streaming, least lag, then lowest ordinal. When Patroni names synchronous
+    standbys, only they qualify: Patroni refuses a switchover to any other."""
     pool = [i for i in instances if i.healthy_replica
             and (below_ordinal is None or i.ordinal < below_ordinal)
             and (image is None or i.image == image)]
+    if any(i.member is not None and i.member.is_sync for i in instances):
+        pool = [i for i in pool if i.member is not None and i.member.is_sync]
     return min(pool, key=lambda i: (i.lag, i.ordinal), default=None)
 
 
