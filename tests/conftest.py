@@ -143,7 +143,7 @@ def install_operator(kube: Kube) -> None:
                  "--timeout=300s", timeout=320)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def example(operator: Kube) -> Iterator[Kube]:
     """examples/orders-db.yaml applied and Ready."""
     operator.kubectl("apply", "-f", str(REPO / "examples" / "orders-db.yaml"))

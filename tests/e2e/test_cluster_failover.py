@@ -15,6 +15,8 @@ from pgcluster import Writer, get_json, healthy, kill_container, status, wait_un
 from conftest import Kube
 
 NS, NAME = "ha-sync", "sync-db"
+# The single test node has 2 CPUs; several clusters and the operator share it.
+SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +25,7 @@ def sync_cluster(operator: Kube) -> Iterator[Kube]:
     cluster = {
         "apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
         "metadata": {"name": NAME, "namespace": NS},
-        "spec": {"replicas": 3, "version": "16", "storage": "1Gi",
+        "spec": {"replicas": 3, "version": "16", "storage": "1Gi", "resources": SMALL,
                  "synchronous": {"number": 1, "dataDurability": "required"}},
     }
     operator.kubectl("apply", "-f", "-", input=json.dumps(cluster))

@@ -14,6 +14,8 @@ from pg_operator.images import image_for
 
 NS, NAME = "rollout", "upgrade-db"
 OLD, NEW = image_for("16.13"), image_for("16.15")
+# The single test node has 2 CPUs: five instances of this cluster must fit beside the operator.
+SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +24,7 @@ def cluster(operator: Kube) -> Iterator[Kube]:
     body = {
         "apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
         "metadata": {"name": NAME, "namespace": NS},
-        "spec": {"replicas": 3, "version": "16", "storage": "1Gi", "image": OLD},
+        "spec": {"replicas": 3, "version": "16", "storage": "1Gi", "image": OLD, "resources": SMALL},
     }
     operator.kubectl("apply", "-f", "-", input=json.dumps(body))
     wait_until("the 16.13 cluster to be healthy", lambda: healthy(operator, NS, NAME, 3), 900, 2)
