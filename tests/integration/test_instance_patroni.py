@@ -578,7 +578,7 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
         methods = {r[0] for r in conn.execute("SELECT auth_method FROM pg_hba_file_rules").fetchall()}
         assert methods == {"peer", "scram-sha-256"}
         addresses = {r[0] for r in conn.execute("SELECT address FROM pg_hba_file_rules WHERE type = 'host'")}
-        assert addresses == {"127.0.0.1"}
+        assert addresses == {"127.0.0.1", "::1"}  # the configured network, and loopback for replication
         verifier = conn.execute("SELECT rolpassword FROM pg_authid WHERE rolname = 'app'").fetchone()
         assert verifier is not None and verifier[0].startswith("SCRAM-SHA-256$4096:")
         owner = conn.execute(

@@ -136,6 +136,8 @@ def test_pg_hba_only_pod_network_and_scram() -> None:
     hba = render(instance)["postgresql"]["pg_hba"]
     assert hba == [
         f'local all "postgres" peer map={pc.LOCAL_IDENT_MAP}',
+        'host replication "replicator" 127.0.0.1/32 scram-sha-256',
+        'host replication "replicator" ::1/128 scram-sha-256',
         'host replication "replicator" 10.244.0.0/16 scram-sha-256',
         'host replication "replicator" fd00:10:244::/56 scram-sha-256',
         "host all all 10.244.0.0/16 scram-sha-256",

@@ -146,6 +146,10 @@ def pg_hba(*, superuser: str, replication: str, networks: list[str]) -> list[str
     (replication connections for the replication role; every role for databases). Nothing else matches,
     so everything else is refused."""
     lines = [f"local all {_hba_name(superuser)} peer map={LOCAL_IDENT_MAP}"]
+    # Patroni asks its own PostgreSQL for the timeline over a loopback replication connection (when an
+    # old primary rejoins): without these lines a crashed primary cannot come back as a replica.
+    for loopback in ("127.0.0.1/32", "::1/128"):
+        lines.append(f"host replication {_hba_name(replication)} {loopback} scram-sha-256")
     for network in networks:
         lines.append(f"host replication {_hba_name(replication)} {network} scram-sha-256")
     for network in networks:
