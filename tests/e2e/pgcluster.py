@@ -67,6 +67,23 @@ def healthy(kube: Kube, namespace: str, cluster: str, replicas: int) -> dict[str
     return st if ok else None
 
 
+def wait_serving(kube: Kube, namespace: str, cluster: str, replicas: int, timeout: float) -> dict[str, Any]:
+    """Wait until the operator reports the cluster healthy and the -rw Service routes to the primary.
+
+    Ready is the operator's word; the Service's endpoints and kube-proxy's rules follow moments later,
+    and a client connecting in between is refused.
+    """
+    st: dict[str, Any] = wait_until(f"{cluster} to be healthy",
+                                    lambda: healthy(kube, namespace, cluster, replicas), timeout, 2)
+
+    def routes() -> bool:
+        connect_app(kube, namespace, cluster).close()
+        return True
+
+    wait_until(f"the {cluster}-rw Service to reach the primary", routes, 60)
+    return st
+
+
 def kill_container(kube: Kube, namespace: str, pod: str, container: str = "postgres") -> None:
     """SIGKILL a container's init process from the host, as a crash or the OOM killer would."""
     pod_obj = get_json(kube, "pod", pod, "-n", namespace)

@@ -5,7 +5,7 @@ application connecting with the `<name>-app` Secret."""
 from __future__ import annotations
 
 import psycopg
-from pgcluster import connect_app, get_json, secret, service_ip, status, wait_until
+from pgcluster import connect_app, get_json, secret, service_ip, status, wait_serving, wait_until
 
 from conftest import EXAMPLE, EXAMPLE_NAMESPACE, Kube
 
@@ -27,12 +27,7 @@ def test_example_becomes_ready_with_one_primary_and_two_streaming_replicas(examp
 
 
 def test_application_writes_through_rw_and_reads_through_ro(example: Kube) -> None:
-    # Ready is the operator's word; the Service's endpoints and kube-proxy's rules follow within moments.
-    def reachable() -> bool:
-        connect_app(example, NS, NAME, "rw").close()
-        return True
-
-    wait_until("the -rw Service to reach the primary", reachable, timeout=60)
+    wait_serving(example, NS, NAME, 3, 60)
     with connect_app(example, NS, NAME, "rw") as rw:
         assert rw.execute("select pg_is_in_recovery()").fetchone() == (False,)
         rw.execute("create table if not exists orders (id serial primary key, item text not null)")

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from pgcluster import Writer, get_json, healthy, kill_container, status, wait_until
+from pgcluster import Writer, get_json, healthy, kill_container, status, wait_serving, wait_until
 
 from conftest import Kube
 
@@ -29,7 +29,7 @@ def sync_cluster(operator: Kube) -> Iterator[Kube]:
                  "synchronous": {"number": 1, "dataDurability": "required"}},
     }
     operator.kubectl("apply", "-f", "-", input=json.dumps(cluster))
-    wait_until("the synchronous cluster to be healthy", lambda: healthy(operator, NS, NAME, 3), 900, 2)
+    wait_serving(operator, NS, NAME, 3, 900)
     yield operator
     operator.kubectl("delete", "namespace", NS, "--ignore-not-found", timeout=300)
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from pgcluster import Writer, connect_app, get_json, healthy, wait_until
+from pgcluster import Writer, connect_app, get_json, healthy, wait_serving, wait_until
 
 from conftest import Kube
 from pg_operator.images import image_for
@@ -27,7 +27,7 @@ def cluster(operator: Kube) -> Iterator[Kube]:
         "spec": {"replicas": 3, "version": "16", "storage": "1Gi", "image": OLD, "resources": SMALL},
     }
     operator.kubectl("apply", "-f", "-", input=json.dumps(body))
-    wait_until("the 16.13 cluster to be healthy", lambda: healthy(operator, NS, NAME, 3), 900, 2)
+    wait_serving(operator, NS, NAME, 3, 900)
     yield operator
     operator.kubectl("delete", "namespace", NS, "--ignore-not-found", timeout=300)
 
