@@ -49,8 +49,11 @@ def cache_dir() -> Path:
     return Path(os.environ.get("PGOP_CACHE", f"{base}/pg-operator"))
 
 
+DEFAULT_STATE = Path("/var/lib/pg-operator-localkube")
+
+
 def state_dir() -> Path:
-    return Path(os.environ.get("PGOP_STATE", "/var/lib/pg-operator-localkube"))
+    return Path(os.environ.get("PGOP_STATE", str(DEFAULT_STATE)))
 
 
 def read_versions() -> dict[str, str]:

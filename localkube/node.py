@@ -6,7 +6,8 @@ Order cluster.py calls: missing_prereqs() → prepare_host(ctx) → (control pla
 
 Everything this node creates on the host is recognisable as ours, so teardown removes exactly that:
 - processes: whose command line names our state or run directory (or our provisioner script);
-- cgroups: everything under /localkube in each cgroup v1 hierarchy (the kubelet's cgroupRoot);
+- cgroups: everything under /localkube (another state directory: /localkube-<hash>) in each cgroup
+  hierarchy (the kubelet's cgroupRoot);
 - mounts: everything under the state directory, the run directory and our pods' netns files;
 - network: the bridge BRIDGE, its veths, netns `cni-*` holding a pod-CIDR address, iptables chains
   KUBE-* and CNI-* and the rules that jump to them.
@@ -17,6 +18,7 @@ nothing of this goes away by itself when the processes are killed.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import ipaddress
 import json
@@ -35,6 +37,7 @@ from typing import Any
 from common import (
     CLUSTER_DNS_IP,
     CLUSTER_DOMAIN,
+    DEFAULT_STATE,
     HERE,
     NODE_NAME,
     POD_CIDR,
@@ -71,7 +74,7 @@ RUN_DIR = Path("/run/pg-operator-localkube")
 BRIDGE = "localkube0"
 POD_NET = ipaddress.ip_network(POD_CIDR)
 BRIDGE_IP = str(next(POD_NET.hosts()))  # the pods' gateway; CoreDNS listens here
-CGROUP_PARENT = "localkube"
+DEFAULT_CGROUP_PARENT = "localkube"
 CGROUP_V1 = Path("/sys/fs/cgroup")
 PAUSE_IMAGE = "localkube.local/pause:1"
 STORAGE_CLASS = "standard"
@@ -184,7 +187,7 @@ def prepare_host(ctx: Context) -> None:
                 _sysctl_path(name).write_text(f"{minimum}\n")
         except (OSError, ValueError):
             pass
-    _ensure_cgroup_root()
+    _ensure_cgroup_root(ctx)
     for d in _dirs(ctx).values():
         d.mkdir(parents=True, exist_ok=True)
 
@@ -234,10 +237,19 @@ def _v1_hierarchies() -> list[Path]:
     return out
 
 
-def _ensure_cgroup_root() -> None:
+def cgroup_parent(ctx: Context) -> str:
+    """The kubelet's cgroupRoot, and so the cgroups teardown empties: one per state directory, so a
+    second local cluster (another PGOP_STATE, in a network namespace of its own) never kills the
+    first one's pods."""
+    if ctx.state == DEFAULT_STATE:
+        return DEFAULT_CGROUP_PARENT
+    return f"{DEFAULT_CGROUP_PARENT}-{hashlib.sha256(str(ctx.state).encode()).hexdigest()[:8]}"
+
+
+def _ensure_cgroup_root(ctx: Context) -> None:
     """The kubelet's cgroupRoot must exist in every hierarchy (it refuses to start otherwise)."""
     for h in _v1_hierarchies():
-        d = h / CGROUP_PARENT
+        d = h / cgroup_parent(ctx)
         d.mkdir(exist_ok=True)
         if (h / "cpuset.cpus").exists():  # a cpuset child is unusable until it has cpus and mems
             for knob in ("cpuset.cpus", "cpuset.mems"):
@@ -349,7 +361,7 @@ def _kubelet_config(ctx: Context, pki: Any, node_ip: str) -> dict[str, Any]:
         "failCgroupV1": False,
         "cgroupDriver": "cgroupfs",
         # Pods' cgroups under /localkube in every hierarchy: ours alone to remove on teardown.
-        "cgroupRoot": f"/{CGROUP_PARENT}",
+        "cgroupRoot": f"/{cgroup_parent(ctx)}",
         "cgroupsPerQOS": True,
         "enforceNodeAllocatable": ["pods"],
         "containerRuntimeEndpoint": f"unix://{containerd_address(ctx)}",
@@ -593,8 +605,8 @@ def cleanup_leftovers(ctx: Context) -> None:
 
 def _clean(ctx: Context) -> None:
     _kill_our_processes(ctx)
-    _kill_cgroup_processes(signal.SIGKILL)
-    _wait_cgroups_empty(5)
+    _kill_cgroup_processes(ctx, signal.SIGKILL)
+    _wait_cgroups_empty(ctx, 5)
     ours = _our_netns()
     _unmount_ours(ctx, ours)
     for ns in ours:
@@ -602,7 +614,7 @@ def _clean(ctx: Context) -> None:
         (NETNS_DIR / ns).unlink(missing_ok=True)
     _delete_links()
     _clean_iptables()
-    _remove_cgroups()
+    _remove_cgroups(ctx)
     d = _dirs(ctx)
     shutil.rmtree(d["cni_ipam"], ignore_errors=True)
     if not _mounts_under(d["kubelet_root"]):
@@ -621,10 +633,10 @@ def _clean(ctx: Context) -> None:
 
 def _stop_pods(ctx: Context) -> None:
     """SIGTERM every container process (databases shut down cleanly), SIGKILL what is left after 5 s."""
-    _kill_cgroup_processes(signal.SIGTERM)
-    if not _wait_cgroups_empty(5):
-        _kill_cgroup_processes(signal.SIGKILL)
-        _wait_cgroups_empty(5)
+    _kill_cgroup_processes(ctx, signal.SIGTERM)
+    if not _wait_cgroups_empty(ctx, 5):
+        _kill_cgroup_processes(ctx, signal.SIGKILL)
+        _wait_cgroups_empty(ctx, 5)
 
 
 # processes --------------------------------------------------------------------------------------------
@@ -680,19 +692,19 @@ def _kill_our_processes(ctx: Context) -> None:
 # cgroups ------------------------------------------------------------------------------------------------
 
 
-def _our_cgroup_dirs() -> list[Path]:
+def _our_cgroup_dirs(ctx: Context) -> list[Path]:
     """Every cgroup under our root in every v1 hierarchy, deepest first."""
     dirs: list[Path] = []
     for h in _v1_hierarchies():
-        top = h / CGROUP_PARENT
+        top = h / cgroup_parent(ctx)
         if top.is_dir():
             dirs += [Path(p) for p, _, _ in os.walk(top)]
     return sorted(dirs, key=lambda p: len(p.parts), reverse=True)
 
 
-def _cgroup_pids() -> set[int]:
+def _cgroup_pids(ctx: Context) -> set[int]:
     pids: set[int] = set()
-    for d in _our_cgroup_dirs():
+    for d in _our_cgroup_dirs(ctx):
         try:
             pids |= {int(x) for x in (d / "cgroup.procs").read_text().split()}
         except (OSError, ValueError):
@@ -711,23 +723,23 @@ def _live(pids: set[int]) -> set[int]:
     return live
 
 
-def _kill_cgroup_processes(sig: signal.Signals) -> None:
-    for pid in _live(_cgroup_pids()):
+def _kill_cgroup_processes(ctx: Context, sig: signal.Signals) -> None:
+    for pid in _live(_cgroup_pids(ctx)):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
 
 
-def _wait_cgroups_empty(timeout: float) -> bool:
+def _wait_cgroups_empty(ctx: Context, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while _live(_cgroup_pids()):
+    while _live(_cgroup_pids(ctx)):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
     return True
 
 
-def _remove_cgroups() -> None:
-    for d in _our_cgroup_dirs():
+def _remove_cgroups(ctx: Context) -> None:
+    for d in _our_cgroup_dirs(ctx):
         with contextlib.suppress(OSError):
             d.rmdir()
 
@@ -857,7 +869,7 @@ def _clean_iptables() -> None:
 def leftovers(ctx: Context) -> list[str]:
     """What of a node is still on this host: an empty list after a clean `down`."""
     found = [f"process {pid}: {' '.join(argv)[:160]}" for pid, argv in _our_processes(ctx)]
-    found += [f"container process {pid}" for pid in sorted(_live(_cgroup_pids()))]
+    found += [f"container process {pid}" for pid in sorted(_live(_cgroup_pids(ctx)))]
     found += _mount_leftovers(ctx)
     found += [f"netns {ns}" for ns in _our_netns()]
     found += [f"link {name}" for name in _our_links()]
@@ -866,5 +878,5 @@ def leftovers(ctx: Context) -> list[str]:
             chains, jumps = _iptables_state(cmd, table)
             found += [f"{cmd} -t {table} chain {c}" for c in chains]
             found += [f"{cmd} -t {table} rule {' '.join(r)}" for r in jumps]
-    found += [f"cgroup {d}" for d in _our_cgroup_dirs()]
+    found += [f"cgroup {d}" for d in _our_cgroup_dirs(ctx)]
     return found

@@ -6,8 +6,9 @@ import os
 import socket
 from pathlib import Path
 
+import node
 import pytest
-from common import ClusterError, Context, require_commands, require_ports_free, wait_for
+from common import DEFAULT_STATE, ClusterError, Context, require_commands, require_ports_free, wait_for
 
 
 def test_a_busy_port_names_the_port_and_the_process_holding_it() -> None:
@@ -37,3 +38,13 @@ def test_a_component_that_dies_shows_the_end_of_its_log(tmp_path: Path) -> None:
     text = str(err.value)
     assert "doomed exited" in text and "cannot bind 6443" in text
     assert str(ctx.log_path("doomed")) in text
+
+
+def test_each_state_directory_gets_cgroups_of_its_own(tmp_path: Path) -> None:
+    # Teardown empties the node's cgroup root: a second cluster (another PGOP_STATE) must not share it.
+    default = node.cgroup_parent(Context(state=DEFAULT_STATE, cache=tmp_path))
+    other = node.cgroup_parent(Context(state=tmp_path / "a", cache=tmp_path))
+    assert default == "localkube"
+    assert other.startswith("localkube-") and other != default
+    assert other == node.cgroup_parent(Context(state=tmp_path / "a", cache=tmp_path))
+    assert other != node.cgroup_parent(Context(state=tmp_path / "b", cache=tmp_path))
