@@ -6,13 +6,13 @@
 # Environment (build arguments):
 #   PG_VERSION        exact PostgreSQL version, e.g. 16.15 (required)
 #   PATRONI_VERSION   Patroni release (default below)
-#   BACKUP_TOOL       reserved for the backup issue; only "none" is accepted today
+#   BARMAN_VERSION    barman release whose barman-cloud-* commands archive and restore (default below)
 #   BUILD_CONTEXT     where the repository was copied (default /build)
 set -eu
 
 : "${PG_VERSION:?PG_VERSION is required, e.g. PG_VERSION=16.15}"
 PATRONI_VERSION=${PATRONI_VERSION:-4.1.5}
-BACKUP_TOOL=${BACKUP_TOOL:-none}
+BARMAN_VERSION=${BARMAN_VERSION:-3.19.1}
 BUILD_CONTEXT=${BUILD_CONTEXT:-/build}
 
 PG_ROOT=/usr/lib/postgresql
@@ -114,12 +114,21 @@ rm -f "$VENV/bin/pg-operator"
 "$VENV/bin/python" -c "import patroni, psycopg, pg_operator.instance.main, pg_operator.instance.post_bootstrap"
 "$VENV/bin/pg-operator-instance" --help >/dev/null
 
-# --- the backup tool (reserved) -----------------------------------------------------------------------
-# A later issue chooses barman-cloud (pip, into $VENV) or pgBackRest (Debian package); it installs here.
-case "$BACKUP_TOOL" in
-  none) ;;
-  *) echo "recipe: BACKUP_TOOL=$BACKUP_TOOL is not supported yet" >&2; exit 2 ;;
-esac
+# --- barman-cloud: WAL archiving, base backups, restores (docs/backups.md) ---------------------------
+# Into the same venv, so its commands land in $VENV/bin (pg_operator.backup.barman.DEFAULT_BIN_DIR).
+# barman requires psycopg2, which pip would compile (gcc, libpq-dev, python3-dev): the prebuilt
+# psycopg2-binary provides the same module, so barman's own requirements are installed by name and
+# barman itself with --no-deps. boto3 is the `cloud` extra, python-snappy (on cramjam) the `snappy` one.
+step "barman-cloud $BARMAN_VERSION"
+"$VENV/bin/pip" install -q "psycopg2-binary>=2.9" "python-dateutil>=2.8" "boto3>=1.26" \
+  "python-snappy>=0.7" "cramjam>=2.7"
+"$VENV/bin/pip" install -q --no-deps "barman==${BARMAN_VERSION}"
+"$VENV/bin/python" -c "import psycopg2, boto3, snappy, dateutil, barman.clients.cloud_walarchive"
+for tool in barman-cloud-wal-archive barman-cloud-wal-restore barman-cloud-backup barman-cloud-backup-show \
+            barman-cloud-backup-list barman-cloud-backup-delete barman-cloud-restore \
+            barman-cloud-check-wal-archive; do
+  "$VENV/bin/$tool" --help >/dev/null || { echo "recipe: $VENV/bin/$tool does not run" >&2; exit 1; }
+done
 
 # --- layout of the pod contract (docs/contracts.md) ---------------------------------------------------
 step "directories"
