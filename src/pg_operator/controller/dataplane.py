@@ -35,10 +35,11 @@ from pg_operator.controller.kube import (
     resource_for,
 )
 from pg_operator.controller.observe import Snapshot
-from pg_operator.orchestration.failover import leader_configmap_name, plan_lock_release
+from pg_operator.orchestration.failover import leader_configmap_name, plan_lock_release, sync_configmap_name
 from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
+from pg_operator.orchestration.patroni_settings import config_configmap_name, dynamic_config_patch
 from pg_operator.orchestration.rollout import Action, best_candidate, plan_scale, plan_update
-from pg_operator.patroni.client import PatroniAuth, PatroniError, get_cluster, switchover
+from pg_operator.patroni.client import PatroniAuth, PatroniError, get_cluster, patch_config, switchover
 from pg_operator.specs import names
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ class DataPlane:
         self.api = api
         self.events = events
         self._session: aiohttp.ClientSession | None = None
+        self._config_patched: set[tuple[tuple[str, str], str]] = set()
 
     async def close(self) -> None:
         if self._session is not None:
@@ -101,6 +103,7 @@ class DataPlane:
         instances = instances_from_pods(pods)
         result.writes += await self._adopt_patroni_configmaps(cluster, snapshot)
         result.writes += await self._fast_failover(cluster, body, snapshot, instances)
+        await self._ensure_dynamic_config(cluster, snapshot, instances)
 
         requested = str((_meta(body).get("annotations") or {}).get(SWITCHOVER_ANNOTATION) or "")
         if requested:
@@ -211,7 +214,8 @@ class DataPlane:
     async def _fast_failover(self, cluster: PostgresCluster, body: dict[str, Any], snapshot: Snapshot,
                              instances: list[Instance]) -> int:
         leader = snapshot.find("v1", "ConfigMap", leader_configmap_name(cluster.name))
-        release = plan_lock_release(leader, instances)
+        sync = snapshot.find("v1", "ConfigMap", sync_configmap_name(cluster.name))
+        release = plan_lock_release(leader, instances, sync)
         if release is None:
             return 0
         try:
@@ -227,6 +231,32 @@ class DataPlane:
             body, "Warning", "FailoverStarted",
             f"{release.reason}: released its leader key so a replica takes over without waiting for the ttl")
         return 1 + int(recorded)
+
+    async def _ensure_dynamic_config(self, cluster: PostgresCluster, snapshot: Snapshot,
+                                     instances: list[Instance]) -> None:
+        """Keep the operator's settings in Patroni's dynamic configuration (orchestration.
+        patroni_settings): read from the watched `<scope>-config` ConfigMap, PATCHed on the leader only
+        when they differ (once per observed version of that ConfigMap)."""
+        configmap = snapshot.find("v1", "ConfigMap", config_configmap_name(cluster.name))
+        patch = dynamic_config_patch(configmap)
+        primary = next((i for i in instances if i.role == ROLE_PRIMARY and i.ready and i.pod_ip
+                        and not i.container_down and not i.terminating), None)
+        if patch is None or primary is None:
+            return
+        seen = ((cluster.namespace, cluster.name), str(_meta(configmap).get("resourceVersion") or ""))
+        if seen in self._config_patched:
+            return
+        try:
+            await patch_config(self.session(), primary.pod_ip, patch, patroni_auth(snapshot, cluster))
+        except PatroniError as exc:
+            log.warning("%s/%s: could not update Patroni's dynamic configuration: %s", cluster.namespace,
+                        cluster.name, exc)
+            return
+        if len(self._config_patched) > 4096:
+            self._config_patched.clear()
+        self._config_patched.add(seen)
+        log.info("%s/%s: set Patroni's dynamic configuration %s", cluster.namespace, cluster.name,
+                 ", ".join(f"{k}={v}" for k, v in sorted(patch.items())))
 
     async def _adopt_patroni_configmaps(self, cluster: PostgresCluster, snapshot: Snapshot) -> int:
         """Patroni creates its ConfigMaps without an owner; give them one (not as controller: they

@@ -44,10 +44,28 @@ class LockRelease:
                              "annotations": {LEADER_ANNOTATION: None}}}
 
 
+def sync_configmap_name(scope: str) -> str:
+    return f"{scope}-sync"
+
+
+def sync_standbys(sync_configmap: Mapping[str, Any] | None, leader: str) -> frozenset[str] | None:
+    """The synchronous standbys Patroni recorded for `leader` (its `<scope>-sync` key), or None when it
+    recorded none for this leader (asynchronous replication, or not decided yet)."""
+    annotations = ((sync_configmap or {}).get("metadata") or {}).get("annotations") or {}
+    if annotations.get("leader") != leader:
+        return None
+    names = frozenset(n.strip() for n in str(annotations.get("sync_standby") or "").split(",") if n.strip())
+    return names or None
+
+
 def plan_lock_release(configmap: Mapping[str, Any] | None,
-                      instances: Sequence[Instance]) -> LockRelease | None:
+                      instances: Sequence[Instance],
+                      sync_configmap: Mapping[str, Any] | None = None) -> LockRelease | None:
     """Release the leader key only when (1) its holder's database container is reported not running by
-    the kubelet, and (2) a running replica can take over. Anything less certain is left to Patroni."""
+    the kubelet, and (2) a running replica that Patroni would promote can take over: with synchronous
+    replication, only a recorded synchronous standby (Patroni promotes no other, so releasing for
+    anyone else would only end the holder's own recovery early). Anything less certain is left to
+    Patroni."""
     holder = leader_holder(configmap)
     if holder is None:
         return None
@@ -56,7 +74,9 @@ def plan_lock_release(configmap: Mapping[str, Any] | None,
         # Gone from the API (maybe force-deleted while still running) or shutting down gracefully
         # (Patroni releases the key itself): not certain, so not ours to decide.
         return None
-    if not any(i.viable_replica and i.name != holder for i in instances):
+    allowed = sync_standbys(sync_configmap, holder)
+    if not any(i.viable_replica and i.name != holder and (allowed is None or i.name in allowed)
+               for i in instances):
         return None
     version = str(((configmap or {}).get("metadata") or {}).get("resourceVersion") or "")
     if not version:

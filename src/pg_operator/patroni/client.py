@@ -62,3 +62,18 @@ async def switchover(session: aiohttp.ClientSession, pod_ip: str, leader: str, c
             return text
     except (aiohttp.ClientError, TimeoutError) as e:
         raise PatroniError(f"switchover {leader} -> {candidate}: {type(e).__name__}: {e}") from None
+
+
+async def patch_config(session: aiohttp.ClientSession, pod_ip: str, patch: Mapping[str, Any],
+                       auth: PatroniAuth | None = None, port: int = PATRONI_PORT) -> None:
+    """PATCH /config: Patroni merges the body into its dynamic configuration (null removes a key) and
+    every member applies it on its next loop."""
+    headers = {"Authorization": aiohttp.encode_basic_auth(auth.username, auth.password)} if auth else {}
+    url = f"{base_url(pod_ip, port)}/config"
+    try:
+        async with session.patch(url, json=dict(patch), headers=headers, timeout=TIMEOUT) as resp:
+            if resp.status != 200:
+                text = (await resp.text()).strip()
+                raise PatroniError(f"PATCH /config on {pod_ip} refused: HTTP {resp.status}: {text}")
+    except (aiohttp.ClientError, TimeoutError) as e:
+        raise PatroniError(f"PATCH /config on {pod_ip}: {type(e).__name__}: {e}") from None
