@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from pg_operator.api.constants import GROUP, VERSION
-from pg_operator.api.crd import structural_schema
 from pg_operator.backup import cron
 from pg_operator.backup.archiving import (
     ARCHIVE_TIMEOUT_PATTERN,
@@ -418,6 +417,9 @@ def _crd(
     columns: list[dict[str, Any]],
     root_rules: list[dict[str, str]],
 ) -> dict[str, Any]:
+    # Imported here: api/models.py imports this module for spec.backup, and api/crd.py imports models.
+    from pg_operator.api.crd import structural_schema
+
     schema: dict[str, Any] = {
         "type": "object",
         "description": description,
@@ -504,7 +506,9 @@ def scheduled_backup_crd() -> dict[str, Any]:
     )
 
 
-_HEADER = "# Generated from src/pg_operator/api/backup.py by write_backup_manifests(). Do not edit.\n"
+_HEADER = (
+    "# Generated from src/pg_operator/api/backup.py by `python -m pg_operator.api.manifests`. Do not edit.\n"
+)
 
 
 def rendered_backup_files() -> dict[str, str]:
@@ -517,8 +521,8 @@ def rendered_backup_files() -> dict[str, str]:
 
 
 def write_backup_manifests(out_dir: Path) -> list[Path]:
-    """Write deploy/crd/backups.yaml and deploy/crd/scheduledbackups.yaml (the manifests command calls
-    this next to its own CRD)."""
+    """Write deploy/crd/backups.yaml and deploy/crd/scheduledbackups.yaml only (`python -m
+    pg_operator.api.manifests` writes them with the PostgresCluster CRD through rendered_backup_files)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, text in rendered_backup_files().items():
@@ -552,7 +556,9 @@ def pod_env(
 ) -> list[dict[str, Any]]:
     """The postgres container's barman-cloud environment (hook for specs/statefulset.py): the cluster's
     own destination as AWS_*, a recovery source as PGOP_SOURCE_AWS_* (the restore commands map it back
-    for their own process), all by secretKeyRef."""
+    for their own process), all by secretKeyRef. The source's references are optional: the pod template
+    keeps them for the cluster's life (bootstrap is immutable), and only the first bootstrap reads them,
+    so deleting the source's Secret after the restore must not keep later pods from starting."""
     from pg_operator.backup.pod import barman_env, checksum_env
     from pg_operator.backup.recovery import SOURCE_ENV_PREFIX
 
@@ -568,6 +574,7 @@ def pod_env(
             session_token_key=c.session_token_key,
             region=s3.region,
             prefix=prefix,
+            optional=bool(prefix),
         )
     if backup is None and env:
         env += checksum_env()

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from pg_operator.api.constants import API_VERSION, CRD_NAME, GROUP, KIND, PLURAL, SHORT, SINGULAR, VERSION
-from pg_operator.api.models import NAME_RULE, PostgresClusterSpec, PostgresClusterStatus
+from pg_operator.api.models import ROOT_RULES, PostgresClusterSpec, PostgresClusterStatus
 
 # JSON-schema keywords a structural schema may carry as they are.
 _KEPT = frozenset(
@@ -146,7 +146,7 @@ def _openapi_schema() -> dict[str, Any]:
             "status": structural_schema(PostgresClusterStatus, defaults=False),
         },
         "required": ["spec"],
-        "x-kubernetes-validations": [dict(NAME_RULE)],
+        "x-kubernetes-validations": [dict(rule) for rule in ROOT_RULES],
     }
 
 

@@ -1,7 +1,7 @@
-"""Generate the committed CRD manifest from the models: `python -m pg_operator.api.manifests [--check]`.
+"""Generate the committed CRD manifests from the models: `python -m pg_operator.api.manifests [--check]`.
 
-Without arguments it (re)writes deploy/crd/postgresclusters.yaml; with --check it writes nothing and exits
-1 when the committed file differs from what the models generate.
+Without arguments it (re)writes deploy/crd/postgresclusters.yaml, backups.yaml and scheduledbackups.yaml;
+with --check it writes nothing and exits 1 when a committed file differs from what the models generate.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from pg_operator.api.backup import rendered_backup_files
 from pg_operator.api.constants import PLURAL
 from pg_operator.api.crd import crd
 
@@ -31,8 +32,8 @@ def render_crd() -> str:
 
 
 def rendered_files() -> dict[str, str]:
-    """File name (within the CRD directory) → content."""
-    return {CRD_FILE_NAME: render_crd()}
+    """File name (within the CRD directory) → content: the PostgresCluster CRD and the backup kinds'."""
+    return {CRD_FILE_NAME: render_crd(), **rendered_backup_files()}
 
 
 def write_manifests(out_dir: Path = DEFAULT_CRD_DIR) -> list[Path]:

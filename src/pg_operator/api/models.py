@@ -27,6 +27,12 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from pg_operator.api.backup import (
+    ROOT_BACKUP_RULES,
+    BackupConfiguration,
+    RecoveryBootstrap,
+    recovery_conflict,
+)
 from pg_operator.api.quantity import QUANTITY_PATTERN, parse_quantity
 from pg_operator.images import SUPPORTED_MAJORS
 
@@ -41,12 +47,14 @@ MAX_NAME_LENGTH = 50
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 # PostgreSQL settings that Patroni and the operator set themselves; a user value would break replication,
-# failover, archiving or the pod layout. Compared case-insensitively, as PostgreSQL does.
+# failover, archiving or the pod layout. Compared case-insensitively, as PostgreSQL does. The archiving
+# ones (backup.archiving.ARCHIVING_PARAMETERS) come from spec.backup: archiveTimeout, walMaxKeepSize.
 OPERATOR_OWNED_PARAMETERS: tuple[str, ...] = (
     "archive_cleanup_command",
     "archive_command",
     "archive_library",
     "archive_mode",
+    "archive_timeout",
     "cluster_name",
     "config_file",
     "data_directory",
@@ -56,6 +64,7 @@ OPERATOR_OWNED_PARAMETERS: tuple[str, ...] = (
     "ident_file",
     "listen_addresses",
     "max_replication_slots",
+    "max_slot_wal_keep_size",
     "max_wal_senders",
     "password_encryption",
     "port",
@@ -387,7 +396,20 @@ class InitDB(_SpecModel):
 
 
 class Bootstrap(_SpecModel):
-    initdb: InitDB = _nested(InitDB, "A new, empty cluster: initdb, then the application database and owner.")
+    initdb: InitDB = _nested(
+        InitDB,
+        "The application database and owner. A new cluster: initdb, then both are created. With recovery: "
+        "no initdb; after the restore the owner is created if the restored catalog lacks it (otherwise its "
+        "password is reset to Secret <name>-app's) and the database is created empty if missing "
+        "(otherwise kept as restored, owner included).",
+    )
+    recovery: RecoveryBootstrap | None = Field(
+        None,
+        description=(
+            "Create the cluster from another cluster's base backup and WAL (point-in-time restore) instead "
+            "of initdb."
+        ),
+    )
 
 
 class Patroni(_SpecModel):
@@ -511,6 +533,13 @@ class PostgresClusterSpec(_SpecModel):
         ),
     )
     patroni: Patroni = _nested(Patroni, "Patroni timing: how fast a failed primary is replaced.")
+    backup: BackupConfiguration | None = Field(
+        None,
+        description=(
+            "Continuous WAL archiving and base backups to an S3-compatible store (barman-cloud). Unset: no "
+            "archiving, and Backup/ScheduledBackup objects for this cluster fail."
+        ),
+    )
 
     @field_validator("version")
     @classmethod
@@ -616,6 +645,17 @@ class PostgresCluster(BaseModel):
     labels: dict[str, str]
     spec: PostgresClusterSpec
 
+    @model_validator(mode="after")
+    def _restore_not_into_its_source(self) -> PostgresCluster:
+        # Needs the name (the barman server name), so it lives here and not on the spec; the CRD's root
+        # rule (ROOT_BACKUP_RULES) is the same test.
+        recovery = self.spec.bootstrap.recovery
+        if recovery is not None:
+            conflict = recovery_conflict(self.name, self.spec.backup, recovery)
+            if conflict:
+                raise ValueError(f"spec.{conflict}")
+        return self
+
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> PostgresCluster:
         """Parse a whole object as kopf or lightkube gives it; ValueError naming the field on bad input."""
@@ -638,23 +678,29 @@ class PostgresCluster(BaseModel):
             parsed = PostgresClusterSpec.model_validate(spec)
         except ValidationError as err:
             raise ValueError(_format_errors("spec", err)) from None
-        return cls(
-            name=name,
-            namespace=meta["namespace"],
-            uid=meta["uid"],
-            generation=int(meta.get("generation") or 0),
-            labels=dict(meta.get("labels") or {}),
-            spec=parsed,
-        )
+        try:
+            return cls(
+                name=name,
+                namespace=meta["namespace"],
+                uid=meta["uid"],
+                generation=int(meta.get("generation") or 0),
+                labels=dict(meta.get("labels") or {}),
+                spec=parsed,
+            )
+        except ValidationError as err:
+            messages = (e["msg"].removeprefix("Value error, ") for e in err.errors())
+            raise ValueError("; ".join(messages)) from None
 
 
 def _matches(pattern: str, value: str) -> bool:
     return re.match(pattern, value) is not None
 
 
-# Rule at the root of the CRD schema: names derived from metadata.name must stay valid.
+# Rules at the root of the CRD schema: names derived from metadata.name must stay valid (NAME_RULE); a
+# restored cluster must not archive into its source's path (ROOT_BACKUP_RULES, api/backup.py).
 NAME_RULE = _rule(
     f"self.metadata.name.size() <= {MAX_NAME_LENGTH} && self.metadata.name.matches('{NAME_PATTERN}')",
     f"metadata.name must be a DNS label of at most {MAX_NAME_LENGTH} characters starting with a letter "
     "(Services and pods are named after it)",
 )
+ROOT_RULES: tuple[dict[str, str], ...] = (NAME_RULE, *ROOT_BACKUP_RULES)
