@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import node
@@ -84,8 +87,8 @@ def wait_serving(kube: Kube, namespace: str, cluster: str, replicas: int, timeou
     return st
 
 
-def kill_container(kube: Kube, namespace: str, pod: str, container: str = "postgres") -> None:
-    """SIGKILL a container's init process from the host, as a crash or the OOM killer would."""
+def container_pid(kube: Kube, namespace: str, pod: str, container: str = "postgres") -> int:
+    """The host pid of a running container's init process, from containerd's task list."""
     pod_obj = get_json(kube, "pod", pod, "-n", namespace)
     cid = next(c["containerID"] for c in pod_obj["status"]["containerStatuses"] if c["name"] == container)
     cid = cid.split("://", 1)[1]
@@ -93,7 +96,67 @@ def kill_container(kube: Kube, namespace: str, pod: str, container: str = "postg
                           "tasks", "ls"], capture_output=True, text=True, check=True)
     pids = [line.split()[1] for line in res.stdout.splitlines()[1:] if line.split()[0] == cid]
     assert pids, f"no running task for container {cid} of {pod}"
-    subprocess.run(["kill", "-9", pids[0]], check=True)
+    return int(pids[0])
+
+
+def kill_container(kube: Kube, namespace: str, pod: str, container: str = "postgres") -> None:
+    """SIGKILL a container's init process from the host, as a crash or the OOM killer would."""
+    subprocess.run(["kill", "-9", str(container_pid(kube, namespace, pod, container))], check=True)
+
+
+def pod_netns(kube: Kube, namespace: str, pod: str) -> str:
+    """The path of the pod's network namespace (its sandbox's, shared by its containers, so it outlives
+    a container restart): the netns file under /run/netns with the same inode as a container's."""
+    inode = os.stat(f"/proc/{container_pid(kube, namespace, pod)}/ns/net").st_ino
+    for entry in sorted(Path("/run/netns").iterdir()):
+        if entry.stat().st_ino == inode:
+            return str(entry)
+    raise AssertionError(f"no netns file under /run/netns for pod {pod}")
+
+
+def _in_netns(netns: str, *cmd: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["nsenter", f"--net={netns}", *cmd], capture_output=True, text=True, check=True,
+                          timeout=60, input=input)
+
+
+class Partition:
+    """Cut a pod off the network inside its own namespace: every packet in or out is dropped except on
+    loopback and the kubelet's probes from the node (the gateway address) to Patroni's port, so the
+    pod keeps running where a real partition would leave it: cut off from its peers, the API server and
+    every client."""
+
+    def __init__(self, netns: str, probe_port: int = 8008) -> None:
+        self.netns = netns
+        route = _in_netns(netns, "ip", "-4", "route", "show", "default").stdout.split()
+        gateway = route[route.index("via") + 1]
+        self.rules = [
+            ["INPUT", "-i", "lo", "-j", "ACCEPT"],
+            ["OUTPUT", "-o", "lo", "-j", "ACCEPT"],
+            ["INPUT", "-s", gateway, "-p", "tcp", "--dport", str(probe_port), "-j", "ACCEPT"],
+            ["OUTPUT", "-d", gateway, "-p", "tcp", "--sport", str(probe_port), "-j", "ACCEPT"],
+            ["INPUT", "-j", "DROP"],
+            ["OUTPUT", "-j", "DROP"],
+        ]
+
+    def cut(self) -> None:
+        for rule in self.rules:
+            _in_netns(self.netns, "iptables", "-w", "-A", *rule)
+
+    def heal(self) -> None:
+        for rule in self.rules:
+            _in_netns(self.netns, "iptables", "-w", "-D", *rule)
+
+
+def sql_in_netns(netns: str, dsn: str, query: str) -> str:
+    """Run one statement from inside a network namespace (a partitioned pod's own view); returns the
+    first column of the first row, or raises CalledProcessError with the client's error. The DSN (it
+    holds a password) goes through stdin, never the command line."""
+    code = ("import sys, psycopg\n"
+            "with psycopg.connect(sys.stdin.read(), connect_timeout=3, autocommit=True) as c:\n"
+            "    c.execute(\"set statement_timeout = '3s'\")\n"
+            "    row = c.execute(sys.argv[1]).fetchone()\n"
+            "    print(row[0] if row else '')\n")
+    return _in_netns(netns, sys.executable, "-c", code, query, input=dsn).stdout.strip()
 
 
 class Writer:
@@ -116,7 +179,10 @@ class Writer:
     def _connect(self) -> psycopg.Connection[Any]:
         a = self._app
         return psycopg.connect(host=self._host, port=int(a["port"]), user=a["username"],
-                               password=a["password"], dbname=a["dbname"], connect_timeout=2, autocommit=True)
+                               password=a["password"], dbname=a["dbname"], connect_timeout=2, autocommit=True,
+                               # A primary cut off mid-statement never answers: give up on it as a
+                               # pooled client would, instead of waiting out TCP's retransmissions.
+                               tcp_user_timeout=5000)
 
     def _run(self) -> None:
         n, down_since = 1, None
