@@ -575,7 +575,10 @@ class _StatusModel(BaseModel):
 
 
 class Condition(_StatusModel):
-    type: Literal["Ready", "Progressing", "Degraded"]
+    # The last three are the backup controller's (controller/backups; specs/backup_status.py keeps them).
+    type: Literal[
+        "Ready", "Progressing", "Degraded", "ContinuousArchiving", "LastBackupSucceeded", "BackupStoreCleanup"
+    ]
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(max_length=1024)
     message: str = Field(max_length=32768)
@@ -588,6 +591,23 @@ class InstanceStatus(_StatusModel):
     role: str = Field(description="primary, replica, or unknown while Patroni has not labelled the pod.")
     ready: bool
     timeline: int | None = Field(None, description="PostgreSQL timeline as Patroni reports it.")
+
+
+class ArchivingStatus(_StatusModel):
+    primary: str | None = Field(None, description="Instance whose pg_stat_archiver this is.")
+    last_archived_wal: str | None = Field(None, alias="lastArchivedWAL")
+    last_archived_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
+    pending_wal: int | None = Field(
+        None, alias="pendingWAL", ge=0, description="WAL segments waiting to be archived."
+    )
+    last_failed_wal: str | None = Field(None, alias="lastFailedWAL")
+    last_failed_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
+
+
+class BackupClusterStatus(_StatusModel):
+    archiving: ArchivingStatus | None = Field(None, description="WAL archiving as the primary reports it.")
+    last_successful_backup: str | None = Field(None, description="Name of the newest completed Backup.")
+    last_successful_backup_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
 
 
 class PostgresClusterStatus(_StatusModel):
@@ -607,6 +627,7 @@ class PostgresClusterStatus(_StatusModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     selector: str = Field("", description="Label selector of the instance pods (for the scale subresource).")
+    backup: BackupClusterStatus | None = Field(None, description="Backups and WAL archiving (spec.backup).")
 
 
 # --- the whole object -----------------------------------------------------------------------------------
