@@ -11,6 +11,7 @@ from typing import Any
 
 from pg_operator.api.constants import CLUSTER_LABEL, ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA
 from pg_operator.api.models import PostgresCluster
+from pg_operator.specs.backup_status import carried_conditions, carried_fields
 from pg_operator.specs.labels import selector_labels
 
 PHASE_CREATING = "Creating"
@@ -178,6 +179,8 @@ def compute_status(
             _condition(cluster, previous, stamp, "Ready", *ready_cond),
             _condition(cluster, previous, stamp, "Progressing", *progressing),
             _condition(cluster, previous, stamp, "Degraded", *degraded),
+            # Written by the backup controller; kept as they were (specs/backup_status.py).
+            *carried_conditions(previous),
         ],
         "observedGeneration": cluster.generation,
         "replicas": existing,
@@ -187,4 +190,5 @@ def compute_status(
         # later pass see a difference.
         "instances": [{k: i[k] for k in ("name", "role", "ready", "timeline") if k in i} for i in instances],
         "selector": ",".join(f"{k}={v}" for k, v in sorted(selector_labels(cluster).items())),
+        **carried_fields(previous),
     }
