@@ -8,10 +8,10 @@ Patroni's configuration from it. One model on both sides, so they cannot disagre
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from pg_operator.api.constants import (
@@ -75,10 +75,33 @@ class InstanceConfig(_Model):
     bootstrap: BootstrapSettings
     synchronous: SynchronousSettings
     patroni: PatroniSettings
+    # Archiving and a restore (pg_operator.backup.instance_hook: {archive: …, recovery: …}); absent when the
+    # cluster has neither. Plain camelCase mappings, checked by the same parsers the entrypoint applies.
+    backup: dict[str, Any] | None = None
+
+    @field_validator("backup")
+    @classmethod
+    def _backup_section(cls, backup: dict[str, Any] | None) -> dict[str, Any] | None:
+        from pg_operator.backup.archiving import ArchiveSettings
+        from pg_operator.backup.instance_hook import RecoveryPlan
+
+        if backup is None:
+            return None
+        unknown = sorted(set(backup) - {"archive", "recovery"})
+        if unknown:
+            raise ValueError(f"backup: unknown keys {', '.join(unknown)} (expected archive, recovery)")
+        if backup.get("archive") is not None:
+            ArchiveSettings.from_mapping(backup["archive"])
+        if backup.get("recovery") is not None:
+            RecoveryPlan.from_mapping(backup["recovery"])
+        return backup
 
     def to_yaml(self) -> str:
+        # exclude_none: a cluster without backups gets the same instance.yaml as before they existed.
         return yaml.safe_dump(
-            self.model_dump(by_alias=True, mode="json"), sort_keys=True, default_flow_style=False
+            self.model_dump(by_alias=True, mode="json", exclude_none=True),
+            sort_keys=True,
+            default_flow_style=False,
         )
 
     @classmethod

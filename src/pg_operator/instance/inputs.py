@@ -17,6 +17,9 @@ DEFAULT_SECRETS_DIR = "/etc/pg-operator/secrets"
 DEFAULT_RUN_DIR = "/var/run/postgresql"
 # The image links the one PostgreSQL it holds here (images/postgres/recipe.sh).
 DEFAULT_PG_BIN_DIR = "/usr/lib/postgresql/current/bin"
+# barman-cloud's commands, in the image's venv (pg_operator.backup.barman.DEFAULT_BIN_DIR; a unit test
+# keeps the two equal).
+DEFAULT_BARMAN_BIN_DIR = "/opt/pg-operator/bin"
 
 SECRET_ROLES = ("superuser", "replication", "app", "patroni-api")
 
@@ -50,6 +53,7 @@ class PodEnvironment:
     # Address PostgreSQL and the REST API listen on; "" = every address (the pod). Tests on a shared host
     # set PGOP_LISTEN_HOST=127.0.0.1.
     listen_host: str = ""
+    barman_bin_dir: str = DEFAULT_BARMAN_BIN_DIR
 
 
 def _required(env: Mapping[str, str], name: str) -> str:
@@ -86,6 +90,7 @@ def pod_environment(env: Mapping[str, str]) -> PodEnvironment:
         run_dir=env.get("PGOP_RUN_DIR") or DEFAULT_RUN_DIR,
         pg_bin_dir=env.get("PGOP_PG_BIN_DIR") or DEFAULT_PG_BIN_DIR,
         listen_host=env.get("PGOP_LISTEN_HOST", "").strip(),
+        barman_bin_dir=env.get("PGOP_BARMAN_BIN_DIR") or DEFAULT_BARMAN_BIN_DIR,
     )
 
 

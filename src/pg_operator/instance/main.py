@@ -2,14 +2,16 @@
 
     pg-operator-instance [run]            render <run dir>/patroni.yml (0600) and exec Patroni on it
     pg-operator-instance render           print the rendered config with passwords redacted
-    pg-operator-instance post-bootstrap DSN   (Patroni calls this once after initdb)
+    pg-operator-instance post-bootstrap DSN   (Patroni calls this once after initdb or a restore)
 
 Inputs (docs/contracts.md, "Pod contract"): PGOP_CLUSTER_NAME, PGOP_NAMESPACE, PGOP_POD_NAME, PGOP_POD_IP,
 PGOP_PG_MAJOR, PGDATA; /etc/pg-operator/config/instance.yaml (pg_operator.api.instance_config); the Secrets
 in /etc/pg-operator/secrets/{superuser,replication,app}/{username,password}. For tests on one host the
 paths move with PGOP_CONFIG_FILE, PGOP_SECRETS_DIR, PGOP_RUN_DIR (default /var/run/postgresql),
-PGOP_PG_BIN_DIR (default /usr/lib/postgresql/current/bin), and PGOP_LISTEN_HOST binds PostgreSQL and the
-REST API to one address instead of all.
+PGOP_PG_BIN_DIR (default /usr/lib/postgresql/current/bin), PGOP_BARMAN_BIN_DIR (default /opt/pg-operator/bin),
+and PGOP_LISTEN_HOST binds PostgreSQL and the REST API to one address instead of all. barman-cloud's
+credentials (AWS_*, PGOP_SOURCE_AWS_*) come from the pod's environment; Patroni and PostgreSQL inherit
+them, and nothing here reads or logs them.
 
 PID 1 is tini (images/postgres/recipe.sh): it forwards signals and reaps orphans, so this process simply
 becomes Patroni via exec, and Patroni stops PostgreSQL cleanly on SIGTERM.
@@ -136,8 +138,10 @@ def post_bootstrap(env: Mapping[str, str], dsn: str) -> None:
     settings = read_instance_settings(pod.config_file)
     app = read_credentials(pod.secrets_dir)["app"]
     database = str(settings["bootstrap"]["database"])
-    create_app_owner_and_database(dsn, app, database)
-    _log(f"created role {app.username} and database {database}")
+    # A restored cluster's catalog came with the source's roles and databases (docs/backups.md).
+    restored = bool((settings.get("backup") or {}).get("recovery"))
+    outcome = create_app_owner_and_database(dsn, app, database, restored=restored)
+    _log(outcome.describe(app.username, database) + (" (restored from a backup)" if restored else ""))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

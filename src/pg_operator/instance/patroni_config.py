@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pg_operator.api import models as api_models
+from pg_operator.backup import instance_hook
 from pg_operator.instance.inputs import Credentials, PodEnvironment
 
 # Labels of the pod contract (docs/contracts.md, pg_operator.api.constants). Repeated here so the image
@@ -205,7 +206,10 @@ def render_patroni_config(
     os_user: str,
     post_bootstrap: str,
 ) -> dict[str, Any]:
-    """The complete Patroni YAML document (as a dict) for this pod."""
+    """The complete Patroni YAML document (as a dict) for this pod. With instance.yaml's `backup` section:
+    archiving (archive_mode/command/timeout, max_slot_wal_keep_size, replicas' restore_command) and, for a
+    restored cluster, the custom bootstrap method (barman-cloud-restore, then recovery) instead of initdb;
+    post_bootstrap runs after either."""
     for key, env_value, env_name in (
         ("cluster", pod.cluster, "PGOP_CLUSTER_NAME"),
         ("namespace", pod.namespace, "PGOP_NAMESPACE"),
@@ -232,7 +236,7 @@ def render_patroni_config(
         "wal_log_hints": "on",
         "hot_standby": "on",
     }
-    return {
+    config = {
         "scope": pod.cluster,
         "name": pod.pod_name,
         "log": {"level": "INFO"},
@@ -315,6 +319,13 @@ def render_patroni_config(
         "watchdog": {"mode": "off"},
         "tags": {"nofailover": False, "noloadbalance": False, "clonefrom": False, "nosync": False},
     }
+    backup = instance.get("backup")
+    if backup is not None and not isinstance(backup, Mapping):
+        raise ValueError("instance.yaml: backup must be a mapping")
+    try:
+        return instance_hook.apply(config, backup, pgdata=pod.pgdata, bin_dir=pod.barman_bin_dir)
+    except ValueError as e:
+        raise ValueError(f"instance.yaml: {e}") from None
 
 
 def redacted(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,10 +1,16 @@
-"""Run once by Patroni after initdb on the first primary: create the application owner and database.
+"""Run once by Patroni after the cluster's data is created (initdb, or a restore from another cluster's
+backup): make the application owner and database match Secret <name>-app and instance.yaml.
 
 Patroni 4 has no bootstrap.users; it calls `bootstrap.post_bootstrap` with a superuser connection string
-(password in PGPASSFILE, never on the command line).
+(password in PGPASSFILE, never on the command line). It resets the superuser's and the replication
+role's passwords itself; the application owner's is ours to set. After a restore the catalog is the
+source's: the owner may exist with the source's password (it gets this cluster's), and the database may
+exist with its data (it is kept as it is, owner included; only a missing one is created, empty).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
@@ -20,17 +26,38 @@ _QUIET = (
 )
 
 
-def create_app_owner_and_database(dsn: str, owner: Credentials, database: str) -> None:
+@dataclass(frozen=True)
+class Outcome:
+    """What was done, for the entrypoint's log line (no secrets)."""
+
+    role_created: bool
+    database_created: bool
+
+    def describe(self, owner: str, database: str) -> str:
+        role = f"created role {owner}" if self.role_created else f"set the password of role {owner}"
+        db = f"created database {database}" if self.database_created else f"kept database {database}"
+        return f"{role}; {db}"
+
+
+def create_app_owner_and_database(
+    dsn: str, owner: Credentials, database: str, *, restored: bool = False
+) -> Outcome:
+    """Create or update the owner (LOGIN, this cluster's password) and create the database if missing.
+    An existing database is given to the owner after initdb (it can only be a retried bootstrap's), but
+    left as restored after a restore: its owner and privileges are the source's data."""
     verifier = scram_sha256_verifier(owner.password)
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in _QUIET:
             conn.execute(statement)
         role = sql.Identifier(owner.username)
         exists = conn.execute("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %s", (owner.username,))
-        verb = sql.SQL("ALTER") if exists.fetchone() else sql.SQL("CREATE")
+        role_created = exists.fetchone() is None
+        verb = sql.SQL("CREATE") if role_created else sql.SQL("ALTER")
         conn.execute(sql.SQL("{} ROLE {} LOGIN PASSWORD {}").format(verb, role, sql.Literal(verifier)))
         has_db = conn.execute("SELECT 1 FROM pg_catalog.pg_database WHERE datname = %s", (database,))
-        if not has_db.fetchone():
+        database_created = has_db.fetchone() is None
+        if database_created:
             conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(database), role))
-        else:
+        elif not restored:
             conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(database), role))
+    return Outcome(role_created=role_created, database_created=database_created)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pg_operator.api.backup import instance_backup_section
 from pg_operator.api.constants import INSTANCE_CONFIG_KEY
 from pg_operator.api.instance_config import (
     BootstrapSettings,
@@ -35,6 +36,8 @@ def instance_config(cluster: PostgresCluster) -> InstanceConfig:
         patroni=PatroniSettings(
             ttl=spec.patroni.ttl, loop_wait=spec.patroni.loop_wait, retry_timeout=spec.patroni.retry_timeout
         ),
+        # Where WAL goes and, for a restored cluster, where it comes from; no credentials (pod env only).
+        backup=instance_backup_section(cluster.name, spec.backup, spec.bootstrap.recovery),
     )
 
 

@@ -5,14 +5,18 @@ each, a `data` volume per pod. The pod layout is the contract with the instance 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
+from pg_operator.api.backup import instance_backup_section, pod_env
 from pg_operator.api.constants import (
     CONFIG_MOUNT,
     CONTAINER_NAME,
     DATA_MOUNT,
     DATA_VOLUME,
+    GROUP,
     PATRONI_PORT,
     PATRONI_PORT_NAME,
     PG_PORT,
@@ -39,6 +43,11 @@ TERMINATION_GRACE_SECONDS = 60
 STARTUP_PERIOD_SECONDS = 10
 STARTUP_FAILURE_THRESHOLD = 360
 
+# Pod-template annotation: a digest of instance.yaml's backup section. The entrypoint renders
+# archive_command once, at start, so a changed store must reach the pods through a rollout, which a
+# template change gives (the ConfigMap alone does not restart anything).
+BACKUP_CONFIG_ANNOTATION = f"{GROUP}/backup-config"
+
 _SECRET_VOLUMES = (
     ("superuser", names.superuser_secret),
     ("replication", names.replication_secret),
@@ -58,7 +67,16 @@ def _env(cluster: PostgresCluster) -> list[dict[str, Any]]:
         {"name": "PGOP_POD_IP", **field("status.podIP")},
         {"name": "PGOP_PG_MAJOR", "value": cluster.spec.version},
         {"name": "PGDATA", "value": PGDATA},
+        # barman-cloud's credentials, by secretKeyRef only (none without backups or a restore).
+        *pod_env(cluster.spec.backup, cluster.spec.bootstrap.recovery),
     ]
+
+
+def _backup_digest(cluster: PostgresCluster) -> str | None:
+    section = instance_backup_section(cluster.name, cluster.spec.backup, cluster.spec.bootstrap.recovery)
+    if section is None:
+        return None
+    return hashlib.sha256(json.dumps(section, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _resources(cluster: PostgresCluster) -> dict[str, Any]:
@@ -186,11 +204,12 @@ def _pod_template(cluster: PostgresCluster) -> dict[str, Any]:
         ]
     if cluster.spec.priority_class_name is not None:
         pod_spec["priorityClassName"] = cluster.spec.priority_class_name
+    annotations = {"kubectl.kubernetes.io/default-container": CONTAINER_NAME}
+    digest = _backup_digest(cluster)
+    if digest is not None:
+        annotations[BACKUP_CONFIG_ANNOTATION] = digest
     return {
-        "metadata": {
-            "labels": child_labels(cluster, COMPONENT_INSTANCE),
-            "annotations": {"kubectl.kubernetes.io/default-container": CONTAINER_NAME},
-        },
+        "metadata": {"labels": child_labels(cluster, COMPONENT_INSTANCE), "annotations": annotations},
         "spec": pod_spec,
     }
 
