@@ -591,6 +591,11 @@ class InstanceStatus(_StatusModel):
     role: str = Field(description="primary, replica, or unknown while Patroni has not labelled the pod.")
     ready: bool
     timeline: int | None = Field(None, description="PostgreSQL timeline as Patroni reports it.")
+    lag_bytes: int | None = Field(
+        None, ge=0,
+        description="Replicas: bytes behind the primary's WAL position, as Patroni reports both, rounded "
+        "down to whole MiB (exact figures in the operator's metrics).",
+    )
 
 
 class ArchivingStatus(_StatusModel):
