@@ -34,17 +34,60 @@ def _is_ready(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def _patroni_timeline(meta: Mapping[str, Any]) -> int | None:
-    """Patroni publishes each member's state as JSON in the pod's `status` annotation; the timeline
-    changes only on promotion, so reporting it costs no extra status writes."""
+# status.instances[].lagBytes is rounded down to whole MiB: exact byte counts move with every WAL write
+# and would rewrite the status on every Patroni loop. The exact figure is an operator metric.
+LAG_REPORT_GRANULARITY = 1024 * 1024
+
+
+def _patroni_state(meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Patroni publishes each member's state as JSON in the pod's `status` annotation (role, state,
+    timeline, xlog_location: the WAL position it wrote, or received/replayed as a replica)."""
     try:
-        timeline = json.loads((meta.get("annotations") or {}).get("status") or "{}").get("timeline")
-    except (ValueError, AttributeError):
-        return None
-    return timeline if isinstance(timeline, int) else None
+        state = json.loads((meta.get("annotations") or {}).get("status") or "{}")
+    except (ValueError, TypeError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def _patroni_timeline(meta: Mapping[str, Any]) -> int | None:
+    """The timeline changes only on promotion, so reporting it costs no extra status writes."""
+    timeline = _patroni_state(meta).get("timeline")
+    return timeline if isinstance(timeline, int) and not isinstance(timeline, bool) else None
+
+
+def _wal_position(meta: Mapping[str, Any]) -> int | None:
+    position = _patroni_state(meta).get("xlog_location")
+    return position if isinstance(position, int) and not isinstance(position, bool) else None
+
+
+def replication_lag(cluster_name: str, pods: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Bytes each replica is behind the primary, from the WAL positions Patroni published on the pods
+    (the same data Patroni's /cluster computes its lag from; no request). Only replicas whose position
+    and whose primary's position are both known; a replica ahead of a stale sample counts 0."""
+    def role(meta: Mapping[str, Any]) -> str:
+        return _ROLES.get((meta.get("labels") or {}).get(ROLE_LABEL, ""), "")
+
+    live = [p.get("metadata") or {} for p in pods]
+    live = [m for m in live if (m.get("labels") or {}).get(CLUSTER_LABEL) == cluster_name
+            and not m.get("deletionTimestamp")]
+    primaries = [m for m in live if role(m) == ROLE_PRIMARY]
+    if len(primaries) != 1:
+        return {}  # none, or two during a failover: no single reference to measure against
+    head = _wal_position(primaries[0])
+    if head is None:
+        return {}
+    lag: dict[str, int] = {}
+    for meta in live:
+        if role(meta) != ROLE_REPLICA:
+            continue
+        position = _wal_position(meta)
+        if position is not None:
+            lag[str(meta.get("name", ""))] = max(0, head - position)
+    return lag
 
 
 def _instances(cluster: PostgresCluster, pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    lag = replication_lag(cluster.name, pods)
     instances = []
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -62,6 +105,8 @@ def _instances(cluster: PostgresCluster, pods: Sequence[Mapping[str, Any]]) -> l
         timeline = _patroni_timeline(meta)
         if timeline is not None:
             instance["timeline"] = timeline
+        if instance["name"] in lag:
+            instance["lagBytes"] = lag[instance["name"]] // LAG_REPORT_GRANULARITY * LAG_REPORT_GRANULARITY
         instances.append(instance)
     return sorted(instances, key=lambda i: i["name"])
 
@@ -188,7 +233,8 @@ def compute_status(
         "currentPrimary": primary,
         # Keys are left out rather than null: a null would be dropped by the merge patch and make every
         # later pass see a difference.
-        "instances": [{k: i[k] for k in ("name", "role", "ready", "timeline") if k in i} for i in instances],
+        "instances": [{k: i[k] for k in ("name", "role", "ready", "timeline", "lagBytes") if k in i}
+                      for i in instances],
         "selector": ",".join(f"{k}={v}" for k, v in sorted(selector_labels(cluster).items())),
         **carried_fields(previous),
     }
