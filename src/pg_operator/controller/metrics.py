@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time as _time
 from collections import Counter as _Tally
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -45,6 +46,15 @@ class Metrics:
             registry=self.registry,
         )
         self._phases: dict[tuple[str, str], str] = {}
+        # Backups (controller/backups): seconds since the primary last archived a WAL segment, computed
+        # at scrape time from the last archived_time the controller read from pg_stat_archiver.
+        self.wal_archive_age = Gauge(
+            "pg_operator_wal_last_archived_age_seconds",
+            "Seconds since the cluster's primary last archived a WAL segment (pg_stat_archiver).",
+            ["namespace", "cluster"],
+            registry=self.registry,
+        )
+        self._last_archived: dict[tuple[str, str], float] = {}
 
     def set_phase(self, key: tuple[str, str], phase: str | None) -> None:
         """Record a cluster's phase (None when the cluster is gone) and refresh the by-phase gauge."""
@@ -58,3 +68,16 @@ class Metrics:
                 self.clusters_by_phase.labels(phase=labels[0]).set(0)
         for phase_name, count in tally.items():
             self.clusters_by_phase.labels(phase=phase_name).set(count)
+
+    def set_last_archived(self, key: tuple[str, str], timestamp: float) -> None:
+        """Record when the cluster last archived WAL (Unix time); the gauge reports the age."""
+        if key not in self._last_archived:
+            self.wal_archive_age.labels(namespace=key[0], cluster=key[1]).set_function(
+                lambda: _time.time() - self._last_archived.get(key, _time.time())
+            )
+        self._last_archived[key] = timestamp
+
+    def forget_archive(self, key: tuple[str, str]) -> None:
+        if self._last_archived.pop(key, None) is not None:
+            self.wal_archive_age.remove(key[0], key[1])
+
