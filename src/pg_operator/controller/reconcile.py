@@ -19,6 +19,7 @@ from pg_operator.api.models import PostgresCluster
 from pg_operator.controller.dataplane import DataPlane, StepResult
 from pg_operator.controller.diff import HASH_ANNOTATION, object_differences, with_hash
 from pg_operator.controller.events import EventRecorder
+from pg_operator.controller.instance_metrics import InstanceMetrics
 from pg_operator.controller.keys import ClusterKey, is_owned_by
 from pg_operator.controller.kube import Api, PostgresClusterResource, is_conflict, is_not_found, resource_for
 from pg_operator.controller.metrics import Metrics
@@ -32,6 +33,7 @@ from pg_operator.specs import (
     pvc_resizes,
     secret_names,
 )
+from pg_operator.specs.status import replication_lag
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +136,7 @@ class Reconciler:
         self.api = api
         self.cache = cache
         self.metrics = metrics
+        self.instance_metrics = InstanceMetrics(metrics.registry)
         self.events = events
         self.memo = WriteMemo()
         self.dataplane = DataPlane(api, events)
@@ -173,6 +176,7 @@ class Reconciler:
         if body is None or _meta(body).get("deletionTimestamp"):
             # Gone or going: the garbage collector removes the children through their ownerReferences.
             self.metrics.set_phase(key, None)
+            self.instance_metrics.set(key, {}, {})
             self._invalid_seen.pop(key, None)
             return Outcome(gone=True)
 
@@ -336,6 +340,11 @@ class Reconciler:
         )
         outcome.phase = str(status.get("phase") or "")
         self.metrics.set_phase((cluster.namespace, cluster.name), outcome.phase)
+        self.instance_metrics.set(
+            (cluster.namespace, cluster.name),
+            replication_lag(cluster.name, snapshot.of_kind("v1", "Pod")),
+            {str(i["name"]): int(i["timeline"]) for i in status.get("instances") or [] if "timeline" in i},
+        )
         if _canonical(status) == _canonical(previous or {}):
             return 0
         ident = (cluster.namespace, "PostgresCluster", cluster.name, "status")
