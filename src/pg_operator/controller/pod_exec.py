@@ -1,0 +1,138 @@
+"""Commands in a pod's container through the API server's exec subresource, over a WebSocket.
+
+The channel protocol (v5.channel.k8s.io, or v4 from older servers): every binary message starts with a
+channel byte — 1 stdout, 2 stderr, 3 the final status as JSON (`{"status": "Success"}`, or a Failure
+whose causes carry `ExitCode`). Authentication is the controller's own (kubeconfig or the in-cluster
+service account, as `kube.load_config` finds it): the same CA, client certificate or bearer token. The
+command line is never logged (callers build it from names only; secrets stay in the pod's environment).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+from lightkube import KubeConfig
+from lightkube.config.client_adapter import verify_cluster
+from lightkube.config.kubeconfig import SingleConfig
+
+from pg_operator.controller.metrics import Metrics
+
+PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+STDOUT, STDERR, STATUS = 1, 2, 3
+MAX_CAPTURE = 1 << 20
+
+
+class ExecError(Exception):
+    """The command could not be run at all (pod gone, container not running, refused)."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_status: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return f"{self.stdout}\n{self.stderr}".strip()
+
+
+def exit_status_of(status: dict[str, Any]) -> int:
+    """The exit code from channel 3's Status object."""
+    if status.get("status") == "Success":
+        return 0
+    for cause in (status.get("details") or {}).get("causes") or ():
+        if cause.get("reason") == "ExitCode":
+            return int(cause.get("message") or 1)
+    raise ExecError(str(status.get("message") or status.get("reason") or "exec failed"))
+
+
+def exec_url(server: str, namespace: str, pod: str, container: str, argv: list[str]) -> str:
+    query = urlencode(
+        [("container", container), ("stdout", "true"), ("stderr", "true")] + [("command", a) for a in argv]
+    )
+    base = server.rstrip("/").replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+    return f"{base}/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/exec?{query}"
+
+
+class PodExec:
+    def __init__(self, config: KubeConfig, metrics: Metrics | None = None) -> None:
+        single = config.get()
+        if single is None:
+            raise ExecError("the kubeconfig names no current context")
+        self._config: SingleConfig = single
+        self._metrics = metrics
+        self._ssl: ssl.SSLContext | None = None
+        if self._config.cluster.server.startswith("https"):
+            user = self._config.user
+            if user is None:
+                from lightkube.config.models import User
+
+                user = User()
+            self._ssl = verify_cluster(self._config.cluster, user, self._config.abs_file)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _headers(self) -> dict[str, str]:
+        user = self._config.user
+        if user is None:
+            return {}
+        token = user.token
+        if user.token_file:  # a projected service account token is rotated on disk
+            token = Path(user.token_file).read_text().strip()
+        return {"Authorization": f"Bearer {token.strip()}"} if token else {}
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def run(
+        self, namespace: str, pod: str, argv: list[str], *, container: str = "postgres", seconds: float = 60
+    ) -> ExecResult:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        if self._metrics is not None:
+            self._metrics.api_requests.labels(verb="exec").inc()
+        url = exec_url(self._config.cluster.server, namespace, pod, container, argv)
+        out, err = bytearray(), bytearray()
+        status: dict[str, Any] | None = None
+        try:
+            async with asyncio.timeout(seconds):
+                async with self._session.ws_connect(
+                    url, protocols=PROTOCOLS, headers=self._headers(), ssl=self._ssl or True, max_msg_size=0
+                ) as ws:
+                    async for msg in ws:
+                        if msg.type == aiohttp.WSMsgType.BINARY:
+                            data: bytes = msg.data
+                        elif msg.type == aiohttp.WSMsgType.TEXT:
+                            data = msg.data.encode()
+                        else:
+                            break
+                        if not data:
+                            continue
+                        channel, payload = data[0], data[1:]
+                        if channel == STDOUT and len(out) < MAX_CAPTURE:
+                            out += payload
+                        elif channel == STDERR and len(err) < MAX_CAPTURE:
+                            err += payload
+                        elif channel == STATUS and payload:
+                            status = json.loads(payload)
+        except aiohttp.WSServerHandshakeError as exc:
+            raise ExecError(f"exec in {namespace}/{pod} refused: HTTP {exc.status} {exc.message}") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ExecError(f"exec in {namespace}/{pod} failed: {type(exc).__name__}: {exc}") from None
+        except TimeoutError:
+            raise ExecError(f"exec in {namespace}/{pod} took longer than {seconds:.0f} s") from None
+        if status is None:
+            raise ExecError(f"exec in {namespace}/{pod} ended without an exit status")
+        return ExecResult(exit_status_of(status), out.decode(errors="replace"), err.decode(errors="replace"))
+
+    async def sh(self, namespace: str, pod: str, script: str, *, seconds: float = 60) -> ExecResult:
+        return await self.run(namespace, pod, ["sh", "-c", script], seconds=seconds)
