@@ -1,27 +1,27 @@
 """The backup schemas on the real API server (kwok profile): the Backup and ScheduledBackup CRDs, and the
-PostgresCluster schema with `spec.backup`, `spec.bootstrap.recovery` and the root rule wired in the way
-the API piece will wire them. The three are installed under throwaway kinds, so this test neither needs
-nor disturbs the real CRDs, and removed at the end. Objects are only dry-run created.
+PostgresCluster CRD with `spec.backup`, `spec.bootstrap.recovery` and the root rule, exactly as generated
+(deploy/crd/ holds the same text: the manifests drift check). The three are installed under throwaway
+kinds, so this test neither needs nor disturbs the real CRDs, and removed at the end. Objects are dry-run
+created, except one that checks that bootstrap.recovery cannot change. The operator's ClusterRole from
+deploy/operator/rbac.yaml is checked with the API server's own authorizer (under a throwaway name).
 """
 
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
-from conftest import Kube
-from pg_operator.api.backup import (
-    ROOT_BACKUP_RULES,
-    BackupConfiguration,
-    RecoveryBootstrap,
-    backup_crd,
-    scheduled_backup_crd,
-)
+from conftest import REPO, Kube
+from pg_operator.api.backup import backup_crd, scheduled_backup_crd
 from pg_operator.api.constants import GROUP
-from pg_operator.api.crd import crd, structural_schema
+from pg_operator.api.crd import crd
+from pg_operator.backup.archiving import ARCHIVING_PARAMETERS
 
 KINDS = {
     "Backup": "PgbkTestBackup",
@@ -45,14 +45,10 @@ def renamed(definition: dict[str, Any], kind: str) -> dict[str, Any]:
     return definition
 
 
-def wired_cluster_crd() -> dict[str, Any]:
-    """The PostgresCluster CRD plus the backup fields, as api/models.py will declare them."""
+def cluster_crd() -> dict[str, Any]:
+    """The generated PostgresCluster CRD (with the backup fields), under its throwaway kind."""
     definition = crd()
-    schema = definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    spec = schema["properties"]["spec"]["properties"]
-    spec["backup"] = structural_schema(BackupConfiguration)
-    spec["bootstrap"]["properties"]["recovery"] = structural_schema(RecoveryBootstrap)
-    schema["x-kubernetes-validations"] = [*schema.get("x-kubernetes-validations", []), *ROOT_BACKUP_RULES]
+    # The scale subresource needs nothing renamed; the printer columns and schema stay as generated.
     return renamed(definition, KINDS["PostgresCluster"])
 
 
@@ -61,7 +57,7 @@ def crds(kube: Kube) -> Iterator[None]:
     definitions = [
         renamed(backup_crd(), KINDS["Backup"]),
         renamed(scheduled_backup_crd(), KINDS["ScheduledBackup"]),
-        wired_cluster_crd(),
+        cluster_crd(),
     ]
     names = [f"crd/{d['metadata']['name']}" for d in definitions]
     try:
@@ -172,3 +168,137 @@ def test_cluster_recovery(kube: Kube, crds: None) -> None:
             "spec.bootstrap.recovery.targetTime")  # fmt: skip
     refused(create(kube, "PostgresCluster", {**CLUSTER, "bootstrap": {"recovery": {"source": source,
                    "targetLSN": "3000060"}}}), "spec.bootstrap.recovery.targetLSN")  # fmt: skip
+
+
+@pytest.mark.parametrize("parameter", ARCHIVING_PARAMETERS)
+def test_archiving_parameters_are_refused_naming_the_field(kube: Kube, crds: None, parameter: str) -> None:
+    spec = {**CLUSTER, "postgresql": {"parameters": {parameter: "1"}}}
+    refused(create(kube, "PostgresCluster", spec), "spec.postgresql.parameters",
+            f"{parameter} is set by the operator")  # fmt: skip
+
+
+def test_restore_with_the_default_application_database(kube: Kube, crds: None) -> None:
+    source = {"clusterName": "orders-db", "s3": S3}
+    spec = {**CLUSTER, "bootstrap": {"recovery": {"source": source}}}
+    out = accepted(create(kube, "PostgresCluster", spec))
+    bootstrap = out["spec"]["bootstrap"]
+    # initdb keeps its defaults next to recovery: they name the owner whose password is reset after it.
+    assert bootstrap["initdb"] == {"database": "app", "owner": "app"}
+    assert bootstrap["recovery"]["source"]["s3"]["credentials"]["accessKeyIDKey"] == "ACCESS_KEY_ID"
+    assert "backup" not in out["spec"]
+
+
+def test_recovery_cannot_change_after_creation(kube: Kube, crds: None) -> None:
+    name = f"immutable-{uuid.uuid4().hex[:6]}"
+    source = {"clusterName": "orders-db", "s3": S3}
+    obj = {"apiVersion": f"{GROUP}/v1alpha1", "kind": KINDS["PostgresCluster"],
+           "metadata": {"name": name, "namespace": "default"},
+           "spec": {**CLUSTER, "bootstrap": {"recovery": {"source": source}}}}  # fmt: skip
+    kube.kubectl("create", "-f", "-", input=json.dumps(obj))
+    try:
+        resource = f"{KINDS['PostgresCluster'].lower()}s.{GROUP}/{name}"
+        for patch in ({"spec": {"bootstrap": {"recovery": {"targetLSN": "0/3000060"}}}},
+                      {"spec": {"bootstrap": {"recovery": None}}}):  # fmt: skip
+            res = kube.kubectl("patch", resource, "-n", "default", "--type=merge", "-p", json.dumps(patch),
+                               check=False)  # fmt: skip
+            refused(res, "spec.bootstrap", "bootstrap is applied once")
+        # spec.backup may be added later (archiving starts with the rollout).
+        res = kube.kubectl("patch", resource, "-n", "default", "--type=merge",
+                           "-p", json.dumps({"spec": {"backup": {"s3": {**S3, "path": "own"}}}}), check=False)
+        assert res.returncode == 0, res.stderr
+    finally:
+        kube.kubectl("delete", f"{KINDS['PostgresCluster'].lower()}s.{GROUP}", name, "-n", "default",
+                     "--ignore-not-found", "--wait=false", check=False)  # fmt: skip
+
+
+# --- the operator's RBAC for backups, by the API server's authorizer ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def operator_identity(kube: Kube) -> Iterator[str]:
+    """The ClusterRole of deploy/operator/rbac.yaml under a throwaway name, bound to a throwaway
+    ServiceAccount; yields the user name to impersonate."""
+    suffix = uuid.uuid4().hex[:6]
+    ns, role = f"pgbk-rbac-{suffix}", f"pgbk-rbac-{suffix}"
+    (cluster_role,) = [d for d in yaml.safe_load_all((REPO / "deploy/operator/rbac.yaml").read_text())
+                       if d and d["kind"] == "ClusterRole"]  # fmt: skip
+    cluster_role["metadata"] = {"name": role}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": role},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+               "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": ns}]}  # fmt: skip
+    try:
+        kube.kubectl("create", "namespace", ns)
+        kube.kubectl("create", "serviceaccount", "operator", "-n", ns)
+        items = json.dumps({"apiVersion": "v1", "kind": "List", "items": [cluster_role, binding]})
+        kube.kubectl("apply", "-f", "-", input=items)
+        user = f"system:serviceaccount:{ns}:operator"
+        # The RBAC authorizer learns of new bindings through its informers: wait until it has this one.
+        deadline = time.monotonic() + 30
+        while not can(kube, user, "list", "persistentvolumeclaims"):
+            assert time.monotonic() < deadline, "the ClusterRoleBinding never took effect"
+            time.sleep(0.5)
+        yield user
+    finally:
+        kube.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found", check=False)
+        kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def can(kube: Kube, user: str, verb: str, resource: str) -> bool:
+    """The authorizer's answer (a SubjectAccessReview: exact, and needs no discovery of the kinds, which
+    are installed here only under throwaway names). `resource`: plural[.group][/subresource]."""
+    plural_group, _, sub = resource.partition("/")
+    plural, _, group = plural_group.partition(".")
+    ns = user.split(":")[2]
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+              "spec": {"user": user, "groups": ["system:serviceaccounts", f"system:serviceaccounts:{ns}",
+                                                "system:authenticated"],
+                       "resourceAttributes": {"namespace": "shop", "verb": verb, "group": group,
+                                              "resource": plural, "subresource": sub}}}  # fmt: skip
+    out = kube.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(review)).stdout
+    allowed = bool(json.loads(out)["status"].get("allowed"))
+    if not allowed:
+        print(f"{verb} {resource}: not allowed")
+    return allowed
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource"),
+    [(v, f"backups.{GROUP}") for v in ("get", "list", "watch", "create", "patch", "delete")]
+    + [(v, f"scheduledbackups.{GROUP}") for v in ("get", "list", "watch", "create", "patch", "delete")]
+    + [("patch", f"backups.{GROUP}/status"), ("patch", f"scheduledbackups.{GROUP}/status"),
+       ("update", f"backups.{GROUP}/finalizers"), ("update", f"scheduledbackups.{GROUP}/finalizers"),
+       ("create", "pods/exec")],
+)  # fmt: skip
+def test_the_operator_may(kube: Kube, operator_identity: str, verb: str, resource: str) -> None:
+    assert can(kube, operator_identity, verb, resource)
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource"),
+    [("update", f"backups.{GROUP}"), ("deletecollection", f"backups.{GROUP}"),
+     ("update", f"scheduledbackups.{GROUP}"), ("get", "pods/exec"), ("create", "pods/attach"),
+     ("create", "pods/portforward"), ("update", "secrets"), ("update", f"backups.{GROUP}/status")],
+)  # fmt: skip
+def test_the_operator_may_not(kube: Kube, operator_identity: str, verb: str, resource: str) -> None:
+    assert not can(kube, operator_identity, verb, resource)
+
+
+def test_a_websocket_exec_with_the_operators_role_is_allowed(kube: Kube, operator_identity: str) -> None:
+    """kubectl (like the controller's pod_exec) execs over a WebSocket, an HTTP GET: whatever verbs the
+    API server checks for it, the ClusterRole must satisfy them. The pod is on a kwok node, so the
+    command itself cannot run; only the authorizer's answer matters."""
+    ns = operator_identity.split(":")[2]
+    nodes = json.loads(kube.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    container = {"name": "postgres", "image": "localhost/pg-operator/postgres:16.15"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "target", "namespace": ns},
+           "spec": {"nodeName": nodes[0]["metadata"]["name"], "containers": [container]}}  # fmt: skip
+    kube.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    res = kube.kubectl("exec", "-n", ns, "target", "-c", "postgres", "--as", operator_identity,
+                       "--", "true", check=False, timeout=60)  # fmt: skip
+    assert "forbidden" not in res.stderr.lower(), res.stderr
+    # The same exec as an identity without the role is refused, so the check above can fail.
+    nobody = f"system:serviceaccount:{ns}:nobody"
+    res = kube.kubectl("exec", "-n", ns, "target", "-c", "postgres", "--as", nobody,
+                       "--", "true", check=False, timeout=60)  # fmt: skip
+    assert "forbidden" in res.stderr.lower(), res.stderr
