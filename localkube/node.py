@@ -622,8 +622,12 @@ def _clean(ctx: Context) -> None:
     # Its metadata would list containers whose tasks are gone: the next start begins afresh.
     if not _mounts_under(d["containerd_root"]):
         shutil.rmtree(d["containerd_root"], ignore_errors=True)
-    if not _mounts_under(RUN_DIR):
-        shutil.rmtree(RUN_DIR, ignore_errors=True)
+    if not [m for m in _mounts_under(RUN_DIR) if m != str(RUN_DIR)]:
+        if str(RUN_DIR) in _mountpoints():  # a private tmpfs: empty it, keep the mount
+            for child in RUN_DIR.iterdir():
+                shutil.rmtree(child, ignore_errors=True)
+        else:
+            shutil.rmtree(RUN_DIR, ignore_errors=True)
     _restore_sysctls(ctx)
     remaining = _mount_leftovers(ctx)
     if remaining:
@@ -764,10 +768,17 @@ def _mount_roots(ctx: Context, netns: list[str]) -> list[str]:
     return [str(ctx.state), str(RUN_DIR), *(str(NETNS_DIR / ns) for ns in netns)]
 
 
+def _ours_to_unmount(m: str, roots: list[str]) -> bool:
+    # A mount exactly at RUN_DIR is hack/private-netns.sh's private tmpfs: unmounting it would uncover
+    # the host's own RUN_DIR (the same directory on the root filesystem), and the rmtree that follows
+    # would delete the host cluster's containerd state. Mounts below it are ours.
+    return m != str(RUN_DIR) and _under(m, roots)
+
+
 def _unmount_ours(ctx: Context, netns: list[str]) -> None:
     roots = _mount_roots(ctx, netns)
     for _ in range(3):
-        targets = [m for m in _mountpoints() if _under(m, roots)]
+        targets = [m for m in _mountpoints() if _ours_to_unmount(m, roots)]
         if not targets:
             return
         for m in sorted(set(targets), key=lambda p: p.count("/"), reverse=True):
@@ -777,7 +788,7 @@ def _unmount_ours(ctx: Context, netns: list[str]) -> None:
 
 def _mount_leftovers(ctx: Context) -> list[str]:
     roots = _mount_roots(ctx, _our_netns())
-    return [f"mount {m}" for m in _mountpoints() if _under(m, roots)]
+    return [f"mount {m}" for m in _mountpoints() if _ours_to_unmount(m, roots)]
 
 
 # network ------------------------------------------------------------------------------------------------
