@@ -2,8 +2,10 @@
 
 For each trial, a writer inserts through <name>-rw (a new connection per attempt, as a pooled client
 reconnects) while the primary is (a) SIGKILLed at its container's init process, (b) deleted as a pod,
-(c) switched over on request. The figure is the longest stretch without a successful write. The
-cluster uses synchronous replication, and every acknowledged write is checked after each trial.
+(c) switched over on request, (d) SIGKILLed with the operator scaled to zero (Patroni alone, with the
+dynamic settings the operator left it). The figure is the longest stretch without a successful write.
+The cluster uses synchronous replication, and every acknowledged write is checked after each trial.
+The machine is shared: the JSON carries the load average before and after.
 
   python3 localkube/cluster.py up full && .venv/bin/python bench/bench_failover.py --trials 5
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -22,30 +25,57 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "e2e"), str(REPO / "localkube")]
 
 from common import Context  # noqa: E402
-from pgcluster import Writer, healthy, kill_container, status, wait_until  # noqa: E402
+from pgcluster import Writer, get_json, healthy, kill_container, status, wait_until  # noqa: E402
 
-from conftest import Kube, install_operator  # noqa: E402
+from conftest import OPERATOR_NAMESPACE, Kube, install_operator  # noqa: E402
 
 NS, NAME = "bench-failover", "bench-db"
+SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}
+
+
+def scale_operator(kube: Kube, replicas: int) -> None:
+    kube.kubectl("-n", OPERATOR_NAMESPACE, "scale", "deployment/pg-operator", f"--replicas={replicas}")
+    if replicas:
+        kube.kubectl("-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment/pg-operator",
+                     "--timeout=300s", timeout=320)
+    else:
+        wait_until("the operator to stop", lambda: not kube.kubectl(
+            "-n", OPERATOR_NAMESPACE, "get", "pods", "-o", "name").stdout.strip(), 120, 1)
 
 
 def trial(kube: Kube, how: str, table: str) -> dict[str, Any]:
+    if how == "sigkill_patroni_only":
+        try:
+            return _trial(kube, how, table, scale_down=True)
+        finally:
+            scale_operator(kube, 1)
+    return _trial(kube, how, table)
+
+
+def _trial(kube: Kube, how: str, table: str, scale_down: bool = False) -> dict[str, Any]:
     st = wait_until("healthy", lambda: healthy(kube, NS, NAME, 3), 600, 1)
     old = st["currentPrimary"]
+    if scale_down:
+        scale_operator(kube, 0)
     with Writer(kube, NS, NAME, table) as writer:
         writer.wait_for_writes(20, 60)
-        if how == "sigkill":
+        if how in ("sigkill", "sigkill_patroni_only"):
             kill_container(kube, NS, old)
         elif how == "pod_delete":
             kube.kubectl("delete", "pod", old, "-n", NS, "--wait=false")
         else:
-            target = next(i["name"] for i in st["instances"] if i["role"] == "replica")
-            kube.kubectl("annotate", "pgc", NAME, "-n", NS, f"db.example.com/switchover-to={target}",
+            # auto: the operator picks the synchronous standby (Patroni refuses any other replica).
+            kube.kubectl("annotate", "pgc", NAME, "-n", NS, "db.example.com/switchover-to=auto",
                          "--overwrite")
         wait_until("the outage to end", lambda: writer.outages, 300, 0.1)
         writer.wait_for_writes(10, 60)
     lost = writer.missing()
-    new = wait_until("healthy again", lambda: healthy(kube, NS, NAME, 3), 600, 1)["currentPrimary"]
+    if scale_down:
+        # Without the operator nobody writes the status: ask Patroni's leader key who won.
+        new = wait_until("a leader", lambda: get_json(kube, "configmap", f"{NAME}-leader", "-n", NS)[
+            "metadata"].get("annotations", {}).get("leader"), 300, 1)
+    else:
+        new = wait_until("healthy again", lambda: healthy(kube, NS, NAME, 3), 600, 1)["currentPrimary"]
     return {"outage_s": writer.longest_outage, "lost": len(lost), "promoted": new != old}
 
 
@@ -60,13 +90,15 @@ def main() -> int:
     kube.kubectl("create", "namespace", NS, check=False)
     body = {"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
             "metadata": {"name": NAME, "namespace": NS},
-            "spec": {"replicas": 3, "version": "16", "storage": "1Gi",
+            "spec": {"replicas": 3, "version": "16", "storage": "1Gi", "resources": SMALL,
                      "synchronous": {"number": 1, "dataDurability": "required"}}}
     started = time.monotonic()
     kube.kubectl("apply", "-f", "-", input=json.dumps(body))
     wait_until("the cluster to be healthy", lambda: healthy(kube, NS, NAME, 3), 900, 1)
     ready_s = time.monotonic() - started
-    results: dict[str, list[dict[str, Any]]] = {"sigkill": [], "pod_delete": [], "switchover": []}
+    load_before = os.getloadavg()
+    kinds = ("sigkill", "pod_delete", "switchover", "sigkill_patroni_only")
+    results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     try:
         for i in range(args.trials):
             for how, rows in results.items():
@@ -82,6 +114,9 @@ def main() -> int:
         out[f"{how}_promoted"] = sum(r["promoted"] for r in rows)
     out["acknowledged_writes_lost"] = sum(r["lost"] for rows in results.values() for r in rows)
     out["final_phase"] = final.get("phase")
+    out["load_avg_1m_before"] = round(load_before[0], 2)
+    out["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    out["cpus"] = os.cpu_count()
     print(json.dumps(out))
     return 0
 

@@ -39,10 +39,37 @@ with psycopg.connect(connect_timeout=10) as conn:
     row = conn.execute("select current_user, current_database(), version(), pg_is_in_recovery()").fetchone()
     print(f"connected as {row[0]} to {row[1]} on the primary (in recovery: {row[3]})\n{row[2]}")
 PY
+step "psql through the Services, exactly as printed below"
+ro_ip=$(kubectl -n shop get service orders-db-ro -o jsonpath='{.spec.clusterIP}')
+app_user=$(secret username) app_db=$(secret dbname)
+command -v psql >/dev/null || apt-get install -y -qq postgresql-client >/dev/null
+# kube-proxy follows the endpoints a moment after Ready: retry for a while before calling it broken.
+try_psql() {
+  local host=$1 what=$2 i
+  for i in $(seq 30); do
+    if PGPASSWORD=$(secret password) psql "host=$host port=5432 user=$app_user dbname=$app_db connect_timeout=5" \
+        -X -A -t -c "select 'psql to $what: in recovery = ' || pg_is_in_recovery()" 2>/dev/null; then
+      return 0
+    fi
+    sleep 2
+  done
+  echo "psql to $what ($host) failed" >&2
+  return 1
+}
+try_psql "$rw_ip" orders-db-rw
+try_psql "$ro_ip" orders-db-ro
+
 cat <<MSG
 
-Try it yourself:
+orders-db is Ready. Connect from this machine (kube-proxy routes the Service addresses here):
   export KUBECONFIG=$KUBECONFIG PATH=$bin:\$PATH
-  kubectl -n shop get pgc,pods,svc
+  export PGPASSWORD=\$(kubectl -n shop get secret orders-db-app -o jsonpath='{.data.password}' | base64 -d)
+  psql "host=$rw_ip port=5432 user=$app_user dbname=$app_db"   # orders-db-rw: the primary (read-write)
+  psql "host=$ro_ip port=5432 user=$app_user dbname=$app_db"   # orders-db-ro: the replicas (read-only)
+From a pod in the cluster, the Secret's uri (orders-db-rw.shop.svc:5432):
   kubectl -n shop get secret orders-db-app -o jsonpath='{.data.uri}' | base64 -d
+Watch it:
+  kubectl -n shop get pgc,pods,svc
+  kubectl -n shop describe pgc orders-db
+Stop the local cluster: python3 localkube/cluster.py down
 MSG
