@@ -7,7 +7,9 @@ from typing import Any
 
 import kopf
 
+from pg_operator.api.backup import BACKUP_PLURAL, SCHEDULED_BACKUP_PLURAL
 from pg_operator.api.constants import CLUSTER_LABEL, GROUP, PLURAL, ROLE_LABEL, VERSION
+from pg_operator.controller.backups.controller import BackupController
 from pg_operator.controller.keys import cluster_key_of_child, cluster_key_of_cluster, owning_cluster_name
 from pg_operator.controller.kube import kopf_login
 from pg_operator.controller.observe import (
@@ -53,14 +55,17 @@ def relevance(body: Mapping[str, Any]) -> tuple[Any, ...]:
 class Wakeups:
     """Maps every watched event to the cluster to reconcile, filtering noise from pods and PVCs."""
 
-    def __init__(self, controller: Controller, cache: Cache) -> None:
+    def __init__(self, controller: Controller, cache: Cache, backups: BackupController | None = None) -> None:
         self.controller = controller
         self.cache = cache
+        self.backups = backups  # the backup controller's own queue (controller/backups)
         self._seen: dict[str, tuple[Any, ...]] = {}
 
     def on_cluster(self, body: Mapping[str, Any], kwargs: Mapping[str, Any]) -> None:
         self.cache.bind(kwargs)
         self.controller.wake(cluster_key_of_cluster(body))
+        if self.backups is not None:
+            self.backups.on_cluster(body)
 
     def on_child(self, body: Mapping[str, Any], event_type: str | None, kwargs: Mapping[str, Any]) -> None:
         self.cache.bind(kwargs)
@@ -132,6 +137,23 @@ def build_registry(wakeups: Wakeups, kinds: list[WatchedKind]) -> kopf.OperatorR
             labels=labelled,
             registry=registry,
         )(child_event)
+    if wakeups.backups is not None:
+        # Backups and ScheduledBackups go to the backup controller only; a missing CRD leaves kopf
+        # warning that the resource is unresolved, the rest of the operator unaffected.
+        backups = wakeups.backups
+
+        async def backup_event(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+            wakeups.cache.bind(kwargs)
+            backups.on_backup(body, type)
+
+        async def scheduled_backup_event(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+            wakeups.cache.bind(kwargs)
+            backups.on_scheduled_backup(body, type)
+
+        kopf.on.event(GROUP, VERSION, BACKUP_PLURAL, id="wake_backup", registry=registry)(backup_event)
+        kopf.on.event(GROUP, VERSION, SCHEDULED_BACKUP_PLURAL, id="wake_scheduledbackup", registry=registry)(
+            scheduled_backup_event
+        )
     kopf.index("storage.k8s.io", "v1", "storageclasses", id=STORAGECLASS_INDEX, registry=registry)(
         storage_class_index
     )

@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 
 import kopf
 
+from pg_operator.controller.backups.controller import BackupController
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.handlers import Wakeups, build_registry
 from pg_operator.controller.health import HealthServer, HealthState
-from pg_operator.controller.kube import SERVICE_ACCOUNT_DIR, Api
+from pg_operator.controller.kube import SERVICE_ACCOUNT_DIR, Api, load_config
 from pg_operator.controller.lease import LeaseConfig, LeaseElector, LeaseLost
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.observe import Cache, watched_kinds
+from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcile import Reconciler
 from pg_operator.controller.runtime import Controller
 from pg_operator.specs import MANAGED_KINDS
@@ -119,6 +121,11 @@ async def run(opts: Options) -> int:
         await api.close()
 
 
+def _log_backup_workers_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        log.error("backup workers stopped: %r", task.exception())
+
+
 async def _lead(
     opts: Options,
     api: Api,
@@ -132,7 +139,8 @@ async def _lead(
     cache = Cache(kinds)
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity))
     controller = Controller(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds)
-    registry = build_registry(Wakeups(controller, cache), kinds)
+    backups = BackupController(api, cache, metrics, PodExec(load_config(), metrics), opts.identity)
+    registry = build_registry(Wakeups(controller, cache, backups), kinds)
     kopf_stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -153,6 +161,9 @@ async def _lead(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     workers = asyncio.create_task(controller.run(), name="reconcile-workers")
+    # Not among the tasks that end the process: backups failing must not stop the clusters' reconciles.
+    backup_workers = asyncio.create_task(backups.run(), name="backup-workers")
+    backup_workers.add_done_callback(_log_backup_workers_end)
     holding = asyncio.create_task(elector.hold(), name="lease")
     stopping = asyncio.create_task(stop.wait(), name="stop")
     done, _ = await asyncio.wait({kopf_task, workers, holding, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -180,6 +191,10 @@ async def _lead(
     state.role = "stopping"
     workers.cancel()
     controller.queue.close()
+    backup_workers.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await backup_workers
+    await backups.close()
     holding.cancel()
     stopping.cancel()
     kopf_stop.set()

@@ -1,0 +1,233 @@
+"""The backup controller against the real API server (kwok profile) and a real S3 server (moto, with
+authentication, on loopback), where no process has to run in a pod: ScheduledBackups create Backups on
+their schedule, a Backup that cannot run fails with a reason, and the object-store finalizer of
+`onDelete: delete` (store emptied, other clusters' objects untouched, finalizer released), of `keep`
+(nothing touched, no finalizer), of an unreachable store and of bad credentials (a condition and an
+Event, retried; released by hand with the annotation)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from backup_harness import S3Server, free_port, s3_server
+from test_operator_harness import (
+    REPO,
+    OperatorEnv,
+    OperatorProcess,
+    apply,
+    condition,
+    get_json,
+    get_or_none,
+    make_namespace,
+    operator_env,
+    postgres_cluster,
+    start_operator,
+    wait_until,
+)
+
+from pg_operator.backup.store_cleanup import FINALIZER, RELEASE_ANNOTATION
+
+__all__ = ["operator_env"]  # the fixture, imported so pytest sees it
+
+BUCKET = "it-backups"
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with s3_server(tmp_path_factory.mktemp("moto")) as server:
+        server.client().create_bucket(Bucket=BUCKET)
+        yield server
+
+
+@pytest.fixture(scope="module")
+def operator(operator_env: OperatorEnv) -> Iterator[OperatorProcess]:
+    kube = operator_env.kube
+    # The backup kinds exist before the operator starts (it resolves its resources once, at start).
+    kube.kubectl("apply", "--server-side", "--force-conflicts",
+                 "-f", str(REPO / "deploy" / "crd" / "backups.yaml"),
+                 "-f", str(REPO / "deploy" / "crd" / "scheduledbackups.yaml"))  # fmt: skip
+    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                 "crd/backups.db.example.com", "crd/scheduledbackups.db.example.com")  # fmt: skip
+    proc = start_operator(operator_env, "backups", "--resync-seconds", "30")
+    proc.wait_leader()
+    yield proc
+    code = proc.stop()
+    log = proc.log_text()
+    assert code == 0, f"operator did not stop cleanly:\n{log[-3000:]}"
+    assert "Traceback" not in log, log[-5000:]
+
+
+def secret(namespace: str, s3: S3Server, *, secret_key: str | None = None) -> dict[str, Any]:
+    def b64(v: str) -> str:
+        return base64.b64encode(v.encode()).decode()
+
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds", "namespace": namespace},
+            "data": {"ACCESS_KEY_ID": b64(s3.access_key_id),
+                     "ACCESS_SECRET_KEY": b64(secret_key or s3.secret_access_key)}}  # fmt: skip
+
+
+def backup_spec(endpoint: str, on_delete: str) -> dict[str, Any]:
+    s3 = {"endpointURL": endpoint, "bucket": BUCKET, "path": "it", "credentials": {"secretName": "s3-creds"}}
+    return {"s3": s3, "onDelete": on_delete}
+
+
+def put_objects(s3: S3Server, cluster: str) -> list[str]:
+    keys = [
+        f"it/{cluster}/base/20261201T080000/data.tar.gz",
+        f"it/{cluster}/wals/0000000100000000/000000010000000000000001.gz",
+    ]
+    for key in keys:
+        s3.client().put_object(Bucket=BUCKET, Key=key, Body=b"x" * 100)
+    return keys
+
+
+def events(kube: Any, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+    selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+    return list(get_json(kube, "events", "-n", namespace, "--field-selector", selector)["items"])
+
+
+def cluster_obj(kube: Any, namespace: str, name: str) -> Any:
+    return get_or_none(kube, "postgresclusters.db.example.com", name, "-n", namespace)
+
+
+def finalizers(kube: Any, namespace: str, name: str) -> list[str]:
+    obj = cluster_obj(kube, namespace, name)
+    return list(((obj or {}).get("metadata") or {}).get("finalizers") or [])
+
+
+# --- ScheduledBackup → Backups ----------------------------------------------------------------------
+
+
+def test_scheduled_backup_creates_backups_on_its_schedule(
+    operator: OperatorProcess, operator_env: OperatorEnv
+) -> None:
+    kube = operator_env.kube
+    ns = make_namespace(kube, "sched")
+    apply(kube, {"apiVersion": "db.example.com/v1alpha1", "kind": "ScheduledBackup",
+                 "metadata": {"name": "every-minute", "namespace": ns},
+                 "spec": {"cluster": "nosuch", "schedule": "* * * * *", "immediate": True}})  # fmt: skip
+    sb = get_json(kube, "scheduledbackups.db.example.com", "every-minute", "-n", ns)
+
+    def backups() -> list[dict[str, Any]]:
+        return list(get_json(kube, "backups.db.example.com", "-n", ns)["items"])
+
+    first = wait_until("the immediate Backup", lambda: backups(), 30)
+    assert len(first) == 1
+    b = first[0]
+    assert b["metadata"]["labels"] == {
+        "db.example.com/cluster": "nosuch",
+        "db.example.com/scheduled-backup": "every-minute",
+    }
+    assert b["metadata"]["ownerReferences"][0]["uid"] == sb["metadata"]["uid"]
+    assert b["spec"] == {"cluster": "nosuch"}
+    # It cannot run: the cluster does not exist. It says so, and an Event says it too.
+    failed = wait_until(
+        "the Backup to fail",
+        lambda: (
+            (
+                get_json(kube, "backups.db.example.com", b["metadata"]["name"], "-n", ns).get("status") or {}
+            ).get("phase")
+            == "Failed"
+        ),
+        30,
+    )
+    assert failed
+    status = get_json(kube, "backups.db.example.com", b["metadata"]["name"], "-n", ns)["status"]
+    assert status["error"].startswith("ClusterNotFound: ") and status["stoppedAt"]
+    assert any(e["reason"] == "ClusterNotFound" for e in events(kube, ns, "Backup", b["metadata"]["name"]))
+    sb_status = get_json(kube, "scheduledbackups.db.example.com", "every-minute", "-n", ns)["status"]
+    assert sb_status["lastBackupName"] == b["metadata"]["name"]
+    assert sb_status["nextScheduleTime"] > sb_status["lastScheduleTime"]
+    # The next minute's run.
+    second = wait_until(
+        "the scheduled Backup of the next minute", lambda: len(backups()) >= 2 and backups(), 75
+    )
+    names = sorted(x["metadata"]["name"] for x in second)
+    assert len(names) == 2 and names[1].endswith("00"), names  # named after a whole minute
+    # Suspended: no more.
+    kube.kubectl("patch", "scheduledbackups.db.example.com", "every-minute", "-n", ns, "--type=merge",
+                 "-p", json.dumps({"spec": {"suspend": True}}))  # fmt: skip
+    time.sleep(max(0.0, 62 - time.time() % 60))  # past the next whole minute
+    assert len(backups()) == 2
+    kube.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+# --- the object-store finalizer ---------------------------------------------------------------------
+
+
+def test_on_delete_delete_empties_the_prefix_and_releases_the_finalizer(
+    operator: OperatorProcess, operator_env: OperatorEnv, s3: S3Server
+) -> None:
+    kube = operator_env.kube
+    ns = make_namespace(kube, "ondel")
+    apply(kube, secret(ns, s3))
+    apply(kube, postgres_cluster("gone-db", ns, replicas=1, backup=backup_spec(s3.endpoint, "delete")))
+    mine = put_objects(s3, "gone-db")
+    others = [*put_objects(s3, "other-db"), "it/gone-db-2/base/x"]
+    s3.client().put_object(Bucket=BUCKET, Key=others[-1], Body=b"y")
+    wait_until("the finalizer", lambda: FINALIZER in finalizers(kube, ns, "gone-db"), 30)
+    wait_until("the StatefulSet", lambda: get_or_none(kube, "statefulset", "gone-db", "-n", ns), 30)
+    assert set(mine) <= set(s3.keys(BUCKET))
+    kube.kubectl("delete", "postgrescluster", "gone-db", "-n", ns, "--wait=false")
+    wait_until("the cluster to be gone", lambda: cluster_obj(kube, ns, "gone-db") is None, 120)
+    keys = s3.keys(BUCKET)
+    assert not [k for k in keys if k.startswith("it/gone-db/")], keys
+    assert set(others) <= set(keys)  # another cluster's objects, and a longer name sharing the prefix
+    reasons = [e["reason"] for e in events(kube, ns, "PostgresCluster", "gone-db")]
+    assert "BackupStoreDeleted" in reasons, reasons
+    assert "Traceback" not in operator.log_text()
+    kube.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def test_on_delete_keep_leaves_the_store_alone(
+    operator: OperatorProcess, operator_env: OperatorEnv, s3: S3Server
+) -> None:
+    kube = operator_env.kube
+    ns = make_namespace(kube, "onkeep")
+    apply(kube, secret(ns, s3))
+    apply(kube, postgres_cluster("kept-db", ns, replicas=1, backup=backup_spec(s3.endpoint, "keep")))
+    mine = put_objects(s3, "kept-db")
+    wait_until("the StatefulSet", lambda: get_or_none(kube, "statefulset", "kept-db", "-n", ns), 30)
+    time.sleep(3)  # a few backup passes
+    assert FINALIZER not in finalizers(kube, ns, "kept-db")
+    kube.kubectl("delete", "postgrescluster", "kept-db", "-n", ns, "--wait=false")
+    wait_until("the cluster to be gone", lambda: cluster_obj(kube, ns, "kept-db") is None, 60)
+    assert set(mine) <= set(s3.keys(BUCKET))
+    kube.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+@pytest.mark.parametrize("case", ["unreachable", "bad-credentials"])
+def test_a_failing_store_is_reported_retried_and_can_be_released_by_hand(
+    case: str, operator: OperatorProcess, operator_env: OperatorEnv, s3: S3Server
+) -> None:
+    kube = operator_env.kube
+    ns = make_namespace(kube, "onfail")
+    endpoint = f"http://127.0.0.1:{free_port()}" if case == "unreachable" else s3.endpoint
+    apply(kube, secret(ns, s3, secret_key="wrong-secret-key" if case == "bad-credentials" else None))
+    apply(kube, postgres_cluster("stuck-db", ns, replicas=1, backup=backup_spec(endpoint, "delete")))
+    mine = put_objects(s3, "stuck-db")
+    wait_until("the finalizer", lambda: FINALIZER in finalizers(kube, ns, "stuck-db"), 30)
+    kube.kubectl("delete", "postgrescluster", "stuck-db", "-n", ns, "--wait=false")
+    reason = "EndpointUnreachable" if case == "unreachable" else "InvalidCredentials"
+
+    def reported() -> Any:
+        cond = condition(cluster_obj(kube, ns, "stuck-db"), "BackupStoreCleanup")
+        return cond if cond.get("reason") == reason else None
+
+    cond = wait_until(f"BackupStoreCleanup False/{reason}", reported, 90)
+    assert cond["status"] == "False" and RELEASE_ANNOTATION in cond["message"]
+    assert "wrong-secret-key" not in json.dumps(cluster_obj(kube, ns, "stuck-db"))
+    warned = [e for e in events(kube, ns, "PostgresCluster", "stuck-db") if e["type"] == "Warning"]
+    assert any(reason in e["reason"] for e in warned), [e["reason"] for e in warned]
+    assert all("wrong-secret-key" not in e["message"] for e in warned)
+    assert FINALIZER in finalizers(kube, ns, "stuck-db")  # held while the store cannot be emptied
+    kube.kubectl("annotate", "postgrescluster", "stuck-db", "-n", ns, f"{RELEASE_ANNOTATION}=true")
+    wait_until("the cluster to be gone", lambda: cluster_obj(kube, ns, "stuck-db") is None, 60)
+    assert set(mine) <= set(s3.keys(BUCKET))  # released by hand: the store is left as it was
+    assert "wrong-secret-key" not in operator.log_text()
+    kube.kubectl("delete", "namespace", ns, "--wait=false")
