@@ -191,6 +191,7 @@ def test_failing_archiving_says_wal_piles_up_with_the_store_reason() -> None:
 
 def test_archiving_unknown_and_not_yet() -> None:
     assert archiving_condition(None).as_tuple()[:2] == ("Unknown", "NoPrimary")
+    assert archiving_condition(None, primary="db-0").as_tuple()[:2] == ("Unknown", "ArchiverUnreadable")
     assert archiving_condition(parse_archiver_line("0|||0|||1")).as_tuple()[:2] == (
         "False",
         "NothingArchivedYet",

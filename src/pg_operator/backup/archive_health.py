@@ -89,6 +89,10 @@ def archiving_condition(
     if stats is None:
         if store_failure is not None:
             return ArchivingCondition("False", store_failure.reason, store_failure.message)
+        if primary:
+            return ArchivingCondition(
+                "Unknown", "ArchiverUnreadable", f"pg_stat_archiver could not be read on {primary}"
+            )
         return ArchivingCondition("Unknown", "NoPrimary", "no ready primary to read pg_stat_archiver from")
     where = f" on {primary}" if primary else ""
     if stats.failing:
