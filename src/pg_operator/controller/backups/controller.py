@@ -13,6 +13,7 @@ import base64
 import datetime as dt
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -131,6 +132,7 @@ class BackupController:
         workers: int = 4,
         archive_check_seconds: float = 30.0,
         retention_seconds: float = 600.0,
+        min_probe_seconds: float = 10.0,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         backoff: Backoff | None = None,
     ) -> None:
@@ -150,6 +152,11 @@ class BackupController:
         self.scheduled: dict[tuple[str, str], dict[str, Any]] = {}
         self._retention_at: dict[tuple[str, str], float] = {}
         self._events_sent: dict[tuple[Key, str], str] = {}
+        # Per cluster: (primary, stats, store failure, monotonic time) of the last probe of its pods.
+        self._probes: dict[
+            tuple[str, str], tuple[str | None, ArchiverStats | None, Failure | None, float]
+        ] = {}
+        self.min_probe_seconds = min_probe_seconds
 
     # --- wake-ups (from kopf's event handlers) ------------------------------------------------------
 
@@ -403,6 +410,7 @@ class BackupController:
         key: Key = ("Cluster", namespace, name)
         if body is None:
             self.metrics.forget_archive((namespace, name))
+            self._probes.pop((namespace, name), None)
             return None
         snapshot = self.cache.snapshot((namespace, name))
         pods = [
@@ -429,27 +437,25 @@ class BackupController:
             return None
         store = store_of(body, config)
         primary = primary_pod(pods, name)
-        stats: ArchiverStats | None = None
-        store_failure: Failure | None = None
-        if primary is not None:
-            try:
-                stats = await self._archiver_stats(namespace, primary)
-            except (ExecError, ValueError) as exc:
-                log.info(
-                    "cluster %s/%s: pg_stat_archiver unreadable on %s: %s", namespace, name, primary, exc
-                )
-        if stats is not None and stats.last_archived_time is not None:
-            self.metrics.set_last_archived((namespace, name), stats.last_archived_time.timestamp())
-        listing: dict[str, Any] | None = None
+        ident = (namespace, name)
+        clock = time.monotonic()
+        cached = self._probes.get(ident)
         due_retention = config.retention is not None and (
-            self.clock().timestamp() - self._retention_at.get((namespace, name), 0.0)
-            >= self.retention_seconds
+            self.clock().timestamp() - self._retention_at.get(ident, 0.0) >= self.retention_seconds
         )
-        if primary is not None and (stats is None or stats.failing or due_retention):
-            listing, store_failure = await self._list_backups(namespace, primary, store)
+        if (
+            cached is not None
+            and cached[0] == primary
+            and clock - cached[3] < self.min_probe_seconds
+            and not due_retention
+        ):
+            # Woken again soon (a status write, a pod event): the conditions are recomputed from the
+            # last probe; the pod is not asked again.
+            _, stats, store_failure, _ = cached
+        else:
+            stats, store_failure = await self._probe(namespace, name, primary, store, config, due_retention)
+            self._probes[ident] = (primary, stats, store_failure, clock)
         archiving = archiving_condition(stats, store_failure=store_failure, primary=primary)
-        if listing is not None and due_retention and config.retention is not None and primary is not None:
-            await self._enforce_retention(body, namespace, primary, store, config, listing)
         ours: dict[str, tuple[str, str, str] | None] = {
             "ContinuousArchiving": archiving.as_tuple(),
             "BackupStoreCleanup": None,
@@ -481,6 +487,38 @@ class BackupController:
             self._events_sent.pop((key, "Warning"), None)
             await self._event(body, "Normal", "ArchivingResumed", archiving.message)
         return self.archive_check_seconds
+
+    async def _probe(
+        self,
+        namespace: str,
+        name: str,
+        primary: str | None,
+        store: ObjectStore,
+        config: BackupConfiguration,
+        due_retention: bool,
+    ) -> tuple[ArchiverStats | None, Failure | None]:
+        """pg_stat_archiver on the primary; the store itself (backup-list) when archiving fails or
+        retention is due; retention when due."""
+        if primary is None:
+            return None, None
+        stats: ArchiverStats | None = None
+        try:
+            stats = await self._archiver_stats(namespace, primary)
+        except (ExecError, ValueError) as exc:
+            log.info("cluster %s/%s: pg_stat_archiver unreadable on %s: %s", namespace, name, primary, exc)
+        if stats is not None and stats.last_archived_time is not None:
+            self.metrics.set_last_archived((namespace, name), stats.last_archived_time.timestamp())
+        store_failure: Failure | None = None
+        if due_retention:  # attempted now; a failing store is not listed on every wake-up for it
+            self._retention_at[(namespace, name)] = self.clock().timestamp()
+        if stats is None or stats.failing or due_retention:
+            listing, store_failure = await self._list_backups(namespace, primary, store)
+            if listing is not None and due_retention and config.retention is not None:
+                body = self.cache.cluster((namespace, name)) or {
+                    "metadata": {"name": name, "namespace": namespace}
+                }
+                await self._enforce_retention(body, namespace, primary, store, config, listing)
+        return stats, store_failure
 
     async def _archiver_stats(self, namespace: str, pod: str) -> ArchiverStats:
         result = await self.exec.run(namespace, pod, [*PSQL, "-F", "|", "-c", ARCHIVER_QUERY], seconds=30)
