@@ -278,11 +278,15 @@ class BackupController:
             if step.kind == "fail":
                 await self._backup_failed(key, body, cluster, step.reason, step.message)
             return step.requeue
-        assert cluster is not None or step.kind == "poll"
-        if cluster is None:
-            return None
-        config = backup_config(cluster)
-        if config is None:
+        config = backup_config(cluster) if cluster is not None else None
+        if cluster is None or config is None:
+            # Running, and the cluster or its spec.backup went away meanwhile.
+            reason = "ClusterNotFound" if cluster is None else "BackupNotConfigured"
+            message = "the cluster or its spec.backup went away while the backup ran"
+            await self._write_backup_status(
+                body, {"phase": "Failed", "error": f"{reason}: {message}", "stoppedAt": now}
+            )
+            await self._backup_failed(key, body, cluster, reason, message)
             return None
         store = store_of(cluster, config)
         if step.kind == "start":
