@@ -10,7 +10,8 @@ barman-cloud venv of tests/integration/backup_harness.py instead of the image's 
 Checked: WAL of the source arrives under <path>/<source>/wals/; a base backup; a second cluster with
 `spec.bootstrap.recovery` to a point in time has exactly the rows before it, is on timeline 2, archives
 under its own name, and its application owner has the new cluster's password (not the source's, which
-the restored catalog carried); the source's objects are untouched; no secret value in any log.
+the restored catalog carried); the source's objects are untouched; a replica of the restored cluster
+streams from it with the restore_command of the cluster's own archive; no secret value in any log.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class Clusters:
         values = [v for v in self.secret_data.values()]
         return values + [pw for by_role in self.passwords.values() for pw in by_role.values()]
 
-    def start(self, name: str, **spec: Any) -> Instance:
+    def start(self, name: str, member: str = "a", **spec: Any) -> Instance:
         cluster = PostgresCluster.from_obj({
             "metadata": {"name": name, "namespace": self.ns, "uid": uuid.uuid4().hex},
             "spec": {"replicas": 1, "version": "16", "storage": "1Gi",
@@ -95,7 +96,7 @@ class Clusters:
         })  # fmt: skip
         self.clusters.append(cluster)
         pg_port, api_port = free_ports(2)
-        pod = f"{name}-a"
+        pod = f"{name}-{member}"
         root = self.work / pod
         (root / "config").mkdir(parents=True)
         (root / "data").mkdir(mode=0o700)
@@ -108,7 +109,7 @@ class Clusters:
         text = settings.to_yaml()
         assert InstanceConfig.from_yaml(text) == settings
         (root / "config" / "instance.yaml").write_text(text)
-        self.passwords[name] = {role: secrets.token_urlsafe(24) for role in USERS}
+        self.passwords.setdefault(name, {role: secrets.token_urlsafe(24) for role in USERS})
         for role, username in USERS.items():
             (root / "secrets" / role).mkdir(parents=True)
             (root / "secrets" / role / "username").write_text(username)
@@ -285,6 +286,25 @@ def test_archives_to_s3_and_a_new_cluster_restores_to_a_point_in_time(clusters: 
                lambda: any(k.endswith("00000002.history.gz") for k in c.s3.keys(BUCKET, f"{PATH}/dst/wals/")),
                120)  # fmt: skip
     assert c.s3.keys(BUCKET, f"{PATH}/src/") == source_keys
+
+    # --- a replica of the restored cluster: base backup from its primary, WAL from its own archive -------
+    replica = c.start("dst", member="b", backup={"s3": s3, "archiveTimeout": "10s"},
+                      bootstrap={"recovery": recovery})  # fmt: skip
+    with dst.connect("app", c.passwords["dst"]["app"], "app") as conn:
+        conn.execute("INSERT INTO orders SELECT g, 'after-restore' FROM generate_series(1001, 1010) g")
+
+    def replicated() -> bool:
+        with replica.connect("app", c.passwords["dst"]["app"], "app") as conn:
+            in_recovery = conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
+            rows = conn.execute("SELECT count(*) FROM orders WHERE batch = 'after-restore'").fetchone()
+        return in_recovery and rows == (10,)
+
+    wait_until("the restored cluster's replica to have the new rows", replicated, 240)
+    with c.superuser(replica, "dst") as conn:
+        row = conn.execute("SELECT setting FROM pg_settings WHERE name = 'restore_command'").fetchone()
+    restore = row[0] if row else ""
+    # The replica fetches from the cluster's own archive, not from the source's.
+    assert restore.endswith(f"s3://{BUCKET}/{PATH} dst %f %p") and "PGOP_SOURCE_" not in restore, restore
     post_bootstrap = "\n".join(log.read_text(errors="replace") for log in dst.logs)
     assert "set the password of role app" in post_bootstrap and "kept database app" in post_bootstrap
     for inst in c.instances:
