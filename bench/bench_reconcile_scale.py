@@ -6,7 +6,13 @@ user), and the requests of one steady-state resync of all clusters. Side by side
 script creating the same children directly (same builders, same concurrency) for N other clusters, and
 waiting for the same readiness (every instance ready; roles labelled as Patroni would).
 
-    .venv/bin/python bench/bench_reconcile_scale.py --clusters 50
+Also measured: the operator's steady RSS after the resync window, the load average (the machine is
+shared, so a run's times only compare with runs of the same moment), and with --probe the latency of one
+change made in the middle of the burst: a cluster that was Ready before the burst is scaled 1 → 2 right
+after the N clusters are created, and the time until its StatefulSet carries the new size is reported
+(is a single change starved behind the backlog?).
+
+    .venv/bin/python bench/bench_reconcile_scale.py --clusters 50 --probe
 """
 
 from __future__ import annotations
@@ -100,9 +106,9 @@ def ensure_namespace(client: Client, name: str) -> None:
             raise
 
 
-def create_clusters(client: Client, ns: str, n: int, replicas: int) -> list[Any]:
+def create_clusters(client: Client, ns: str, n: int, replicas: int, first: int = 0) -> list[Any]:
     out = []
-    for i in range(n):
+    for i in range(first, first + n):
         # Small requests, so that both halves' pods fit on the fake node (64 CPUs, 512Gi).
         body = postgres_cluster(
             f"c{i:04d}", ns, replicas=replicas, resources={"requests": {"cpu": "10m", "memory": "128Mi"}}
@@ -169,11 +175,49 @@ def progress(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
 
-def peak_rss_mib(pid: int) -> float:
+def peak_rss_mib(pid: int, field: str = "VmHWM") -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def statefulset_replicas(client: Client, ns: str, name: str) -> int | None:
+    from lightkube.resources.apps_v1 import StatefulSet
+
+    try:
+        sts = client.get(StatefulSet, name, namespace=ns)
+    except ApiError:
+        return None
+    return sts.spec.replicas if sts.spec else None
+
+
+class ProbeChange:
+    """One change made during the burst, timed until the operator applied it (in a thread)."""
+
+    def __init__(self, client: Client, ns: str, name: str) -> None:
+        self.client, self.ns, self.name = client, ns, name
+        self.seconds: float | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> ProbeChange:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        self.client.patch(
+            PGC, self.name, {"spec": {"replicas": 2}}, namespace=self.ns, patch_type=PatchType.MERGE
+        )
+        while time.monotonic() - started < 3600:
+            if statefulset_replicas(self.client, self.ns, self.name) == 2:
+                self.seconds = time.monotonic() - started
+                return
+            time.sleep(0.25)
+
+    def join(self, timeout: float) -> float | None:
+        self._thread.join(timeout)
+        return self.seconds
 
 
 def main() -> int:
@@ -186,6 +230,9 @@ def main() -> int:
     parser.add_argument("--resync-seconds", type=float, default=60.0)
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--keep", action="store_true", help="leave the floor half's namespace behind")
+    parser.add_argument("--probe", action="store_true", help="time one change made during the burst")
+    parser.add_argument("--no-floor", action="store_true", help="the operator half only")
+    parser.add_argument("--label", default="", help="a name for this run in the JSON line (e.g. a commit)")
     args = parser.parse_args()
 
     kubeconfig = os.environ.get("PGOP_TEST_KUBECONFIG") or str(
@@ -203,6 +250,8 @@ def main() -> int:
         "clusters": n,
         "replicas": r,
         "workers": args.workers,
+        "label": args.label,
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
     }
 
     install_operator_identity(kube)
@@ -225,17 +274,26 @@ def main() -> int:
             "warning",
         ).start()
         op.wait_leader(timeout=120)
+        probe: ProbeChange | None = None
+        if args.probe:
+            client.create(codecs.from_dict(postgres_cluster("probe", op_ns, replicas=1)))
+            wait_until("the probe cluster Ready", lambda: ready_clusters(client, op_ns) == 1, timeout=300)
+        expected = n + (1 if args.probe else 0)
         mark = audit.mark()
         started = time.monotonic()
         progress(f"creating {n} clusters for the operator")
         create_clusters(client, op_ns, n, r)
+        created_after = time.monotonic() - started
+        if args.probe:
+            probe = ProbeChange(client, op_ns, "probe").start()
         wait_until(
             "all operator clusters Ready",
-            lambda: ready_clusters(client, op_ns) == n,
+            lambda: ready_clusters(client, op_ns) == expected,
             timeout=args.timeout,
             interval=2,
         )
         elapsed = time.monotonic() - started
+        probe_seconds = probe.join(timeout=600) if probe is not None else None
         reqs = audit.requests_since(mark)
         total = sum(v for (verb, _), v in reqs.items() if verb != "watch")
         writes = sum(v for (verb, _), v in reqs.items() if verb in ("create", "update", "patch", "delete"))
@@ -252,7 +310,10 @@ def main() -> int:
         )
         result["operator"] = {
             "seconds_to_all_ready": round(elapsed, 1),
+            "seconds_creating_clusters": round(created_after, 1),
             "peak_rss_mib": round(peak_rss_mib(op.pid), 1),
+            "steady_rss_mib": round(peak_rss_mib(op.pid, "VmRSS"), 1),
+            "probe_change_seconds": None if probe_seconds is None else round(probe_seconds, 1),
             "cpu_seconds_total": round(cpu_seconds(op.pid), 1),
             "requests_per_cluster": round(total / n, 2),
             "writes_per_cluster": round(writes / n, 2),
@@ -274,6 +335,11 @@ def main() -> int:
             interval=3,
         )
 
+        result["load_average_operator_end"] = [round(x, 2) for x in os.getloadavg()]
+        if args.no_floor:
+            print(json.dumps(result))
+            return 0
+
         # --- the floor: the same children, created directly ---------------------------------------
         ensure_namespace(client, floor_ns)
         progress(f"floor: creating {n} clusters' children directly")
@@ -290,6 +356,10 @@ def main() -> int:
             "seconds_to_all_ready": round(time.monotonic() - started, 1),
             "requests_per_cluster": round(floor_requests / n, 2),
         }
+        result["ratio_to_floor"] = round(
+            result["operator"]["seconds_to_all_ready"] / result["floor"]["seconds_to_all_ready"], 2
+        )
+        result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     if not args.keep:
         client.delete(Namespace, floor_ns)
     print(json.dumps(result))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import kopf
 
+from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.controller.backups.controller import BackupController
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.handlers import Wakeups, build_registry
@@ -23,7 +24,7 @@ from pg_operator.controller.health import HealthServer, HealthState
 from pg_operator.controller.kube import SERVICE_ACCOUNT_DIR, Api, load_config
 from pg_operator.controller.lease import LeaseConfig, LeaseElector, LeaseLost
 from pg_operator.controller.metrics import Metrics
-from pg_operator.controller.observe import Cache, watched_kinds
+from pg_operator.controller.observe import Cache, WatchedKind, watched_kinds
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcile import Reconciler
 from pg_operator.controller.runtime import Controller
@@ -60,12 +61,28 @@ class Options:
     resync_seconds: float = 300.0
 
 
-def kopf_settings() -> kopf.OperatorSettings:
+@dataclass(frozen=True)
+class ChildResources:
+    """Matches the child kinds' resources (by group and plural), for kopf's per-resource settings."""
+
+    names: frozenset[tuple[str, str]]
+
+    def __call__(self, resource: kopf.Resource) -> bool:
+        return (resource.group, resource.plural) in self.names
+
+
+def kopf_settings(kinds: list[WatchedKind] | None = None) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # our own Events only; kopf's would be writes on every log line
     settings.scanning.disabled = True  # no CRD watching: the resources are known
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    # The child handlers only take objects carrying the cluster label; asking the API server for those
+    # alone keeps every other Pod, Secret, ConfigMap … of the watched namespaces out of this process
+    # (kopf would otherwise parse each one and keep per-object state for it, then drop it).
+    children = kinds if kinds is not None else watched_kinds(MANAGED_KINDS)
+    selector = ChildResources(frozenset((k.group, k.plural) for k in children))
+    settings.watching.label_selectors[selector] = CLUSTER_LABEL
     return settings
 
 
@@ -147,7 +164,7 @@ async def _lead(
     kopf_task = asyncio.create_task(
         kopf.operator(
             registry=registry,
-            settings=kopf_settings(),
+            settings=kopf_settings(kinds),
             standalone=True,
             clusterwide=not opts.namespaces,
             namespaces=opts.namespaces,

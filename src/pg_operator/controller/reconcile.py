@@ -141,6 +141,9 @@ class Reconciler:
         self.memo = WriteMemo()
         self.dataplane = DataPlane(api, events)
         self._invalid_seen: dict[ClusterKey, int] = {}
+        # A refused PVC growth, by claim: (its resourceVersion, the patch, the problem). While the memo
+        # holds the patch back, the passes in between keep reporting it instead of flapping to Healthy.
+        self._resize_refused: dict[tuple[str, str, str, str], tuple[str | None, str, Problem]] = {}
 
     async def reconcile(self, key: ClusterKey) -> Outcome:
         started = time.perf_counter()
@@ -252,7 +255,12 @@ class Reconciler:
             pvc = snapshot.find("v1", "PersistentVolumeClaim", pvc_name)
             rv = _meta(pvc).get("resourceVersion")
             if self.memo.pending(ident4, rv, _canonical(patch)):
+                refused = self._resize_refused.get(ident4)
+                if refused is not None and refused[:2] == (rv, _canonical(patch)):
+                    problem = problem or refused[2]
+                    outcome.problem = problem
                 continue
+            self._resize_refused.pop(ident4, None)
             log.info("growing PVC %s/%s", namespace, pvc_name)
             outcome.writes += 1
             try:
@@ -263,10 +271,12 @@ class Reconciler:
                 if exc.status.code not in (403, 422):
                     raise
                 # e.g. the StorageClass does not allow expansion: retrying soon will not help; report it
-                problem = problem or (
+                refusal = (
                     "StorageResizeRefused",
                     f"PersistentVolumeClaim {pvc_name} cannot grow to spec.storage: {exc.status.message}",
                 )
+                self._resize_refused[ident4] = (rv, _canonical(patch), refusal)
+                problem = problem or refusal
                 outcome.problem = problem
             self.memo.wrote(ident4, rv, _canonical(patch))
 

@@ -1,0 +1,238 @@
+"""Where the operator's memory goes, at growing numbers of clusters (kwok profile). Prints one JSON line.
+
+The operator runs in this process (the same `operator.run` as `pg-operator run`, with the admin
+kubeconfig), so its state can be inspected between stages: RSS, the deep size of every kopf index by
+kind (what our index functions keep), kopf's per-object memories, our wake-up fingerprints, live objects
+by type, and (with --tracemalloc) the allocations by source file. Stages are cumulative:
+
+    .venv/bin/python bench/profile_operator_memory.py --stages 0,100,300
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import gc
+import itertools
+import json
+import os
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench_reconcile_scale import (  # noqa: E402
+    RoleLabeller,
+    create_clusters,
+    ensure_namespace,
+    progress,
+    ready_clusters,
+)
+from lightkube import Client, KubeConfig  # noqa: E402
+from lightkube.resources.core_v1 import Namespace  # noqa: E402
+from test_operator_harness import (  # noqa: E402
+    OPERATOR_NS,
+    ExternalKube,
+    PvProvisioner,
+    free_port,
+    install_operator_identity,
+    wait_until,
+)
+
+from pg_operator.controller import observe  # noqa: E402
+from pg_operator.controller.handlers import Wakeups  # noqa: E402
+from pg_operator.controller.operator import Options, run  # noqa: E402
+
+
+def deep_size(obj: Any, seen: set[int] | None = None) -> int:
+    """Bytes held by a tree of dicts/lists/tuples/strings/bytes (each object counted once)."""
+    seen = set() if seen is None else seen
+    stack = [obj]
+    total = 0
+    while stack:
+        o = stack.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        total += sys.getsizeof(o)
+        if isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, list | tuple | set | frozenset):
+            stack.extend(o)
+    return total
+
+
+def rss_mib(field: str = "VmRSS") -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def of_type(name: str) -> list[Any]:
+    return [o for o in gc.get_objects() if type(o).__name__ == name]
+
+
+def index_sizes(cache: observe.Cache) -> dict[str, dict[str, float]]:
+    """Per index: objects held, their deep size, and the size of the same values as compact JSON."""
+    out: dict[str, dict[str, float]] = {}
+    for index_id, index in (cache._indices or {}).items():
+        values = [v for key in list(index) for v in index[key]]
+        seen: set[int] = set()
+        size = sum(deep_size(v, seen) for v in values)
+        as_json = sum(
+            len(v) if isinstance(v, bytes) else len(json.dumps(v, separators=(",", ":")).encode())
+            for v in values
+        )
+        out[index_id.removeprefix("idx_")] = {
+            "objects": len(values),
+            "kib": round(size / 1024, 1),
+            "bytes_per_object": round(size / len(values)) if values else 0,
+            "json_bytes_per_object": round(as_json / len(values)) if values else 0,
+        }
+    return out
+
+
+def measure(label: str, with_trace: bool) -> dict[str, Any]:
+    gc.collect()
+    caches = of_type("Cache")
+    wakeups = [o for o in gc.get_objects() if isinstance(o, Wakeups)]
+    memories = of_type("ResourceMemories")
+    tasks = collections.Counter(
+        (t.get_coro().__qualname__ if hasattr(t.get_coro(), "__qualname__") else "?")  # type: ignore[union-attr]
+        for t in asyncio.all_tasks()
+    )
+    objects = gc.get_objects()
+    by_type = collections.Counter(type(o).__name__ for o in objects)
+    row: dict[str, Any] = {
+        "stage": label,
+        "rss_mib": round(rss_mib(), 1),
+        "hwm_mib": round(rss_mib("VmHWM"), 1),
+        "gc_objects": len(objects),
+        "top_types": dict(by_type.most_common(10)),
+        "asyncio_tasks": dict(tasks.most_common(6)),
+    }
+    del objects
+    if caches:
+        indexes = index_sizes(caches[0])
+        row["indexes"] = indexes
+        row["indexes_total_mib"] = round(sum(v["kib"] for v in indexes.values()) / 1024, 1)
+    if wakeups:
+        seen = wakeups[0]._seen
+        row["wakeups_seen"] = {"entries": len(seen), "kib": round(deep_size(seen) / 1024)}
+    if memories:
+        items = getattr(memories[0], "_items", {})
+        row["kopf_memories"] = {"entries": len(items), "kib": round(deep_size(list(items.values())) / 1024)}
+    if with_trace:
+        snap = tracemalloc.take_snapshot()
+        stats = snap.statistics("filename")
+        row["traced_mib"] = round(sum(s.size for s in stats) / 2**20, 1)
+        row["tracemalloc_overhead_mib"] = round(tracemalloc.get_tracemalloc_memory() / 2**20, 1)
+        row["traced_by_file_mib"] = {
+            "/".join(Path(str(s.traceback[0].filename)).parts[-2:]): round(s.size / 2**20, 1)
+            for s in stats[:14]
+        }
+    return row
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    kubeconfig = os.environ.get("PGOP_TEST_KUBECONFIG") or str(
+        Path(os.environ.get("PGOP_STATE", "/var/lib/pg-operator-localkube")) / "admin.kubeconfig"
+    )
+    os.environ["KUBECONFIG"] = kubeconfig
+    kube = ExternalKube(kubeconfig)
+    admin = KubeConfig.from_file(kubeconfig)
+    client = Client(admin, field_manager="bench")
+    install_operator_identity(kube)
+    ns = f"memprof-{time.strftime('%H%M%S')}"
+    ensure_namespace(client, ns)
+    opts = Options(
+        namespaces=[ns],
+        lease_namespace=OPERATOR_NS,
+        lease_name=f"memprof-{os.getpid()}",
+        identity=f"memprof-{os.getpid()}",
+        health_port=free_port(),
+        metrics_port=free_port(),
+        workers=args.workers,
+        resync_seconds=args.resync_seconds,
+    )
+    operator = asyncio.create_task(run(opts))
+    rows = []
+    created = 0
+    started = time.monotonic()
+
+    def cache_ready() -> bool:
+        return any(c.ready for c in of_type("Cache"))
+
+    await asyncio.to_thread(wait_until, "operator cache bound", cache_ready, 120, 0.5)
+    for stage in args.stages:
+        more = stage - created
+        if more > 0:
+            progress(f"creating clusters {created}..{stage - 1}")
+
+            def make(first: int = created, count: int = more) -> None:
+                create_clusters(client, ns, count, args.replicas, first=first)
+
+            await asyncio.to_thread(make)
+            created = stage
+            await asyncio.to_thread(
+                wait_until,
+                f"{stage} clusters Ready",
+                lambda n=stage: ready_clusters(client, ns) == n,
+                args.timeout,
+                2,
+            )
+        await asyncio.sleep(args.settle)
+        row = measure(str(stage), args.tracemalloc)
+        row["elapsed_s"] = round(time.monotonic() - started, 1)
+        rows.append(row)
+        progress(json.dumps(row))
+    os.kill(os.getpid(), 15)  # the operator's own signal handler: a clean stop
+    await operator
+    client.delete(Namespace, ns)
+    per = []
+    for a, b in itertools.pairwise(rows):
+        clusters = int(b["stage"]) - int(a["stage"])
+        if clusters > 0:
+            per.append(round((b["rss_mib"] - a["rss_mib"]) * 1024 / clusters, 1))
+    return {
+        "bench": "operator_memory_profile",
+        "replicas": args.replicas,
+        "rss_kib_per_cluster_between_stages": per,
+        "load_average": os.getloadavg(),
+        "stages": rows,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--stages", type=lambda s: [int(x) for x in s.split(",")], default=[0, 100, 300])
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--resync-seconds", type=float, default=300.0)
+    parser.add_argument("--settle", type=float, default=10.0, help="seconds to wait before each measurement")
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--tracemalloc", action="store_true", help="also attribute allocations by file")
+    args = parser.parse_args()
+    if args.tracemalloc:
+        tracemalloc.start(1)
+    kubeconfig = os.environ.get("PGOP_TEST_KUBECONFIG") or str(
+        Path(os.environ.get("PGOP_STATE", "/var/lib/pg-operator-localkube")) / "admin.kubeconfig"
+    )
+    with PvProvisioner(kubeconfig), RoleLabeller(KubeConfig.from_file(kubeconfig)):
+        result = asyncio.run(main_async(args))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
