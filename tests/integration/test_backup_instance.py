@@ -254,7 +254,9 @@ def test_archives_to_s3_and_a_new_cluster_restores_to_a_point_in_time(clusters: 
         conn.execute("INSERT INTO orders SELECT g, 'after-target' FROM generate_series(151, 200) g")
     with c.superuser(src, "src") as conn:
         (segment,) = conn.execute("SELECT pg_walfile_name(pg_switch_wal())").fetchone() or ("",)
-    wait_until(f"segment {segment} archived", lambda: archived(c, src, "src", segment), 120)
+    switched = time.monotonic()
+    wait_until(f"segment {segment} archived", lambda: archived(c, src, "src", segment), 120, interval=0.1)
+    figures = {"segment_archived_s": round(time.monotonic() - switched, 2)}
     wals = c.s3.keys(BUCKET, f"{PATH}/src/wals/")
     assert any(k.endswith(segment + ".gz") for k in wals), wals
     assert c.s3.keys(BUCKET, f"{PATH}/src/base/"), "no base backup under the source's prefix"
@@ -271,8 +273,10 @@ def test_archives_to_s3_and_a_new_cluster_restores_to_a_point_in_time(clusters: 
     c.secret_data[("s3-source", "ACCESS_SECRET_KEY")] = c.s3.secret_access_key
     source_s3 = {**s3, "credentials": {"secretName": "s3-source"}}
     recovery = {"source": {"clusterName": "src", "s3": source_s3}, "targetTime": target}
+    started = time.monotonic()
     dst = c.start("dst", backup={"s3": s3, "archiveTimeout": "10s"}, bootstrap={"recovery": recovery})
     c.wait_primary(dst, "dst", timeout=420)
+    figures["restore_to_writable_s"] = round(time.monotonic() - started, 1)
     with dst.connect("app", c.passwords["dst"]["app"], "app") as conn:
         batches = dict(conn.execute("SELECT batch, count(*) FROM orders GROUP BY batch").fetchall())
         (wal_file,) = conn.execute("SELECT pg_walfile_name(pg_current_wal_lsn())").fetchone() or ("",)
@@ -288,6 +292,7 @@ def test_archives_to_s3_and_a_new_cluster_restores_to_a_point_in_time(clusters: 
     assert c.s3.keys(BUCKET, f"{PATH}/src/") == source_keys
 
     # --- a replica of the restored cluster: base backup from its primary, WAL from its own archive -------
+    started = time.monotonic()
     replica = c.start("dst", member="b", backup={"s3": s3, "archiveTimeout": "10s"},
                       bootstrap={"recovery": recovery})  # fmt: skip
     with dst.connect("app", c.passwords["dst"]["app"], "app") as conn:
@@ -300,6 +305,7 @@ def test_archives_to_s3_and_a_new_cluster_restores_to_a_point_in_time(clusters: 
         return in_recovery and rows == (10,)
 
     wait_until("the restored cluster's replica to have the new rows", replicated, 240)
+    figures["replica_streaming_s"] = round(time.monotonic() - started, 1)
     with c.superuser(replica, "dst") as conn:
         row = conn.execute("SELECT setting FROM pg_settings WHERE name = 'restore_command'").fetchone()
     restore = row[0] if row else ""
@@ -311,3 +317,8 @@ def test_archives_to_s3_and_a_new_cluster_restores_to_a_point_in_time(clusters: 
         for log in inst.logs:
             text = log.read_text(errors="replace")
             assert not [v for v in c.secret_values() if v in text], f"a secret value in {log}"
+    # Figures for docs/backups.md (timing goals belong there, not in assertions).
+    line = json.dumps({"test": "backup_instance", "load": round(os.getloadavg()[0], 1), **figures})
+    print(line)
+    with (RUNTIME / "backup-results.jsonl").open("a") as f:
+        f.write(line + "\n")
