@@ -43,3 +43,14 @@ def test_image_json_and_dockerfile_agree() -> None:
         assert f"ENTRYPOINT {json.dumps(meta['entrypoint'])}" in dockerfile
         assert f"sh /build/{meta['recipe']}" in dockerfile
         assert f"PATH={meta['env']['PATH']}" in dockerfile
+
+
+def test_the_recipe_installs_barman_cloud_where_the_commands_look() -> None:
+    from pg_operator.backup.barman import DEFAULT_BIN_DIR
+
+    recipe = (IMAGE_JSON.parent / "recipe.sh").read_text()
+    assert "\nVENV=/opt/pg-operator\n" in recipe and DEFAULT_BIN_DIR == "/opt/pg-operator/bin"
+    assert '"$VENV/bin/pip" install -q --no-deps "barman==${BARMAN_VERSION}"' in recipe
+    # The image's PATH reaches them too (the controller's execs call psql and barman-cloud by name).
+    meta = json.loads(IMAGE_JSON.read_text())
+    assert DEFAULT_BIN_DIR in meta["env"]["PATH"].split(":")
