@@ -12,6 +12,12 @@ ip addr add "192.0.2.${octet}/24" dev "lkh${octet}a"
 ip link set "lkh${octet}a" up
 ip route add default via 192.0.2.1 dev "lkh${octet}a" onlink
 mount --make-rprivate /
-for d in /run/pg-operator-localkube /run/netns; do mkdir -p "$d"; mount -t tmpfs tmpfs "$d"; done
+# The namespace starts with copies of the host cluster's mounts (containerd rootfs/shm, pod netns
+# files); detach those copies here (private propagation: the host keeps its own) so this cluster's
+# teardown neither sees nor reports them, then give both directories fresh tmpfs.
+for d in /run/pg-operator-localkube /run/netns; do
+  findmnt -rn -o TARGET | awk -v d="$d" 'index($0, d "/") == 1 || $0 == d' | sort -r | xargs -r umount -l
+  mkdir -p "$d"; mount -t tmpfs tmpfs "$d"
+done
 export PGOP_STATE=$state
 exec "$@"
