@@ -665,16 +665,27 @@ def _proc_list() -> list[tuple[int, str, list[str]]]:
     return out
 
 
+def _mount_ns(pid: int | str) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return ""
+
+
 def _our_processes(ctx: Context) -> list[tuple[int, list[str]]]:
-    marks = (str(ctx.state), str(RUN_DIR))
     found = []
+    own_ns = _mount_ns("self")
     for pid, state, argv in _proc_list():
         if state == "Z" or pid == os.getpid():
             continue
         exe = Path(argv[0]).name
         line = " ".join(argv)
         provisioner = any(a.endswith("hostpath/provisioner.py") for a in argv[:3])
-        if (exe in _OUR_EXES and any(m in line for m in marks)) or (provisioner and str(ctx.state) in line):
+        # RUN_DIR is the same path for every cluster; only in our own mount namespace is it ours (a
+        # cluster in hack/private-netns.sh has a private one, and shares the pid namespace with the
+        # host's: matching on the path alone killed the host cluster's shims).
+        ours = str(ctx.state) in line or (str(RUN_DIR) in line and _mount_ns(pid) == own_ns)
+        if (exe in _OUR_EXES and ours) or (provisioner and str(ctx.state) in line):
             found.append((pid, argv))
     return found
 
