@@ -55,25 +55,45 @@ def report(measure: str, writer: Writer, old: str, new: str) -> None:
                       "acknowledged": len(writer.acked), "old_primary": old, "new_primary": new}), flush=True)
 
 
-def test_primary_container_killed_writes_resume_and_nothing_acknowledged_is_lost(
+def restarts(kube: Kube, pod: str) -> int:
+    statuses = get_json(kube, "pod", pod, "-n", NS)["status"].get("containerStatuses") or []
+    return int(next(c.get("restartCount", 0) for c in statuses if c["name"] == "postgres"))
+
+
+def test_primary_container_killed_a_sync_standby_takes_over_and_nothing_acknowledged_is_lost(
         sync_cluster: Kube) -> None:
     old = wait_until("healthy", lambda: healthy(sync_cluster, NS, NAME, 3), 300)["currentPrimary"]
+    standby = sync_standby(sync_cluster, old)
+    restarts_before = restarts(sync_cluster, old)
+
+    def handover_configured() -> bool:
+        config = get_json(sync_cluster, "configmap", f"{NAME}-config", "-n", NS)["metadata"]["annotations"]
+        return json.loads(config["config"]).get("primary_start_timeout") == 0
+
+    wait_until("the operator to set primary_start_timeout 0 in Patroni's config", handover_configured, 60)
     with Writer(sync_cluster, NS, NAME, "kill_writes") as writer:
         writer.wait_for_writes(20, 60)
         kill_container(sync_cluster, NS, old)
         wait_until("writes to fail over", lambda: writer.outages, 120, 0.2)
         writer.wait_for_writes(20, 60)
-    new = wait_until("healthy again", lambda: healthy(sync_cluster, NS, NAME, 3), 300)["currentPrimary"]
+    st = wait_until("healthy again", lambda: healthy(sync_cluster, NS, NAME, 3), 300)
+    new = st["currentPrimary"]
     report("failover_container_sigkill", writer, old, new)
     assert writer.missing() == [], "acknowledged commits were lost"
-    # The kubelet restarts the container at once. When the operator sees it down first, it releases the
-    # leader key and a replica is promoted (the old primary rejoins as a replica, Events say so); when the
-    # restarted Patroni is quicker, it resumes as primary after crash recovery. Both lose nothing; which
-    # one happened is printed above, and the closing note of issue 4 says what is left to make it one.
-    if new != old:
-        roles = {i["name"]: i["role"] for i in status(sync_cluster, NS, NAME)["instances"]}
-        assert roles[old] == "replica", f"the old primary did not rejoin as a replica: {roles}"
-        assert events(sync_cluster, "PrimaryChanged"), "no Warning Event for the failover"
+    # However quickly the kubelet restarts the container, the crashed primary never resumes in place:
+    # the operator releases its key while the container is down, or the restarted Patroni hands over
+    # itself (primary_start_timeout 0, kept by the operator in Patroni's dynamic configuration).
+    assert restarts(sync_cluster, old) > restarts_before, "the container was not restarted in place"
+    assert new == standby, f"{new} was promoted, not the synchronous standby {standby}"
+    instances = {i["name"]: i for i in st["instances"]}
+    assert instances[old]["role"] == "replica", f"the old primary did not rejoin as a replica: {instances}"
+
+    def same_timeline() -> bool:
+        timelines = {i["name"]: i.get("timeline") for i in status(sync_cluster, NS, NAME)["instances"]}
+        return timelines[old] is not None and timelines[old] == timelines[new]
+
+    wait_until("the old primary to follow the new timeline", same_timeline, 120, 1)
+    assert events(sync_cluster, "PrimaryChanged"), "no Warning Event for the failover"
 
 
 def test_primary_pod_deleted_a_replica_takes_over(sync_cluster: Kube) -> None:
