@@ -268,7 +268,7 @@ def can(kube: Kube, user: str, verb: str, resource: str) -> bool:
     + [(v, f"scheduledbackups.{GROUP}") for v in ("get", "list", "watch", "create", "patch", "delete")]
     + [("patch", f"backups.{GROUP}/status"), ("patch", f"scheduledbackups.{GROUP}/status"),
        ("update", f"backups.{GROUP}/finalizers"), ("update", f"scheduledbackups.{GROUP}/finalizers"),
-       ("create", "pods/exec")],
+       ("create", "pods/exec"), ("get", "pods/exec")],
 )  # fmt: skip
 def test_the_operator_may(kube: Kube, operator_identity: str, verb: str, resource: str) -> None:
     assert can(kube, operator_identity, verb, resource)
@@ -277,7 +277,7 @@ def test_the_operator_may(kube: Kube, operator_identity: str, verb: str, resourc
 @pytest.mark.parametrize(
     ("verb", "resource"),
     [("update", f"backups.{GROUP}"), ("deletecollection", f"backups.{GROUP}"),
-     ("update", f"scheduledbackups.{GROUP}"), ("get", "pods/exec"), ("create", "pods/attach"),
+     ("update", f"scheduledbackups.{GROUP}"), ("create", "pods/attach"),
      ("create", "pods/portforward"), ("update", "secrets"), ("update", f"backups.{GROUP}/status")],
 )  # fmt: skip
 def test_the_operator_may_not(kube: Kube, operator_identity: str, verb: str, resource: str) -> None:
