@@ -114,10 +114,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--installed", action="store_true",
+                        help="use the images and the operator already in the cluster (no rebuild when src/ "
+                             "changed since)")
     args = parser.parse_args()
     ctx = Context()
     kube = Kube(profile="full", kubeconfig=str(ctx.admin_kubeconfig), ctx=ctx)
-    install_operator(kube)
+    if not args.installed:
+        install_operator(kube)
     kube.kubectl("create", "namespace", NS, check=False)
     load_before = os.getloadavg()
     rows = []
