@@ -55,6 +55,11 @@ def trial(kube: Kube, how: str, table: str) -> dict[str, Any]:
 def _trial(kube: Kube, how: str, table: str, scale_down: bool = False) -> dict[str, Any]:
     st = wait_until("healthy", lambda: healthy(kube, NS, NAME, 3), 600, 1)
     old = st["currentPrimary"]
+    # Steady state: Patroni has recorded a synchronous standby for this primary (until it has, strict
+    # synchronous mode promotes nobody, right after bootstrap or a failover).
+    wait_until("a recorded synchronous standby", lambda: (lambda a: a.get("leader") == old and a.get(
+        "sync_standby"))(get_json(kube, "configmap", f"{NAME}-sync", "-n", NS)["metadata"].get(
+            "annotations") or {}), 120, 1)
     if scale_down:
         scale_operator(kube, 0)
     with Writer(kube, NS, NAME, table) as writer:

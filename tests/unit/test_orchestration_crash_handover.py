@@ -44,7 +44,7 @@ def test_sync_standbys_only_for_the_leader_they_were_recorded_for() -> None:
     assert sync_standbys(sync_cm("db-0", "db-2"), "db-0") == {"db-2"}
     assert sync_standbys(sync_cm("db-0", "db-1,db-2"), "db-0") == {"db-1", "db-2"}
     assert sync_standbys(sync_cm("db-1", "db-2"), "db-0") is None  # stale: recorded for another leader
-    assert sync_standbys(sync_cm("db-0", ""), "db-0") is None
+    assert sync_standbys(sync_cm("db-0", ""), "db-0") == frozenset()  # active, none recorded yet
     assert sync_standbys(None, "db-0") is None
 
 
@@ -59,3 +59,10 @@ def test_with_synchronous_replication_the_key_is_released_only_for_the_sync_stan
     assert plan_lock_release(leader_cm("db-0"), instances_from_pods(sync_down), recorded) is None
     # Asynchronous (no sync key for this leader): any running replica will do.
     assert plan_lock_release(leader_cm("db-0"), instances_from_pods(sync_down), None) is not None
+
+
+def test_no_release_while_synchronous_mode_has_recorded_no_standby_yet() -> None:
+    # Right after bootstrap Patroni may not have recorded a synchronous standby: in strict mode it then
+    # promotes nobody, and a released key would only be taken back by the restarted old primary.
+    pods = [pod("db-0", "primary", ready=False, container="terminated"), pod("db-1"), pod("db-2")]
+    assert plan_lock_release(leader_cm("db-0"), instances_from_pods(pods), sync_cm("db-0", "")) is None

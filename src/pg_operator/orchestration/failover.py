@@ -49,13 +49,13 @@ def sync_configmap_name(scope: str) -> str:
 
 
 def sync_standbys(sync_configmap: Mapping[str, Any] | None, leader: str) -> frozenset[str] | None:
-    """The synchronous standbys Patroni recorded for `leader` (its `<scope>-sync` key), or None when it
-    recorded none for this leader (asynchronous replication, or not decided yet)."""
+    """The synchronous standbys Patroni recorded for `leader` in its `<scope>-sync` key: None when the
+    key does not name this leader (asynchronous replication), an empty set when synchronous mode is
+    active for it but no standby is recorded yet (right after bootstrap: then Patroni promotes nobody)."""
     annotations = ((sync_configmap or {}).get("metadata") or {}).get("annotations") or {}
     if annotations.get("leader") != leader:
         return None
-    names = frozenset(n.strip() for n in str(annotations.get("sync_standby") or "").split(",") if n.strip())
-    return names or None
+    return frozenset(n.strip() for n in str(annotations.get("sync_standby") or "").split(",") if n.strip())
 
 
 def plan_lock_release(configmap: Mapping[str, Any] | None,
