@@ -196,6 +196,10 @@ def test_archiving_unknown_and_not_yet() -> None:
         "False",
         "NothingArchivedYet",
     )
+    refused = classify(1, "ERROR: An error occurred (SignatureDoesNotMatch) when calling ListObjectsV2")
+    early = archiving_condition(parse_archiver_line("0|||0|||0"), store_failure=refused, primary="db-0")
+    assert early.as_tuple()[:2] == ("False", "InvalidCredentials")
+    assert "no WAL segment archived" in early.message
     with pytest.raises(ValueError, match="7 fields"):
         parse_archiver_line("1|2")
 

@@ -106,6 +106,9 @@ def archiving_condition(
             f"{stats.pending} segment(s) wait to be archived{detail}",
         )
     if stats.archived_count == 0 and stats.last_archived_time is None:
+        if store_failure is not None:  # nothing tried yet, but the store already refuses
+            return ArchivingCondition("False", store_failure.reason, f"no WAL segment archived yet{where}: "
+                                      f"{store_failure.message}")  # fmt: skip
         return ArchivingCondition("False", "NothingArchivedYet", f"no WAL segment archived yet{where}")
     backlog = f"; {stats.pending} segment(s) waiting" if stats.pending else ""
     return ArchivingCondition(

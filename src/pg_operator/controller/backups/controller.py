@@ -515,7 +515,9 @@ class BackupController:
         store_failure: Failure | None = None
         if due_retention:  # attempted now; a failing store is not listed on every wake-up for it
             self._retention_at[(namespace, name)] = self.clock().timestamp()
-        if stats is None or stats.failing or due_retention:
+        # The store is asked too when nothing was archived yet: a broken store is reported before
+        # the first segment is even complete.
+        if stats is None or stats.failing or stats.archived_count == 0 or due_retention:
             listing, store_failure = await self._list_backups(namespace, primary, store)
             if listing is not None and due_retention and config.retention is not None:
                 body = self.cache.cluster((namespace, name)) or {
