@@ -53,13 +53,19 @@ def trial(kube: Kube, how: str, table: str) -> dict[str, Any]:
 
 
 def _trial(kube: Kube, how: str, table: str, scale_down: bool = False) -> dict[str, Any]:
-    st = wait_until("healthy", lambda: healthy(kube, NS, NAME, 3), 600, 1)
+    def steady() -> dict[str, Any] | None:
+        """Healthy as the operator reports it, and Patroni agrees: its leader key names the same
+        primary and it has recorded a synchronous standby for it (until then strict synchronous mode
+        promotes nobody, right after bootstrap or a failover)."""
+        st = healthy(kube, NS, NAME, 3)
+        sync = get_json(kube, "configmap", f"{NAME}-sync", "-n", NS)["metadata"].get("annotations") or {}
+        leader = get_json(kube, "configmap", f"{NAME}-leader", "-n", NS)["metadata"].get("annotations") or {}
+        primary = (st or {}).get("currentPrimary")
+        ok = primary and leader.get("leader") == primary == sync.get("leader") and sync.get("sync_standby")
+        return st if ok else None
+
+    st = wait_until("a steady cluster", steady, 600, 1)
     old = st["currentPrimary"]
-    # Steady state: Patroni has recorded a synchronous standby for this primary (until it has, strict
-    # synchronous mode promotes nobody, right after bootstrap or a failover).
-    wait_until("a recorded synchronous standby", lambda: (lambda a: a.get("leader") == old and a.get(
-        "sync_standby"))(get_json(kube, "configmap", f"{NAME}-sync", "-n", NS)["metadata"].get(
-            "annotations") or {}), 120, 1)
     if scale_down:
         scale_operator(kube, 0)
     with Writer(kube, NS, NAME, table) as writer:
@@ -72,7 +78,13 @@ def _trial(kube: Kube, how: str, table: str, scale_down: bool = False) -> dict[s
             # auto: the operator picks the synchronous standby (Patroni refuses any other replica).
             kube.kubectl("annotate", "pgc", NAME, "-n", NS, "db.example.com/switchover-to=auto",
                          "--overwrite")
-        wait_until("the outage to end", lambda: writer.outages, 300, 0.1)
+        if how == "switchover":
+            # Done or refused, the operator answers by clearing the request; a handover may be gapless.
+            wait_until("the switchover request to be answered", lambda: writer.outages or (
+                "db.example.com/switchover-to" not in (get_json(kube, "pgc", NAME, "-n", NS)["metadata"].get(
+                    "annotations") or {})), 300, 0.2)
+        else:
+            wait_until("the outage to end", lambda: writer.outages, 300, 0.1)
         writer.wait_for_writes(10, 60)
     lost = writer.missing()
     if scale_down:
