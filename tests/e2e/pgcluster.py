@@ -197,7 +197,6 @@ class Writer:
                     insert = sql.SQL("insert into {} (id) values (%s)").format(sql.Identifier(self.table))
                     conn.execute(insert, (n,))
                 self.acked.append(n)
-                n += 1
                 # An outage is a gap between two acknowledged writes, whether attempts failed in between
                 # or one attempt hung and then succeeded (a commit waiting for a standby).
                 now = time.monotonic()
@@ -206,6 +205,9 @@ class Writer:
                 last_ok = now
             except psycopg.Error:
                 pass
+            # A new id for every attempt: a failed attempt may still have committed (its answer was
+            # lost with the primary), and retrying its id would fail on the primary key forever.
+            n += 1
             time.sleep(0.05)
 
     def __enter__(self) -> Writer:
