@@ -231,6 +231,15 @@ def test_archiving_is_reported_and_the_age_metric_exists(operator: Kube, ns: str
 
 
 def test_scheduled_backup_completes_on_a_replica(operator: Kube, ns: str, source: str, moto: Moto) -> None:
+    # A replica counts as healthy once Patroni reports it streaming from the primary (what the placement
+    # reads); right after the cluster turns Ready it may still be catching up, and the primary takes it.
+    def streaming_replica() -> bool:
+        selector = f"db.example.com/cluster={source},role=replica"
+        pods = get_json(operator, "pods", "-n", ns, "-l", selector)["items"]
+        states = [json.loads((p["metadata"].get("annotations") or {}).get("status") or "{}") for p in pods]
+        return any(st.get("replication_state") == "streaming" for st in states)
+
+    wait_until("a replica streaming from the primary", streaming_replica, 180, 2)
     apply(operator, {"apiVersion": "db.example.com/v1alpha1", "kind": "ScheduledBackup",
                      "metadata": {"name": "nightly", "namespace": ns},
                      "spec": {"cluster": source, "schedule": "0 3 * * *", "immediate": True}})  # fmt: skip
