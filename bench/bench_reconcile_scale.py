@@ -212,6 +212,7 @@ class ProbeChange:
         while time.monotonic() - started < 3600:
             if statefulset_replicas(self.client, self.ns, self.name) == 2:
                 self.seconds = time.monotonic() - started
+                progress(f"probe change applied after {self.seconds:.1f} s")
                 return
             time.sleep(0.25)
 
