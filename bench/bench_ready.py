@@ -103,6 +103,15 @@ def trial(kube: Kube, index: int) -> dict[str, Any]:
             if value is not None:
                 out[f"pod{ordinal}_{key}"] = value - applied
         last_ready = max(last_ready, ready or 0.0)
+    # Role-neutral summary (all pods start together; whichever wins the bootstrap race runs initdb).
+    for kind in BOOTSTRAP_MARKS:
+        spans = [v for k, v in out.items() if k.endswith(f"_{kind}_duration_s")]
+        if spans:
+            out[f"{kind}_max_s"] = max(spans)
+    started = [v for k, v in out.items() if k.endswith("_container_started_s")]
+    if started:
+        out["all_containers_started_s"] = max(started)
+    out["last_pod_ready_s"] = last_ready - applied
     cluster_ready = condition_time(get_json(kube, "pgc", name, "-n", NS), "Ready")
     if cluster_ready and last_ready:
         out["operator_report_s"] = cluster_ready - last_ready
