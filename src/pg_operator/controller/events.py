@@ -1,5 +1,5 @@
-"""Kubernetes Events (core/v1) on a PostgresCluster. Messages are built by the controller from names and
-counts only; no Secret content ever reaches them."""
+"""Kubernetes Events (core/v1) on our objects (PostgresCluster, Backup, ScheduledBackup). Messages are
+built by the controller from names and counts only; no Secret content ever reaches them."""
 
 from __future__ import annotations
 
@@ -17,17 +17,18 @@ COMPONENT = "pg-operator"
 
 
 def event_body(
-    cluster: dict[str, Any], event_type: str, reason: str, message: str, instance: str
+    obj: dict[str, Any], event_type: str, reason: str, message: str, instance: str
 ) -> dict[str, Any]:
-    meta = cluster.get("metadata") or {}
+    """A core/v1 Event about one namespaced object of ours (a PostgresCluster unless it says otherwise)."""
+    meta = obj.get("metadata") or {}
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
         "involvedObject": {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
+            "apiVersion": obj.get("apiVersion") or API_VERSION,
+            "kind": obj.get("kind") or KIND,
             "name": meta.get("name"),
             "namespace": meta.get("namespace"),
             "uid": meta.get("uid"),

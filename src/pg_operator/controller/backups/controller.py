@@ -51,8 +51,9 @@ from pg_operator.backup.store_cleanup import (
     finalizers_without,
 )
 from pg_operator.controller.backoff import Backoff
-from pg_operator.controller.backups.resources import BackupResource, ScheduledBackupResource, object_event
+from pg_operator.controller.backups.resources import BackupResource, ScheduledBackupResource
 from pg_operator.controller.backups.store import StoreAccess, StoreError, delete_prefix
+from pg_operator.controller.events import event_body
 from pg_operator.controller.kube import Api, PostgresClusterResource, is_conflict, is_not_found
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.observe import Cache
@@ -225,7 +226,7 @@ class BackupController:
         try:
             from lightkube import codecs
 
-            body = object_event(dict(obj), event_type, reason, message, self.identity)
+            body = event_body(dict(obj), event_type, reason, message, self.identity)
             await self.api.create(codecs.from_dict(body))
         except Exception as exc:  # an Event must never fail a pass
             log.warning("could not post %s event %s: %s", event_type, reason, exc)
