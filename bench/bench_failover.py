@@ -3,7 +3,9 @@
 For each trial, a writer inserts through <name>-rw (a new connection per attempt, as a pooled client
 reconnects) while the primary is (a) SIGKILLed at its container's init process, (b) deleted as a pod,
 (c) switched over on request, (d) SIGKILLed with the operator scaled to zero (Patroni alone, with the
-dynamic settings the operator left it). The figure is the longest stretch without a successful write.
+dynamic settings the operator left it), (e) cut off the network inside its pod's netns (iptables DROP,
+healed once writes have resumed on the new primary: Patroni's ttl bounds this one). The figure is the
+longest stretch without a successful write.
 The cluster uses synchronous replication, and every acknowledged write is checked after each trial.
 The machine is shared: the JSON carries the load average before and after.
 
@@ -25,7 +27,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "e2e"), str(REPO / "localkube")]
 
 from common import Context  # noqa: E402
-from pgcluster import Writer, get_json, healthy, kill_container, status, wait_until  # noqa: E402
+from pgcluster import (  # noqa: E402
+    Partition,
+    Writer,
+    get_json,
+    healthy,
+    kill_container,
+    pod_netns,
+    status,
+    wait_until,
+)
 
 from conftest import OPERATOR_NAMESPACE, Kube, install_operator  # noqa: E402
 
@@ -68,9 +79,12 @@ def _trial(kube: Kube, how: str, table: str, scale_down: bool = False) -> dict[s
     old = st["currentPrimary"]
     if scale_down:
         scale_operator(kube, 0)
+    partition = Partition(pod_netns(kube, NS, old)) if how == "partition" else None
     with Writer(kube, NS, NAME, table) as writer:
         writer.wait_for_writes(20, 60)
-        if how in ("sigkill", "sigkill_patroni_only"):
+        if partition is not None:
+            partition.cut()
+        elif how in ("sigkill", "sigkill_patroni_only"):
             kill_container(kube, NS, old)
         elif how == "pod_delete":
             kube.kubectl("delete", "pod", old, "-n", NS, "--wait=false")
@@ -84,7 +98,11 @@ def _trial(kube: Kube, how: str, table: str, scale_down: bool = False) -> dict[s
                 "db.example.com/switchover-to" not in (get_json(kube, "pgc", NAME, "-n", NS)["metadata"].get(
                     "annotations") or {})), 300, 0.2)
         else:
-            wait_until("the outage to end", lambda: writer.outages, 300, 0.1)
+            try:
+                wait_until("the outage to end", lambda: writer.outages, 300, 0.1)
+            finally:
+                if partition is not None:
+                    partition.heal()
         writer.wait_for_writes(10, 60)
     lost = writer.missing()
     if scale_down:
@@ -118,7 +136,7 @@ def main() -> int:
     wait_until("the cluster to be healthy", lambda: healthy(kube, NS, NAME, 3), 900, 1)
     ready_s = time.monotonic() - started
     load_before = os.getloadavg()
-    kinds = ("sigkill", "pod_delete", "switchover", "sigkill_patroni_only")
+    kinds = ("sigkill", "pod_delete", "switchover", "sigkill_patroni_only", "partition")
     results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     try:
         for i in range(args.trials):
