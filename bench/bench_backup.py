@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "integration")]
 
 from backup_harness import Harness, Postgres  # noqa: E402
 
@@ -103,7 +103,9 @@ def pg_basebackup(pg: Postgres, target: Path, *fmt: str) -> float:
     return seconds
 
 
-def restore(h: Harness, store: ObjectStore, name: str) -> tuple[float, float, int]:
+def restore_latest(h: Harness, store: ObjectStore, name: str) -> tuple[Postgres, float, float]:
+    """A new instance from the store's latest backup, replayed to the end of the archive and promoted
+    (left running); returns it with the seconds of barman-cloud-restore and of the replay."""
     pg = h.postgres(name)
     pg.pgdata.parent.mkdir(parents=True)
     os.chown(pg.pgdata.parent, pg.user.pw_uid, pg.user.pw_gid)
@@ -117,6 +119,11 @@ def restore(h: Harness, store: ObjectStore, name: str) -> tuple[float, float, in
     pg.configure({**pg.base_parameters(), **recovery_settings(store, target), "archive_mode": "off"})
     (pg.pgdata / "recovery.signal").touch()
     replay_s, _ = timed(lambda: pg.start(timeout=1800))
+    return pg, copy_s, replay_s
+
+
+def restore(h: Harness, store: ObjectStore, name: str) -> tuple[float, float, int]:
+    pg, copy_s, replay_s = restore_latest(h, store, name)
     ((rows,),) = pg.query("SELECT count(*) FROM pgbench_accounts")
     pg.stop()
     shutil.rmtree(pg.pgdata.parent, ignore_errors=True)
