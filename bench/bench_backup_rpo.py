@@ -114,9 +114,12 @@ def trial(h: Harness, index: int, args: argparse.Namespace, rng: random.Random) 
     pg.query("CREATE TABLE writes (id bigint PRIMARY KEY, sent double precision NOT NULL)")
     barman_backup(h, pg, store, "base")
     run_s = args.duration + rng.uniform(0, args.archive_timeout)
+    wal_sql = "SELECT wal_bytes::bigint FROM pg_stat_wal"
+    ((wal_start,),) = pg.query(wal_sql)
     writer = Writer(pg, args.rate)
     writer.start()
     time.sleep(run_s)
+    ((wal_end,),) = pg.query(wal_sql)  # WAL records written (stats lag ≤ 1 s), switch padding excluded
     ((archived,),) = pg.query("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver")
     destroy(pg)
     writer.join(30)
@@ -137,6 +140,7 @@ def trial(h: Harness, index: int, args: argparse.Namespace, rng: random.Random) 
         "rpo_s": round(acks[last_id] - lost_from, 2),
         "achieved_rate": round(last_id / (acks[last_id] - acks[1]), 1),
         "late_commits": writer.late,
+        "wal_kb_per_s": round((wal_end - wal_start) / run_s / 1024, 1),
         "restore_s": round(copy_s + replay_s, 1),
         "last_archived_wal_before_kill": archived,
         "writer_end": writer.error,
