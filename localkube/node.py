@@ -622,12 +622,15 @@ def _clean(ctx: Context) -> None:
     # Its metadata would list containers whose tasks are gone: the next start begins afresh.
     if not _mounts_under(d["containerd_root"]):
         shutil.rmtree(d["containerd_root"], ignore_errors=True)
-    if not [m for m in _mounts_under(RUN_DIR) if m != str(RUN_DIR)]:
-        if str(RUN_DIR) in _mountpoints():  # a private tmpfs: empty it, keep the mount
-            for child in RUN_DIR.iterdir():
+    if RUN_DIR.is_dir() and not [m for m in _mounts_under(RUN_DIR) if m != str(RUN_DIR)]:
+        # Emptied, never removed: the directory may be the mount point of a private cluster's tmpfs, in
+        # this mount namespace (hack/private-netns.sh) or in another one, and removing a mount point
+        # detaches the mounts on it in every namespace (a private cluster lost its containerd socket so).
+        for child in RUN_DIR.iterdir():
+            if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
-        else:
-            shutil.rmtree(RUN_DIR, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
     _restore_sysctls(ctx)
     remaining = _mount_leftovers(ctx)
     if remaining:

@@ -229,8 +229,12 @@ class Writer:
         return max(self.outages, default=0.0)
 
     def missing(self) -> list[int]:
-        """Acknowledged commits that the current primary does not have: lost writes."""
-        with self._connect() as conn:
-            query = sql.SQL("select id from {}").format(sql.Identifier(self.table))
-            present = {r[0] for r in conn.execute(query).fetchall()}
-        return [n for n in self.acked if n not in present]
+        """Acknowledged commits that the current primary does not have: lost writes. Read through -rw,
+        which may still route to a primary that is shutting down for a moment after a handover."""
+        def present() -> tuple[set[int]]:
+            with self._connect() as conn:
+                query = sql.SQL("select id from {}").format(sql.Identifier(self.table))
+                return ({r[0] for r in conn.execute(query).fetchall()},)  # a 1-tuple: truthy when empty
+
+        (rows,) = wait_until(f"the primary to answer for {self.table}", present, 60, 0.5)
+        return [n for n in self.acked if n not in rows]
