@@ -41,6 +41,7 @@ from pgcluster import (  # noqa: E402
 from conftest import OPERATOR_NAMESPACE, Kube, install_operator  # noqa: E402
 
 NS, NAME = "bench-failover", "bench-db"
+KINDS = ("sigkill", "pod_delete", "switchover", "sigkill_patroni_only", "partition")
 SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}
 
 
@@ -118,10 +119,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--kinds", default=",".join(KINDS),
+                        help=f"comma-separated scenarios to run, of {','.join(KINDS)} (default: all)")
     parser.add_argument("--installed", action="store_true",
                         help="use the images and the operator already in the cluster (no rebuild when src/ "
                              "changed since)")
     args = parser.parse_args()
+    unknown = sorted(set(args.kinds.split(",")) - set(KINDS))
+    if unknown:
+        parser.error(f"--kinds: unknown {', '.join(unknown)} (choose from {', '.join(KINDS)})")
     ctx = Context()
     kube = Kube(profile="full", kubeconfig=str(ctx.admin_kubeconfig), ctx=ctx)
     if not args.installed:
@@ -136,7 +142,7 @@ def main() -> int:
     wait_until("the cluster to be healthy", lambda: healthy(kube, NS, NAME, 3), 900, 1)
     ready_s = time.monotonic() - started
     load_before = os.getloadavg()
-    kinds = ("sigkill", "pod_delete", "switchover", "sigkill_patroni_only", "partition")
+    kinds = tuple(args.kinds.split(","))
     results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     try:
         for i in range(args.trials):
