@@ -9,8 +9,9 @@ import json
 import time
 from collections.abc import Iterator
 
+import psycopg
 import pytest
-from pgcluster import Writer, get_json, healthy, kill_container, status, wait_serving, wait_until
+from pgcluster import Writer, get_json, healthy, kill_container, secret, status, wait_serving, wait_until
 
 from conftest import Kube
 
@@ -142,3 +143,43 @@ def test_a_switchover_patroni_refuses_is_answered_not_retried_forever(sync_clust
     wait_until("the request to be answered", answered, 120, 1)
     assert any("sync" in m for m in events(sync_cluster, "SwitchoverRefused")), "no Event says why"
     assert status(sync_cluster, NS, NAME)["currentPrimary"] == st["currentPrimary"]
+
+
+def test_a_replica_that_lost_its_disk_rejoins_from_the_primary(sync_cluster: Kube) -> None:
+    st = wait_until("healthy", lambda: healthy(sync_cluster, NS, NAME, 3), 300)
+    primary = st["currentPrimary"]
+    standby = sync_standby(sync_cluster, primary)
+    victim = next(i["name"] for i in st["instances"] if i["role"] == "replica" and i["name"] != standby)
+    claim = f"data-{victim}"
+    old_claim = get_json(sync_cluster, "pvc", claim, "-n", NS)["metadata"]["uid"]
+    old_pod = get_json(sync_cluster, "pod", victim, "-n", NS)["metadata"]["uid"]
+    with Writer(sync_cluster, NS, NAME, "lost_disk_writes") as writer:
+        writer.wait_for_writes(20, 60)
+        # The disk is gone: its claim is deleted (the pvc-protection finalizer holds it until the pod has
+        # gone), then the pod; the StatefulSet recreates both, the volume empty.
+        sync_cluster.kubectl("delete", "pvc", claim, "-n", NS, "--wait=false")
+        sync_cluster.kubectl("delete", "pod", victim, "-n", NS, "--wait=false")
+
+        def rebuilt() -> bool:
+            pod = get_json(sync_cluster, "pod", victim, "-n", NS)
+            ready = any(c["type"] == "Ready" and c["status"] == "True"
+                        for c in pod["status"].get("conditions") or [])
+            new_claim = get_json(sync_cluster, "pvc", claim, "-n", NS)["metadata"]["uid"]
+            return ready and pod["metadata"]["uid"] != old_pod and new_claim != old_claim
+
+        wait_until(f"{victim} back and ready on a new, empty volume", rebuilt, 600, 2)
+        st = wait_until("healthy again", lambda: healthy(sync_cluster, NS, NAME, 3), 300, 2)
+        writer.wait_for_writes(20, 60)
+    assert st["currentPrimary"] == primary, "losing a replica's disk moved the primary"
+    assert writer.missing() == []
+    pod_ip = get_json(sync_cluster, "pod", victim, "-n", NS)["status"]["podIP"]
+    app = secret(sync_cluster, NS, f"{NAME}-app")
+
+    def caught_up() -> bool:
+        with psycopg.connect(host=pod_ip, port=int(app["port"]), user=app["username"],
+                             password=app["password"], dbname=app["dbname"], connect_timeout=3) as conn:
+            in_recovery = conn.execute("select pg_is_in_recovery()").fetchone()
+            have = {r[0] for r in conn.execute("select id from lost_disk_writes").fetchall()}
+        return in_recovery == (True,) and set(writer.acked) <= have
+
+    wait_until(f"{victim}, rebuilt from the primary, to hold every acknowledged row", caught_up, 120, 1)
