@@ -315,6 +315,20 @@ class Audit:
     def writes_since(self, mark: AuditMark) -> Counter[tuple[str, str]]:
         return Counter({k: v for k, v in self.requests_since(mark).items() if k[0] in WRITE_VERBS})
 
+    def settled(self, quiet: float = 3.0, timeout: float = 60.0) -> AuditMark:
+        """A mark taken once the user has written nothing for `quiet` seconds: the start of a steady
+        state. The follow-up writes of a change (a status write, an Event) land within moments on a quiet
+        machine and later on a loaded one; a user that never stops writing fails here, naming what."""
+        deadline = time.monotonic() + timeout
+        while True:
+            mark = self.mark()
+            time.sleep(quiet)
+            writes = self.writes_since(mark)
+            if not writes:
+                return mark
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.user} kept writing for {timeout:.0f} s: {dict(writes)}")
+
 
 class PvProvisioner:
     """Stands in for a volume provisioner where there is none: a PersistentVolume, pre-bound, for each

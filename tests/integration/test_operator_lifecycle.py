@@ -182,8 +182,7 @@ def reconcile_passes(op: OperatorProcess) -> float:
 def test_a_resync_makes_zero_writes(orders_db: dict[str, Any], operator: Operator) -> None:
     env = operator.env
     wait_ready(env.kube, "shop", "orders-db", 3)
-    time.sleep(2)  # let the last status write's own watch event come back
-    mark = env.audit.mark()
+    mark = env.audit.settled()  # the last status write and its watch event are done
     before = reconcile_passes(operator.proc)
     noop_before = operator.proc.metric('pg_operator_reconcile_total{result="noop"}')
     time.sleep(RESYNC * 1.1 + 3)  # at least one full (jittered) resync of every cluster

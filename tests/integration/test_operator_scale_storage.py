@@ -94,8 +94,7 @@ def test_growing_storage_patches_every_pvc_and_then_writes_nothing(
         assert condition(obj, "Degraded").get("status") == "False", obj["status"]
 
         # Grown once: the next passes see the larger requests and patch nothing again.
-        time.sleep(2)
-        mark = operator_env.audit.mark()
+        mark = operator_env.audit.settled()  # the growth's own follow-up writes are done
         before = reconcile_passes(operator)
         time.sleep(RESYNC * 1.1 + 3)
         assert reconcile_passes(operator) > before, "no reconcile ran during the resync window"
