@@ -299,11 +299,16 @@ class Audit:
             ):
                 yield event
 
-    def requests_since(self, mark: AuditMark, *, include_leases: bool = False) -> Counter[tuple[str, str]]:
-        """(verb, resource[/subresource]) → count; the leader Lease's renewals are left out unless asked."""
+    def requests_since(
+        self, mark: AuditMark, *, include_leases: bool = False, namespace: str | None = None
+    ) -> Counter[tuple[str, str]]:
+        """(verb, resource[/subresource]) → count; the leader Lease's renewals are left out unless asked;
+        with `namespace`, only requests about objects in it."""
         out: Counter[tuple[str, str]] = Counter()
         for event in self.events_since(mark):
             ref = event.get("objectRef") or {}
+            if namespace is not None and ref.get("namespace") != namespace:
+                continue
             resource = str(ref.get("resource") or event.get("requestURI"))
             if resource == "leases" and not include_leases:
                 continue
@@ -312,10 +317,11 @@ class Audit:
             out[(str(event.get("verb")), resource)] += 1
         return out
 
-    def writes_since(self, mark: AuditMark) -> Counter[tuple[str, str]]:
-        return Counter({k: v for k, v in self.requests_since(mark).items() if k[0] in WRITE_VERBS})
+    def writes_since(self, mark: AuditMark, namespace: str | None = None) -> Counter[tuple[str, str]]:
+        requests = self.requests_since(mark, namespace=namespace)
+        return Counter({k: v for k, v in requests.items() if k[0] in WRITE_VERBS})
 
-    def settled(self, quiet: float = 3.0, timeout: float = 60.0) -> AuditMark:
+    def settled(self, quiet: float = 3.0, timeout: float = 60.0, namespace: str | None = None) -> AuditMark:
         """A mark taken once the user has written nothing for `quiet` seconds: the start of a steady
         state. The follow-up writes of a change (a status write, an Event) land within moments on a quiet
         machine and later on a loaded one; a user that never stops writing fails here, naming what."""
@@ -323,7 +329,7 @@ class Audit:
         while True:
             mark = self.mark()
             time.sleep(quiet)
-            writes = self.writes_since(mark)
+            writes = self.writes_since(mark, namespace)
             if not writes:
                 return mark
             if time.monotonic() > deadline:
