@@ -6,7 +6,12 @@ import datetime as dt
 
 import pytest
 
-from pg_operator.backup.retention import BackupRecord, RetentionPolicy, obsolete_backups
+from pg_operator.backup.retention import (
+    BackupRecord,
+    RetentionPolicy,
+    obsolete_backups,
+    retired_backup_objects,
+)
 
 NOW = dt.datetime(2026, 12, 31, 12, 0, tzinfo=dt.UTC)
 
@@ -87,3 +92,76 @@ def test_barman_words(policy: RetentionPolicy, barman: str) -> None:
 def test_bad_policies(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         RetentionPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+# --- the Backup objects of base backups retention removed --------------------------------------------
+
+STORE = {"serverName": "orders-db", "destinationPath": "s3://backups/prod"}
+
+
+def backup_object(name: str, day: int, *, phase: str = "Completed", **status: str) -> dict[str, object]:
+    stopped = f"2026-12-{day:02d}T03:10:00Z"
+    return {"metadata": {"name": name, "namespace": "shop"}, "spec": {"cluster": "orders-db"},
+            "status": {"phase": phase, "backupID": f"202612{day:02d}T030000", "stoppedAt": stopped,
+                       **STORE, **status}}  # fmt: skip
+
+
+def retired(objects: list[dict[str, object]], remaining: list[BackupRecord]) -> list[str]:
+    return retired_backup_objects(
+        objects, remaining, cluster="orders-db", server_name="orders-db", destination_path="s3://backups/prod"
+    )
+
+
+def test_the_objects_of_removed_backups_are_retired() -> None:
+    objects = [backup_object(f"b{d}", d) for d in (1, 2, 3, 4)]
+    # keepLast 2 removed the 1st and the 2nd.
+    assert retired(objects, [done(3), done(4)]) == ["b1", "b2"]
+    assert retired(objects, [done(d) for d in (1, 2, 3, 4)]) == []
+
+
+def test_a_backup_newer_than_the_listing_is_kept() -> None:
+    # b5 completed after the store was listed: absent from the listing, but newer than all of it.
+    objects = [backup_object("b1", 1), backup_object("b5", 5)]
+    assert retired(objects, [done(3), done(4)]) == ["b1"]
+
+
+def test_the_oldest_kept_is_kept_even_when_barman_times_have_fractions() -> None:
+    kept = BackupRecord("20261203T030000", dt.datetime(2026, 12, 3, 3, 10, 0, 700000, tzinfo=dt.UTC), "DONE")
+    assert retired([backup_object("b3", 3)], [kept]) == []
+    assert retired([backup_object("gone", 3, backupID="20261202T030000")], [kept]) == []
+
+
+def test_only_completed_objects_of_this_cluster_and_store_are_retired() -> None:
+    other_cluster = backup_object("other", 1)
+    other_cluster["spec"] = {"cluster": "billing-db"}
+    objects = [
+        other_cluster,
+        backup_object("old-store", 1, destinationPath="s3://backups/old"),
+        backup_object("renamed", 1, serverName="orders-db-2"),
+        backup_object("failed", 1, phase="Failed"),
+        backup_object("running", 1, phase="Running"),
+        backup_object("no-id", 1, backupID=""),
+        backup_object("mine", 1),
+    ]
+    assert retired(objects, [done(3)]) == ["mine"]
+
+
+def test_nothing_is_retired_when_the_store_lists_no_completed_backup() -> None:
+    objects = [backup_object("b1", 1)]
+    assert retired(objects, []) == []
+    assert retired(objects, [BackupRecord("20261203T030000", None, "STARTED")]) == []
+
+
+def test_the_operator_flag_sets_the_retention_interval() -> None:
+    from pg_operator.cli.main import build_parser
+
+    def interval(*argv: str) -> float:
+        return float(build_parser().parse_args(["run", *argv]).backup_retention_interval)
+
+    assert interval() == 600.0
+    assert interval("--backup-retention-interval", "90s") == 90.0
+    assert interval("--backup-retention-interval", "2m") == 120.0
+    assert interval("--backup-retention-interval", "45") == 45.0
+    for bad in ("0", "-5s", "ten", "8d"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["run", "--backup-retention-interval", bad])

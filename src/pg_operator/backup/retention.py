@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 RECOVERY_WINDOW_PATTERN = "^[1-9][0-9]{0,3}[dwm]$"
 _UNITS = {"d": ("DAYS", 1), "w": ("WEEKS", 7), "m": ("MONTHS", 31)}
@@ -93,3 +94,55 @@ def obsolete_backups(backups: Sequence[BackupRecord], policy: RetentionPolicy, n
         key=lambda b: (b.end_time or now, b.backup_id),
     )
     return [b.backup_id for b in ordered]
+
+
+def retired_backup_objects(
+    backup_objects: Sequence[Mapping[str, Any]],
+    remaining: Sequence[BackupRecord],
+    *,
+    cluster: str,
+    server_name: str,
+    destination_path: str,
+) -> list[str]:
+    """Names of the Completed Backup objects whose base backup retention has removed from the store.
+
+    `remaining` is the store's catalog after this pass's deletions. A Backup object is retired when it
+    names this cluster, was written to this very store (serverName and destinationPath: a Backup of an
+    earlier store configuration says nothing about this one), its backupID is no longer in the store,
+    and it ended before the oldest completed backup still there: retention removes the oldest first, so
+    only such a backup can be one it removed (also one removed by a pass that stopped before it could
+    retire the object). A Backup that completed after the listing was read is newer than all of it and
+    stays. With nothing completed left in the store nothing is retired: an empty listing says more
+    about the store than about retention.
+    """
+    kept = [b for b in remaining if b.completed]
+    if not kept:
+        return []
+    # Whole seconds: a Backup's stoppedAt has no fraction, barman's times may.
+    oldest_end = min(b.end_time for b in kept if b.end_time is not None).replace(microsecond=0)
+    present = {b.backup_id for b in remaining}
+    out: list[str] = []
+    for obj in backup_objects:
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        if not name or spec.get("cluster") != cluster or status.get("phase") != "Completed":
+            continue
+        if status.get("serverName") != server_name or status.get("destinationPath") != destination_path:
+            continue
+        backup_id = str(status.get("backupID") or "")
+        stopped = _parse_stamp(status.get("stoppedAt"))
+        if not backup_id or backup_id in present or stopped is None or stopped >= oldest_end:
+            continue
+        out.append(name)
+    return sorted(out)
+
+
+def _parse_stamp(value: Any) -> dt.datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)

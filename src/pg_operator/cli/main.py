@@ -47,6 +47,19 @@ def _port(value: str) -> int:
     return port
 
 
+def _duration(value: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600}
+    text = value.strip()
+    number, scale = (text[:-1], units[text[-1]]) if text[-1:] in units else (text, 1)
+    try:
+        seconds = float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration (e.g. 600, 90s, 10m, 1h): {value}") from None
+    if not 1 <= seconds <= 7 * 86400:
+        raise argparse.ArgumentTypeError(f"duration out of range (1 s to 7 days): {value}")
+    return seconds
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pg-operator", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -76,6 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--resync-seconds", type=float, default=300.0, help="periodic resync interval (jittered)"
     )
+    run.add_argument(
+        "--backup-retention-interval",
+        type=_duration,
+        default=600.0,
+        metavar="DURATION",
+        help="how often each cluster's backup retention runs besides after every completed backup: "
+        "seconds, or a number with s/m/h (default 10m)",
+    )
     run.add_argument("--log-format", choices=("json", "text"), default="text")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
@@ -103,6 +124,7 @@ def _run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         workers=args.workers,
         resync_seconds=args.resync_seconds,
+        backup_retention_seconds=args.backup_retention_interval,
     )
     return asyncio.run(run(opts))
 

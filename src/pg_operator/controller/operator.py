@@ -59,6 +59,7 @@ class Options:
     metrics_port: int = 8081
     workers: int = 8
     resync_seconds: float = 300.0
+    backup_retention_seconds: float = 600.0  # how often retention runs besides after each backup
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,8 @@ async def _lead(
     cache = Cache(kinds)
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity))
     controller = Controller(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds)
-    backups = BackupController(api, cache, metrics, PodExec(load_config(), metrics), opts.identity)
+    backups = BackupController(api, cache, metrics, PodExec(load_config(), metrics), opts.identity,
+                               retention_seconds=opts.backup_retention_seconds)  # fmt: skip
     registry = build_registry(Wakeups(controller, cache, backups), kinds)
     kopf_stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -20,8 +20,8 @@ from typing import Any
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Secret
 
-from pg_operator.api.backup import BackupConfiguration
-from pg_operator.api.constants import CLUSTER_LABEL, PG_PORT, SUPERUSER
+from pg_operator.api.backup import BACKUP_KIND, BackupConfiguration
+from pg_operator.api.constants import CLUSTER_LABEL, GROUP, PG_PORT, SUPERUSER, VERSION
 from pg_operator.backup import jobs
 from pg_operator.backup.archive_health import (
     ARCHIVER_QUERY,
@@ -42,7 +42,7 @@ from pg_operator.backup.catalog import backup_status, records
 from pg_operator.backup.failures import Failure, classify
 from pg_operator.backup.lifecycle import after_poll, before_start
 from pg_operator.backup.placement import choose_instance, primary_pod
-from pg_operator.backup.retention import obsolete_backups
+from pg_operator.backup.retention import BackupRecord, obsolete_backups, retired_backup_objects
 from pg_operator.backup.scheduling import rfc3339, schedule_pass
 from pg_operator.backup.store_cleanup import (
     FINALIZER,
@@ -561,7 +561,10 @@ class BackupController:
     ) -> None:
         assert config.retention is not None
         name = _name(body)
-        doomed = obsolete_backups(records(listing), config.retention.policy(), self.clock())
+        catalog = records(listing)
+        doomed = obsolete_backups(catalog, config.retention.policy(), self.clock())
+        deleted: set[str] = set()
+        failed = False
         for backup_id in doomed:
             result = await self.exec.run(namespace, pod, delete_backup_argv(store, backup_id), seconds=600)
             if result.exit_status != 0:
@@ -569,10 +572,46 @@ class BackupController:
                 await self._event(
                     body, "Warning", "RetentionFailed", f"deleting backup {backup_id}: {failure.message}"
                 )
-                return
+                failed = True
+                break
+            deleted.add(backup_id)
             log.info("retention: deleted backup %s of %s/%s", backup_id, namespace, name)
             await self._event(body, "Normal", "BackupDeleted", f"retention deleted base backup {backup_id}")
-        self._retention_at[(namespace, name)] = self.clock().timestamp()
+        # The Backup objects of what is gone go too, so a Backup object always names a restorable base
+        # backup (also those of a pass that stopped between the store and the object).
+        await self._retire_backup_objects(
+            body, namespace, store, [r for r in catalog if r.backup_id not in deleted]
+        )
+        if not failed:
+            self._retention_at[(namespace, name)] = self.clock().timestamp()
+
+    async def _retire_backup_objects(
+        self, cluster: Mapping[str, Any], namespace: str, store: ObjectStore, remaining: list[BackupRecord]
+    ) -> None:
+        name = _name(cluster)
+        objects = [b for (ns, _), b in self.backups.items() if ns == namespace]
+        retired = retired_backup_objects(
+            objects,
+            remaining,
+            cluster=name,
+            server_name=store.server_name,
+            destination_path=store.destination_url,
+        )
+        for backup_name in retired:
+            backup_id = (self.backups.get((namespace, backup_name), {}).get("status") or {}).get("backupID")
+            try:
+                await self.api.delete(f"{GROUP}/{VERSION}", BACKUP_KIND, backup_name, namespace)
+            except ApiError as exc:
+                if not is_not_found(exc):
+                    raise
+            self.backups.pop((namespace, backup_name), None)
+            log.info("retention: deleted Backup %s/%s (base backup %s)", namespace, backup_name, backup_id)
+            await self._event(
+                cluster,
+                "Normal",
+                "BackupRecordDeleted",
+                f"deleted Backup {backup_name}: retention removed its base backup {backup_id} from the store",
+            )
 
     async def _write_cluster_status(
         self,
