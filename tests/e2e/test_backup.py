@@ -188,7 +188,7 @@ def superuser_sql(kube: Kube, ns: str, pod: str, sql: str) -> str:
     """SQL as the superuser over the pod's Unix socket (what the operator's own execs do)."""
     res = kube.kubectl("exec", pod, "-n", ns, "-c", "postgres", "--",
                        "psql", "-h", "/var/run/postgresql", "-U", "postgres", "-AtX", "-c", sql)  # fmt: skip
-    return res.stdout.strip()
+    return str(res.stdout).strip()
 
 
 def archived_after_switch(kube: Kube, ns: str, name: str, timeout: float = 120) -> str:
