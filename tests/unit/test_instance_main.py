@@ -56,7 +56,7 @@ def test_render_prints_the_config_without_passwords(
     out = capsys.readouterr().out
     config = yaml.safe_load(out)
     assert config["scope"] == "orders-db"
-    assert config["postgresql"]["parameters"]["work_mem"] == "8MB"
+    assert config["bootstrap"]["dcs"]["postgresql"]["parameters"]["work_mem"] == "8MB"
     assert config["postgresql"]["authentication"]["superuser"]["password"] == "<redacted>"
     for password in PASSWORDS.values():
         assert password not in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from pg_operator.api.instance_config import InstanceConfig
 from pg_operator.api.models import OPERATOR_OWNED_PARAMETERS as API_OWNED
 from pg_operator.instance import patroni_config as pc
 from pg_operator.instance.inputs import Credentials, pod_environment
+from pg_operator.orchestration.patroni_settings import desired_dynamic_settings, dynamic_config_patch
 
 ENV = {
     "PGOP_CLUSTER_NAME": "orders-db",
@@ -185,12 +187,29 @@ def test_bad_durability_is_named() -> None:
         render(with_changes("synchronous", {"number": 1, "dataDurability": "maybe"}))
 
 
-def test_user_parameters_go_local_and_to_dcs() -> None:
+def test_user_parameters_go_to_dcs_only() -> None:
+    # A copy in the local section would override the dynamic configuration, so a later change the
+    # operator PATCHes into /config would never reach the running instance.
     config = render()
-    assert config["postgresql"]["parameters"]["shared_buffers"] == "256MB"
-    assert config["bootstrap"]["dcs"]["postgresql"]["parameters"]["max_connections"] == "200"
-    assert config["bootstrap"]["dcs"]["postgresql"]["parameters"]["wal_level"] == "replica"
-    assert config["postgresql"]["parameters"]["unix_socket_directories"] == "/var/run/postgresql"
+    dcs = config["bootstrap"]["dcs"]["postgresql"]["parameters"]
+    assert dcs["shared_buffers"] == "256MB"
+    assert dcs["max_connections"] == "200"
+    assert dcs["wal_level"] == "replica"
+    local = config["postgresql"]["parameters"]
+    assert "shared_buffers" not in local and "max_connections" not in local
+    assert local["unix_socket_directories"] == "/var/run/postgresql"
+
+
+def test_bootstrap_dcs_equals_what_the_operator_enforces() -> None:
+    # The operator's desired dynamic settings and the bootstrap copy come from one function: a fresh
+    # cluster needs no PATCH /config at all.
+    config = render()
+    sync = INSTANCE["synchronous"]
+    desired = desired_dynamic_settings(INSTANCE["postgresql"]["parameters"], sync["number"],
+                                       sync["dataDurability"],
+                                       {"ttl": 20, "loop_wait": 2, "retry_timeout": 5})
+    configmap = {"metadata": {"annotations": {"config": json.dumps(config["bootstrap"]["dcs"])}}}
+    assert dynamic_config_patch(configmap, desired) is None
 
 
 @pytest.mark.parametrize("name", ["listen_addresses", "PORT", "archive_command", "wal_level", "hba_file"])
@@ -204,10 +223,8 @@ def test_owned_list_covers_the_api_list() -> None:
 
 
 def test_parameter_values_must_be_scalars() -> None:
-    assert (
-        render(with_changes("postgresql.parameters", {"jit": False}))["postgresql"]["parameters"]["jit"]
-        == "off"
-    )
+    config = render(with_changes("postgresql.parameters", {"jit": False}))
+    assert config["bootstrap"]["dcs"]["postgresql"]["parameters"]["jit"] == "off"
     with pytest.raises(ValueError, match=r"postgresql\.parameters\.work_mem must be a string or a number"):
         render(with_changes("postgresql.parameters", {"work_mem": ["4MB"]}))
 

@@ -6,6 +6,9 @@
   primary to a surviving ordinal (orchestration.rollout.plan_scale).
 - Rolling image changes: replicas first, then a switchover, then the old primary; a stalled instance
   halts the rollout as a reported problem (orchestration.rollout.plan_update).
+- Settings: PostgreSQL parameters, synchronous replication and Patroni's timing are kept in Patroni's
+  dynamic configuration (PATCH /config on the leader when they differ); members Patroni marks
+  pending_restart are restarted replicas first, the primary last (orchestration.rollout.plan_restart).
 - Patroni's own ConfigMaps get an owner reference so deleting the cluster removes them too.
 
 Patroni's REST API is asked only when a decision needs its view (a rollout or switchover in
@@ -37,10 +40,22 @@ from pg_operator.controller.kube import (
 from pg_operator.controller.observe import Snapshot
 from pg_operator.orchestration.failover import leader_configmap_name, plan_lock_release, sync_configmap_name
 from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
-from pg_operator.orchestration.patroni_settings import config_configmap_name, dynamic_config_patch
-from pg_operator.orchestration.rollout import Action, best_candidate, plan_scale, plan_update
-from pg_operator.patroni.client import PatroniAuth, PatroniError, get_cluster, patch_config, switchover
+from pg_operator.orchestration.patroni_settings import (
+    changed_parameter_names,
+    config_configmap_name,
+    dynamic_config_patch,
+)
+from pg_operator.orchestration.rollout import Action, best_candidate, plan_restart, plan_scale, plan_update
+from pg_operator.patroni.client import (
+    PatroniAuth,
+    PatroniError,
+    get_cluster,
+    patch_config,
+    restart_pending,
+    switchover,
+)
 from pg_operator.specs import names
+from pg_operator.specs.configmap import dynamic_settings
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +118,7 @@ class DataPlane:
         instances = instances_from_pods(pods)
         result.writes += await self._adopt_patroni_configmaps(cluster, snapshot)
         result.writes += await self._fast_failover(cluster, body, snapshot, instances)
-        await self._ensure_dynamic_config(cluster, snapshot, instances)
+        result.writes += await self._ensure_dynamic_config(cluster, body, snapshot, instances)
 
         requested = str((_meta(body).get("annotations") or {}).get(SWITCHOVER_ANNOTATION) or "")
         if requested:
@@ -126,6 +141,13 @@ class DataPlane:
             members = await self._members(instances)
             action = plan_update(instances_from_pods(pods, members), image, cluster.spec.replicas,
                                  datetime.now(UTC))
+            result.writes += await self._act(cluster, body, snapshot, instances, action, result)
+            return result
+
+        # A recreated pod starts with the current settings, so restarts wait until a rollout is done.
+        if any(i.pending_restart is not None for i in instances):
+            members = await self._members(instances)
+            action = plan_restart(instances_from_pods(pods, members), cluster.spec.replicas)
             result.writes += await self._act(cluster, body, snapshot, instances, action, result)
         return result
 
@@ -196,6 +218,8 @@ class DataPlane:
                 if not is_not_found(exc):
                     raise
             return 1 + int(await self.events.record(body, "Normal", "RollingUpdate", action.reason))
+        if action.kind == "restart":
+            return await self._restart(cluster, body, snapshot, instances, action, result)
         # switchover
         primary = next((i for i in instances if i.role == ROLE_PRIMARY), None)
         if primary is None or not primary.pod_ip:
@@ -210,6 +234,23 @@ class DataPlane:
             result.message = f"switchover to {action.target} refused by Patroni; retrying"
             return int(await self.events.record(body, "Warning", "SwitchoverRefused", str(exc)))
         return int(await self.events.record(body, "Normal", "Switchover", action.reason))
+
+    async def _restart(self, cluster: PostgresCluster, body: dict[str, Any], snapshot: Snapshot,
+                       instances: list[Instance], action: Action, result: StepResult) -> int:
+        target = next((i for i in instances if i.name == action.target), None)
+        if target is None or not target.pod_ip:
+            return 0
+        log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
+        recorded = await self.events.record(body, "Normal", "Restarting", action.reason)
+        try:
+            await restart_pending(self.session(), target.pod_ip, patroni_auth(snapshot, cluster))
+        except PatroniError as exc:
+            # Patroni says why (a restart already running, or the member no longer waits): re-plan later.
+            log.warning("%s/%s: restart of %s not done: %s", cluster.namespace, cluster.name, target.name,
+                        exc)
+            result.message = f"restart of {target.name} not done by Patroni; retrying"
+            return int(recorded)
+        return int(recorded)
 
     async def _fast_failover(self, cluster: PostgresCluster, body: dict[str, Any], snapshot: Snapshot,
                              instances: list[Instance]) -> int:
@@ -232,31 +273,41 @@ class DataPlane:
             f"{release.reason}: released its leader key so a replica takes over without waiting for the ttl")
         return 1 + int(recorded)
 
-    async def _ensure_dynamic_config(self, cluster: PostgresCluster, snapshot: Snapshot,
-                                     instances: list[Instance]) -> None:
-        """Keep the operator's settings in Patroni's dynamic configuration (orchestration.
-        patroni_settings): read from the watched `<scope>-config` ConfigMap, PATCHed on the leader only
-        when they differ (once per observed version of that ConfigMap)."""
+    async def _ensure_dynamic_config(self, cluster: PostgresCluster, body: dict[str, Any], snapshot: Snapshot,
+                                     instances: list[Instance]) -> int:
+        """Keep Patroni's dynamic configuration as the spec says (orchestration.patroni_settings): read
+        from the watched `<scope>-config` ConfigMap, PATCHed on the leader only when it differs (once per
+        observed version of that ConfigMap). Patroni then reloads every member; what needs a restart
+        shows up as pending_restart on the pods."""
         configmap = snapshot.find("v1", "ConfigMap", config_configmap_name(cluster.name))
-        patch = dynamic_config_patch(configmap)
+        patch = dynamic_config_patch(configmap, dynamic_settings(cluster))
         primary = next((i for i in instances if i.role == ROLE_PRIMARY and i.ready and i.pod_ip
                         and not i.container_down and not i.terminating), None)
         if patch is None or primary is None:
-            return
+            return 0
         seen = ((cluster.namespace, cluster.name), str(_meta(configmap).get("resourceVersion") or ""))
         if seen in self._config_patched:
-            return
+            return 0
         try:
             await patch_config(self.session(), primary.pod_ip, patch, patroni_auth(snapshot, cluster))
         except PatroniError as exc:
             log.warning("%s/%s: could not update Patroni's dynamic configuration: %s", cluster.namespace,
                         cluster.name, exc)
-            return
+            return 0
         if len(self._config_patched) > 4096:
             self._config_patched.clear()
         self._config_patched.add(seen)
-        log.info("%s/%s: set Patroni's dynamic configuration %s", cluster.namespace, cluster.name,
-                 ", ".join(f"{k}={v}" for k, v in sorted(patch.items())))
+        # Names only: a parameter's value is the user's business and stays out of logs and Events.
+        settings = sorted(k for k in patch if k != "postgresql")
+        parameters = changed_parameter_names(patch)
+        described = ", ".join(settings + [f"parameter {p}" for p in parameters])
+        log.info("%s/%s: updated Patroni's dynamic configuration: %s", cluster.namespace, cluster.name,
+                 described)
+        if not parameters and settings == ["primary_start_timeout"]:
+            return 0  # the operator's own setting on an older cluster: nothing the user changed
+        recorded = await self.events.record(body, "Normal", "ConfigurationUpdated",
+                                            f"applied to every instance: {described}")
+        return int(recorded)
 
     async def _adopt_patroni_configmaps(self, cluster: PostgresCluster, snapshot: Snapshot) -> int:
         """Patroni creates its ConfigMaps without an owner; give them one (not as controller: they

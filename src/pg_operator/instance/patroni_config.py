@@ -15,6 +15,7 @@ from typing import Any
 from pg_operator.api import models as api_models
 from pg_operator.backup import instance_hook
 from pg_operator.instance.inputs import Credentials, PodEnvironment
+from pg_operator.orchestration import patroni_settings
 
 # Labels of the pod contract (docs/contracts.md, pg_operator.api.constants). Repeated here so the image
 # does not need the API package's dependencies; a unit test keeps them equal.
@@ -89,21 +90,15 @@ def timing(patroni: Mapping[str, Any]) -> dict[str, int]:
 
 
 def synchronous_settings(sync: Mapping[str, Any]) -> dict[str, Any]:
-    """`synchronous` → Patroni's dynamic settings. number 0 = asynchronous; dataDurability "required" makes
-    writes wait while fewer synchronous standbys are available (strict), "preferred" falls back to async."""
+    """`synchronous` → Patroni's dynamic settings (checked here; the mapping is the operator's, so both
+    sides agree on it)."""
     number = _int(sync, "synchronous", "number", 0)
     durability = sync.get("dataDurability", "required")
     if durability not in ("required", "preferred"):
         raise ValueError(
             f"instance.yaml: synchronous.dataDurability={durability!r} must be 'required' or 'preferred'"
         )
-    if number == 0:
-        return {"synchronous_mode": False, "synchronous_mode_strict": False}
-    return {
-        "synchronous_mode": True,
-        "synchronous_node_count": number,
-        "synchronous_mode_strict": durability == "required",
-    }
+    return patroni_settings.synchronous_settings(number, str(durability))
 
 
 def user_parameters(parameters: Any) -> dict[str, str | int | float]:
@@ -266,6 +261,7 @@ def render_patroni_config(
         "bootstrap": {
             "dcs": {
                 **timing(patroni),
+                **patroni_settings.OPERATOR_DYNAMIC_SETTINGS,
                 "maximum_lag_on_failover": lag_limit,
                 # The primary keeps running through an API-server outage while it can reach every member.
                 "failsafe_mode": True,
@@ -273,13 +269,10 @@ def render_patroni_config(
                 "postgresql": {
                     "use_pg_rewind": True,
                     "use_slots": True,
-                    # Cluster-wide settings (max_connections, …) only take effect from here.
-                    "parameters": {
-                        "wal_level": "replica",
-                        "max_wal_senders": 10,
-                        "max_replication_slots": 10,
-                        **parameters,
-                    },
+                    # The user's parameters live only here (and the operator keeps them up to date
+                    # through PATCH /config): a copy in the local section below would override every
+                    # later change.
+                    "parameters": {**patroni_settings.BASE_PARAMETERS, **parameters},
                 },
             },
             "initdb": [
@@ -304,7 +297,7 @@ def render_patroni_config(
                 "superuser": {"username": superuser.username, "password": superuser.password},
                 "replication": {"username": replication.username, "password": replication.password},
             },
-            "parameters": {**parameters, **owned_parameters},
+            "parameters": owned_parameters,
             "pg_hba": pg_hba(
                 superuser=superuser.username, replication=replication.username, networks=networks
             ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -50,6 +51,9 @@ class Instance:
     container_down: bool
     pod_ip: str = ""
     member: Member | None = None
+    # Patroni's word (in the pod's `status` annotation) that a changed setting waits for a restart, and
+    # which settings; no request needed to see it.
+    pending_restart: tuple[str, ...] | None = None
 
     @property
     def healthy_replica(self) -> bool:
@@ -111,6 +115,20 @@ def _container(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
     return {}
 
 
+def _pending_restart(meta: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The settings waiting for a restart of this member, from the member data Patroni publishes as
+    JSON in the pod's `status` annotation (`pending_restart`, `pending_restart_reason`); None when
+    nothing waits."""
+    try:
+        state = json.loads((meta.get("annotations") or {}).get("status") or "{}")
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(state, dict) or state.get("pending_restart") is not True:
+        return None
+    reason = state.get("pending_restart_reason")
+    return tuple(sorted(str(k) for k in reason)) if isinstance(reason, dict) else ()
+
+
 def _ready(pod: Mapping[str, Any]) -> bool:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
@@ -138,6 +156,7 @@ def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | No
         container_down=down,
         pod_ip=str((pod.get("status") or {}).get("podIP") or ""),
         member=(members or {}).get(name),
+        pending_restart=_pending_restart(meta),
     )
 
 

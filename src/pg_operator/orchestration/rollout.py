@@ -8,7 +8,9 @@ Rules:
 - replicas first, highest ordinal first; each must be back, streaming and caught up before the next;
 - then a switchover to the healthiest upgraded replica, then the old primary (now a replica);
 - an upgraded instance that does not become ready in time stops the rollout and says why;
-- scale-down removes the highest ordinals, and never the primary: switch over first.
+- scale-down removes the highest ordinals, and never the primary: switch over first;
+- a setting that needs a restart: replicas first, one at a time, each back and caught up before the next,
+  then the primary in place (a planned restart keeps its leader key, so nothing fails over).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Literal
 from pg_operator.api.constants import ROLE_PRIMARY, ROLE_REPLICA
 from pg_operator.orchestration.instances import Instance
 
-ActionKind = Literal["none", "wait", "delete_pod", "switchover", "halt"]
+ActionKind = Literal["none", "wait", "delete_pod", "switchover", "restart", "halt"]
 
 # A replica more than this far behind is not "caught up" for rollout purposes.
 MAX_CATCH_UP_LAG_BYTES = 16 * 1024 * 1024
@@ -118,3 +120,33 @@ def plan_scale(instances: Sequence[Instance], desired_replicas: int) -> tuple[in
             "surviving replica is streaming"))
     return current, Action("switchover", target=candidate.name,
                            reason=f"moving the primary off {primary.name} before scaling down")
+
+
+def _setting_names(instance: Instance) -> str:
+    return ", ".join(instance.pending_restart or ()) or "settings"
+
+
+def plan_restart(instances: Sequence[Instance], expected: int, *,
+                 max_lag_bytes: int = MAX_CATCH_UP_LAG_BYTES) -> Action:
+    """Restart the instances Patroni marks pending_restart after a settings change, one at a time.
+
+    The primary goes last and is restarted in place: Patroni keeps the leader key through a planned
+    restart, so the outage is one PostgreSQL restart (a switchover would cost one too, plus a second
+    restart of the old primary). Nothing happens while any instance is missing, not ready or behind."""
+    pending = [i for i in instances if i.pending_restart is not None and not i.terminating]
+    if not pending:
+        return NONE
+    blocked = _blocking(instances, expected)
+    if blocked:
+        return blocked
+    for i in instances:
+        if i.role == ROLE_REPLICA and i.lag > max_lag_bytes:
+            return Action("wait", reason=f"waiting for {i.name} to catch up before the next restart")
+    replicas = sorted((i for i in pending if i.role == ROLE_REPLICA), key=lambda i: -i.ordinal)
+    if replicas:
+        target = replicas[0]
+        return Action("restart", target=target.name,
+                      reason=f"restarting replica {target.name} to apply {_setting_names(target)}")
+    primary = pending[0]
+    return Action("restart", target=primary.name,
+                  reason=f"restarting primary {primary.name} in place to apply {_setting_names(primary)}")

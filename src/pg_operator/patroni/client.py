@@ -1,7 +1,8 @@
 """A small async client for the Patroni REST API of one cluster's instances.
 
-The operator reads the members' view (GET /cluster: roles, state, timeline, lag) and asks for planned
-switchovers (POST /switchover). Unsafe endpoints are protected by basic auth when the cluster's
+The operator reads the members' view (GET /cluster: roles, state, timeline, lag), asks for planned
+switchovers (POST /switchover), keeps the dynamic configuration (PATCH /config) and restarts members
+that wait for a restart (POST /restart). Unsafe endpoints are protected by basic auth when the cluster's
 instances were configured with REST API credentials; those are passed in, never logged.
 """
 
@@ -77,3 +78,20 @@ async def patch_config(session: aiohttp.ClientSession, pod_ip: str, patch: Mappi
                 raise PatroniError(f"PATCH /config on {pod_ip} refused: HTTP {resp.status}: {text}")
     except (aiohttp.ClientError, TimeoutError) as e:
         raise PatroniError(f"PATCH /config on {pod_ip}: {type(e).__name__}: {e}") from None
+
+
+async def restart_pending(session: aiohttp.ClientSession, pod_ip: str, auth: PatroniAuth | None = None,
+                          port: int = PATRONI_PORT) -> str:
+    """POST /restart on one member, only if it still waits for a restart (Patroni checks that itself, so
+    a restart that already happened is not repeated). Patroni answers once PostgreSQL is back up."""
+    headers = {"Authorization": aiohttp.encode_basic_auth(auth.username, auth.password)} if auth else {}
+    url = f"{base_url(pod_ip, port)}/restart"
+    try:
+        async with session.post(url, json={"restart_pending": True}, headers=headers,
+                                timeout=aiohttp.ClientTimeout(total=120, connect=2)) as resp:
+            text = (await resp.text()).strip()
+            if resp.status != 200:
+                raise PatroniError(f"restart on {pod_ip} refused: HTTP {resp.status}: {text}")
+            return text
+    except (aiohttp.ClientError, TimeoutError) as e:
+        raise PatroniError(f"restart on {pod_ip}: {type(e).__name__}: {e}") from None

@@ -14,6 +14,7 @@ from pg_operator.api.instance_config import (
     SynchronousSettings,
 )
 from pg_operator.api.models import PostgresCluster
+from pg_operator.orchestration.patroni_settings import desired_dynamic_settings
 from pg_operator.specs import names
 from pg_operator.specs.labels import COMPONENT_CONFIG, child_metadata
 
@@ -48,3 +49,13 @@ def configmap(cluster: PostgresCluster) -> dict[str, Any]:
         "metadata": child_metadata(cluster, names.instance(cluster), COMPONENT_CONFIG),
         "data": {INSTANCE_CONFIG_KEY: instance_config(cluster).to_yaml()},
     }
+
+
+def dynamic_settings(cluster: PostgresCluster) -> dict[str, Any]:
+    """What Patroni's dynamic configuration must hold for this cluster (kept there by the operator after
+    bootstrap; the entrypoint seeds the same values from instance.yaml at initdb)."""
+    config = instance_config(cluster)
+    timing = {"ttl": config.patroni.ttl, "loop_wait": config.patroni.loop_wait,
+              "retry_timeout": config.patroni.retry_timeout}
+    return desired_dynamic_settings(config.postgresql.parameters, config.synchronous.number,
+                                    config.synchronous.data_durability, timing)
