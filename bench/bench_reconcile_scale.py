@@ -6,6 +6,11 @@ user), and the requests of one steady-state resync of all clusters. Side by side
 script creating the same children directly (same builders, same concurrency) for N other clusters, and
 waiting for the same readiness (every instance ready; roles labelled as Patroni would).
 
+Volumes are the same for both halves and out of the timed phase: a StorageClass of the bench's own
+(no provisioner, Immediate binding) and one PersistentVolume per claim the StatefulSets will make
+(`data-<cluster>-<ordinal>`), pre-bound by claimRef and Available before the clock starts. The PV
+controller then binds each claim as soon as it is created; nothing polls or provisions during the run.
+
 Also measured: the operator's steady RSS after the resync window, the load average (the machine is
 shared, so a run's times only compare with runs of the same moment), and with --probe the latency of one
 change made in the middle of the burst: a cluster that was Ready before the burst is scaled 1 → 2 right
@@ -44,7 +49,6 @@ from test_operator_harness import (  # noqa: E402
     Audit,
     ExternalKube,
     OperatorProcess,
-    PvProvisioner,
     install_operator_identity,
     operator_kubeconfig,
     postgres_cluster,
@@ -56,6 +60,9 @@ from pg_operator.controller.kube import resource_for  # noqa: E402
 from pg_operator.specs import ClusterPasswords, build_secrets, desired_children  # noqa: E402
 
 PGC = create_namespaced_resource("db.example.com", "v1alpha1", "PostgresCluster", "postgresclusters")
+STORAGE_CLASS = "bench-prebound"
+VOLUME_NS_LABEL = "bench.pg-operator/claim-namespace"
+CLAIM_TEMPLATE = "data"  # the StatefulSet's volumeClaimTemplate (contracts.md: PVC `data`)
 
 
 class RoleLabeller:
@@ -81,17 +88,18 @@ class RoleLabeller:
                 ):
                     if self._stop.is_set():
                         return
-                    labels = pod.metadata.labels or {}
-                    if kind == "DELETED" or "role" in labels:
+                    meta = pod.metadata
+                    labels = (meta.labels if meta else None) or {}
+                    if kind == "DELETED" or meta is None or not meta.name or "role" in labels:
                         continue
                     cluster = labels[CLUSTER_LABEL]
-                    role = "primary" if pod.metadata.name == f"{cluster}-0" else "replica"
+                    role = "primary" if meta.name == f"{cluster}-0" else "replica"
                     with contextlib.suppress(ApiError):
                         self.client.patch(
                             Pod,
-                            pod.metadata.name,
+                            meta.name,
                             {"metadata": {"labels": {"role": role}}},
-                            namespace=pod.metadata.namespace,
+                            namespace=meta.namespace,
                             patch_type=PatchType.MERGE,
                         )
             except Exception:  # watch expired or connection dropped: resume
@@ -106,15 +114,152 @@ def ensure_namespace(client: Client, name: str) -> None:
             raise
 
 
-def create_clusters(client: Client, ns: str, n: int, replicas: int, first: int = 0) -> list[Any]:
+def cluster_names(n: int) -> list[str]:
+    return [f"c{i:04d}" for i in range(n)]
+
+
+def create_clusters(client: Client, ns: str, n: int, replicas: int) -> list[Any]:
     out = []
-    for i in range(first, first + n):
+    for name in cluster_names(n):
         # Small requests, so that both halves' pods fit on the fake node (64 CPUs, 512Gi).
         body = postgres_cluster(
-            f"c{i:04d}", ns, replicas=replicas, resources={"requests": {"cpu": "10m", "memory": "128Mi"}}
+            name,
+            ns,
+            replicas=replicas,
+            storageClassName=STORAGE_CLASS,
+            resources={"requests": {"cpu": "10m", "memory": "128Mi"}},
         )
         out.append(client.create(codecs.from_dict(body)))
     return out
+
+
+def ensure_storage_class(client: Client) -> None:
+    """No provisioner, Immediate: a claim binds to its pre-created volume as soon as it exists."""
+    body = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": STORAGE_CLASS},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "Immediate",
+        "reclaimPolicy": "Retain",
+    }
+    try:
+        client.create(codecs.from_dict(body))
+    except ApiError as exc:
+        if exc.status.code != 409:
+            raise
+
+
+def volume_body(ns: str, claim: str, size: str = "1Gi") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": f"bench-{ns}-{claim}", "labels": {VOLUME_NS_LABEL: ns}},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": STORAGE_CLASS,
+            "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": {"path": f"/tmp/kwok-pv/{ns}/{claim}"},
+            # Pre-bound by name (no uid): the PV controller binds exactly this claim once it exists.
+            "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": ns, "name": claim},
+        },
+    }
+
+
+def claim_names(clusters: list[str], replicas: int) -> list[str]:
+    return [f"{CLAIM_TEMPLATE}-{c}-{i}" for c in clusters for i in range(replicas)]
+
+
+async def create_volumes_async(config: KubeConfig, ns: str, claims: list[str], workers: int) -> None:
+    client = AsyncClient(config, field_manager="bench-volumes")
+    sem = asyncio.Semaphore(workers)
+
+    async def one(claim: str) -> None:
+        async with sem:
+            try:
+                await client.create(codecs.from_dict(volume_body(ns, claim)))
+            except ApiError as exc:
+                if exc.status.code != 409:
+                    raise
+
+    try:
+        await asyncio.gather(*(one(c) for c in claims))
+    finally:
+        await client.close()
+
+
+def available_volumes(client: Client, ns: str) -> int:
+    from lightkube.resources.core_v1 import PersistentVolume
+
+    return sum(
+        1
+        for pv in client.list(PersistentVolume, labels={VOLUME_NS_LABEL: ns})
+        if pv.status is not None and pv.status.phase == "Available"
+    )
+
+
+def prepare_volumes(client: Client, config: KubeConfig, ns: str, claims: list[str], timeout: float) -> float:
+    """Create the half's volumes and wait until the PV controller has seen every one (Available), so its
+    queue is empty when the clock starts. Returns the seconds it took (not part of the timed phase)."""
+    started = time.monotonic()
+    progress(f"creating {len(claims)} pre-bound volumes for {ns}")
+    asyncio.run(create_volumes_async(config, ns, claims, workers=16))
+    wait_until(
+        f"{len(claims)} volumes Available",
+        lambda: available_volumes(client, ns) >= len(claims),
+        timeout=timeout,
+        interval=3,
+    )
+    return time.monotonic() - started
+
+
+async def delete_volumes_async(config: KubeConfig, ns: str, workers: int = 16) -> None:
+    from lightkube.resources.core_v1 import PersistentVolume
+
+    client = AsyncClient(config, field_manager="bench-volumes")
+    sem = asyncio.Semaphore(workers)
+    names = [
+        pv.metadata.name
+        async for pv in client.list(PersistentVolume, labels={VOLUME_NS_LABEL: ns})
+        if pv.metadata is not None and pv.metadata.name
+    ]
+
+    async def one(name: str) -> None:
+        async with sem:
+            with contextlib.suppress(ApiError):
+                await client.delete(PersistentVolume, name)
+
+    try:
+        await asyncio.gather(*(one(n) for n in names))
+    finally:
+        await client.close()
+
+
+def delete_volumes(config: KubeConfig, ns: str) -> None:
+    asyncio.run(delete_volumes_async(config, ns))
+
+
+def wait_all(
+    what: str, count: Any, expected: int, timeout: float, op: OperatorProcess | None = None
+) -> None:
+    """Poll `count()` until it reaches `expected`; progress every minute; fail at once if the operator
+    process died (a Deployment would restart it, the bench does not)."""
+    deadline = time.monotonic() + timeout
+    last_report = 0.0
+    seen = 0
+    while time.monotonic() < deadline:
+        if op is not None and not op.alive():
+            raise RuntimeError(f"the operator exited while waiting for {what} ({seen}/{expected})")
+        with contextlib.suppress(Exception):  # a slow or refused LIST is retried
+            seen = count()
+        if seen >= expected:
+            return
+        if time.monotonic() - last_report > 60:
+            last_report = time.monotonic()
+            progress(f"{what}: {seen}/{expected}, load {os.getloadavg()[0]:.1f}")
+        time.sleep(2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} ({seen}/{expected})")
 
 
 def ready_clusters(client: Client, ns: str) -> int:
@@ -258,9 +403,14 @@ def main() -> int:
     install_operator_identity(kube)
     work = Path(tempfile.mkdtemp(prefix="bench-operator-"))
     op_config = operator_kubeconfig(kube, work / "operator.kubeconfig")
-    with PvProvisioner(kubeconfig), RoleLabeller(admin):
+    ensure_storage_class(client)
+    with RoleLabeller(admin):
         # --- the operator -----------------------------------------------------------------------
         ensure_namespace(client, op_ns)
+        op_claims = claim_names(cluster_names(n), r) + (claim_names(["probe"], 2) if args.probe else [])
+        result["volumes_seconds_operator"] = round(
+            prepare_volumes(client, admin, op_ns, op_claims, args.timeout), 1
+        )
         op = OperatorProcess(
             op_config,
             work,
@@ -277,7 +427,11 @@ def main() -> int:
         op.wait_leader(timeout=120)
         probe: ProbeChange | None = None
         if args.probe:
-            client.create(codecs.from_dict(postgres_cluster("probe", op_ns, replicas=1)))
+            client.create(
+                codecs.from_dict(
+                    postgres_cluster("probe", op_ns, replicas=1, storageClassName=STORAGE_CLASS)
+                )
+            )
             wait_until("the probe cluster Ready", lambda: ready_clusters(client, op_ns) == 1, timeout=300)
         expected = n + (1 if args.probe else 0)
         mark = audit.mark()
@@ -287,12 +441,7 @@ def main() -> int:
         created_after = time.monotonic() - started
         if args.probe:
             probe = ProbeChange(client, op_ns, "probe").start()
-        wait_until(
-            "all operator clusters Ready",
-            lambda: ready_clusters(client, op_ns) == expected,
-            timeout=args.timeout,
-            interval=2,
-        )
+        wait_all("operator clusters Ready", lambda: ready_clusters(client, op_ns), expected, args.timeout, op)
         elapsed = time.monotonic() - started
         probe_seconds = probe.join(timeout=600) if probe is not None else None
         reqs = audit.requests_since(mark)
@@ -335,6 +484,7 @@ def main() -> int:
             timeout=args.timeout,
             interval=3,
         )
+        delete_volumes(admin, op_ns)
 
         result["load_average_operator_end"] = [round(x, 2) for x in os.getloadavg()]
         if args.no_floor:
@@ -343,16 +493,14 @@ def main() -> int:
 
         # --- the floor: the same children, created directly ---------------------------------------
         ensure_namespace(client, floor_ns)
+        result["volumes_seconds_floor"] = round(
+            prepare_volumes(client, admin, floor_ns, claim_names(cluster_names(n), r), args.timeout), 1
+        )
         progress(f"floor: creating {n} clusters' children directly")
         started = time.monotonic()
         clusters = create_clusters(client, floor_ns, n, r)
         floor_requests = n + asyncio.run(floor_create(admin, clusters, args.workers))
-        wait_until(
-            "all floor StatefulSets ready",
-            lambda: ready_statefulsets(client, floor_ns, r) == n,
-            timeout=args.timeout,
-            interval=2,
-        )
+        wait_all("floor StatefulSets ready", lambda: ready_statefulsets(client, floor_ns, r), n, args.timeout)
         result["floor"] = {
             "seconds_to_all_ready": round(time.monotonic() - started, 1),
             "requests_per_cluster": round(floor_requests / n, 2),
@@ -363,6 +511,7 @@ def main() -> int:
         result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     if not args.keep:
         client.delete(Namespace, floor_ns)
+        delete_volumes(admin, floor_ns)
     print(json.dumps(result))
     return 0
 

@@ -2,6 +2,12 @@
 
 The decision is a pure function of what we last saw; expiry is judged on our own monotonic clock from the
 moment the record last changed (as client-go does), so clock skew between nodes does not matter.
+
+The holder judges its own lease the same way from the other side: a renewal sent at monotonic time t
+(and answered with success) means no candidate can see the record change before t, so none may take it
+before t + duration. The holder keeps retrying a failed or slow renewal until then (less a margin for
+stopping in-flight work), and only then stops acting — one slow answer from a starved API server is not
+a lost lease.
 """
 
 from __future__ import annotations
@@ -51,6 +57,39 @@ def decide(identity: str, record: LeaseRecord | None, last_change: float, now: f
     return Action.WAIT
 
 
+@dataclass(frozen=True)
+class Renewal:
+    """What the holder does next: stop acting (`lost`), or wait `delay` seconds and then try a renewal
+    that may take at most `timeout` seconds (after that our lease could have expired)."""
+
+    lost: bool
+    delay: float = 0.0
+    timeout: float = 0.0
+
+
+def plan_renewal(
+    now: float,
+    renewed_at: float,
+    *,
+    duration: float,
+    margin: float,
+    renew_period: float,
+    retry_period: float,
+    failed: bool,
+) -> Renewal:
+    """The holder's next step. `renewed_at` is when (monotonic, ours) the last successful renewal was
+    sent; the lease is ours for sure until renewed_at + duration, and we stop `margin` seconds before
+    that. After a failure the next try comes sooner (`retry_period`)."""
+    valid_until = renewed_at + duration - margin
+    left = valid_until - now
+    if left <= 0:
+        return Renewal(lost=True)
+    delay = min(retry_period if failed else renew_period, left)
+    # An attempt must answer before the lease could lapse; a try with (almost) no time left is pointless
+    # but harmless, the next plan says lost.
+    return Renewal(lost=False, delay=delay, timeout=max(valid_until - (now + delay), 0.0))
+
+
 class LeaseLost(Exception):
     """We held the Lease and can no longer prove it: the process must stop acting."""
 
@@ -62,9 +101,11 @@ class LeaseConfig:
     identity: str = ""
     duration: int = 15
     renew_period: float = 2.0
-    # Give up leadership if no renewal succeeded for this long; below `duration`, so we stop acting
-    # before anybody else may take over.
-    renew_deadline: float = 10.0
+    # After a failed or timed-out renewal, try again this soon.
+    retry_period: float = 0.5
+    # Stop acting this long before our lease could expire (duration after the last successful renewal
+    # was sent): time to cancel in-flight work before anybody else may take over.
+    expiry_margin: float = 2.0
 
 
 def _record(lease: Lease) -> LeaseRecord | None:
@@ -85,7 +126,7 @@ class LeaseElector:
         self.config = config
         self.is_leader = False
         self._seen: tuple[str | None, float] = (None, 0.0)  # (resourceVersion, monotonic time first seen)
-        self._last_renew = 0.0
+        self._renewed_at = 0.0  # monotonic time the last successful write of ours was *sent*
         self._held: Lease | None = None  # the Lease as our last successful write returned it
         self.last_error: str | None = None
 
@@ -109,14 +150,15 @@ class LeaseElector:
         if held is None or held.spec is None:
             return None
         held.spec = self._spec(held.spec.leaseTransitions or 0, held.spec.acquireTime)
+        sent = self._now()
+        self._held = None  # until the write is answered: a cancelled write leaves an unknown version
         try:
             self._held = await self.api.replace(held)
         except ApiError as exc:
-            self._held = None
             if is_conflict(exc):
                 return None
             raise
-        self._last_renew = self._now()
+        self._renewed_at = sent
         return True
 
     async def try_once(self) -> bool:
@@ -138,6 +180,7 @@ class LeaseElector:
             if rv != self._seen[0]:
                 self._seen = (rv, self._now())
         action = decide(cfg.identity, record, self._seen[1], self._now())
+        sent = self._now()
         try:
             if action is Action.CREATE:
                 self._held = await self.api.create(
@@ -161,7 +204,7 @@ class LeaseElector:
             raise
         if action is not Action.RENEW:
             log.info("leader lease %s/%s acquired by %s", cfg.namespace, cfg.name, cfg.identity)
-        self._last_renew = self._now()
+        self._renewed_at = sent
         return True
 
     async def acquire(self) -> None:
@@ -179,23 +222,46 @@ class LeaseElector:
             await asyncio.sleep(self.config.renew_period * (0.4 + 0.2 * random.random()))
 
     async def hold(self) -> None:
-        """Renew until we cannot; raises LeaseLost then (never returns normally)."""
+        """Renew until we cannot; raises LeaseLost then (never returns normally). A failed or slow
+        renewal is retried until the lease, as we last wrote it, could have expired by our own clock."""
         cfg = self.config
+        failed = False
         while True:
-            await asyncio.sleep(cfg.renew_period)
+            plan = plan_renewal(
+                self._now(),
+                self._renewed_at,
+                duration=cfg.duration,
+                margin=cfg.expiry_margin,
+                renew_period=cfg.renew_period,
+                retry_period=cfg.retry_period,
+                failed=failed,
+            )
+            if plan.lost:
+                self.is_leader = False
+                raise LeaseLost(
+                    f"could not renew lease {cfg.namespace}/{cfg.name} before it could expire "
+                    f"(last renewal sent {self._now() - self._renewed_at:.1f}s ago, duration {cfg.duration}s)"
+                )
+            await asyncio.sleep(plan.delay)
             try:
-                if not await self.try_once():
-                    self.is_leader = False
-                    raise LeaseLost(f"lease {cfg.namespace}/{cfg.name} is held by someone else now")
-                self.last_error = None
-            except LeaseLost:
-                raise
+                held = await asyncio.wait_for(self.try_once(), timeout=max(plan.timeout, 0.01))
+            except TimeoutError:
+                failed = True
+                self.last_error = f"renewal not answered within {plan.timeout:.1f}s"
+                log.warning("lease renewal failed: %s", self.last_error)
+                continue
             except Exception as exc:
+                failed = True
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("lease renewal failed: %s", self.last_error)
-            if self._now() - self._last_renew > cfg.renew_deadline:
+                continue
+            if not held:
                 self.is_leader = False
-                raise LeaseLost(f"could not renew lease {cfg.namespace}/{cfg.name} for {cfg.renew_deadline}s")
+                raise LeaseLost(f"lease {cfg.namespace}/{cfg.name} is held by someone else now")
+            if failed:
+                log.info("lease renewed again after a failure")
+            failed = False
+            self.last_error = None
 
     async def release(self) -> None:
         """Give the Lease up on a clean shutdown so a standby takes over at once."""

@@ -98,7 +98,7 @@ async def run(opts: Options) -> int:
             identity=opts.identity,
             duration=opts.lease_duration,
             renew_period=min(2.0, opts.lease_duration / 6),
-            renew_deadline=opts.lease_duration * 2 / 3,
+            expiry_margin=min(2.0, opts.lease_duration / 6),
         ),
     )
     kopf_ready = asyncio.Event()
