@@ -5,6 +5,13 @@ Semantics (like client-go's workqueue):
   however many times it was added. A key added while being processed runs again right after.
 - `add_after(key, delay)` adds it later; an earlier pending time wins over a later one.
 - `workers` coroutines take keys and call the handler; a key is never processed by two workers at once.
+
+Two lanes instead of one FIFO: keys that have completed a pass before ("known": clusters that already
+converged once, and the follow-up passes of new ones) and keys never processed yet. During a burst of
+first passes — hundreds of new clusters, each a dozen writes — a change to a cluster that is already
+running would otherwise wait behind all of them. The known lane goes first, but after `known_burst`
+known keys in a row a waiting new key is taken, so new clusters keep at least 1/(known_burst+1) of the
+workers and are never starved. Each lane is FIFO.
 """
 
 from __future__ import annotations
@@ -14,16 +21,36 @@ import contextlib
 import heapq
 import itertools
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
 
+Lane = Literal["known", "new"]
+
+
+def next_lane(known_waiting: int, new_waiting: int, known_streak: int, known_burst: int) -> Lane | None:
+    """Which lane the next key comes from: known first, a new key after `known_burst` known ones in a
+    row (when one waits), None when both are empty."""
+    if known_waiting and (not new_waiting or known_streak < known_burst):
+        return "known"
+    if new_waiting:
+        return "new"
+    return None
+
 
 class WorkQueue(Generic[K]):
-    def __init__(self) -> None:
-        self._queue: asyncio.Queue[K] = asyncio.Queue()
+    def __init__(self, *, known_burst: int = 4, max_known: int = 200_000) -> None:
+        self._lanes: dict[Lane, deque[K]] = {"known": deque(), "new": deque()}
+        self._nonempty = asyncio.Event()
+        self._known_streak = 0
+        self._known_burst = known_burst
+        # Keys that completed a pass (insertion-ordered; pruned oldest first past max_known, which only
+        # sends a forgotten key through the new lane once more).
+        self._known: dict[K, None] = {}
+        self._max_known = max_known
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
         self._timers: list[tuple[float, int, K]] = []
@@ -35,12 +62,20 @@ class WorkQueue(Generic[K]):
     def __len__(self) -> int:
         return len(self._dirty)
 
+    def waiting(self) -> dict[Lane, int]:
+        """Keys waiting in each lane (not those being processed)."""
+        return {lane: len(keys) for lane, keys in self._lanes.items()}
+
+    def _enqueue(self, key: K) -> None:
+        self._lanes["known" if key in self._known else "new"].append(key)
+        self._nonempty.set()
+
     def add(self, key: K) -> None:
         if self._closed or key in self._dirty:
             return
         self._dirty.add(key)
         if key not in self._processing:
-            self._queue.put_nowait(key)
+            self._enqueue(key)
 
     def add_after(self, key: K, delay: float) -> None:
         if delay <= 0:
@@ -60,15 +95,29 @@ class WorkQueue(Generic[K]):
         return None if due is None else max(0.0, due - asyncio.get_running_loop().time())
 
     async def get(self) -> K:
-        key = await self._queue.get()
+        while True:
+            lane = next_lane(
+                len(self._lanes["known"]), len(self._lanes["new"]), self._known_streak, self._known_burst
+            )
+            if lane is not None:
+                break
+            self._nonempty.clear()
+            await self._nonempty.wait()
+        self._known_streak = self._known_streak + 1 if lane == "known" else 0
+        key = self._lanes[lane].popleft()
         self._dirty.discard(key)
         self._processing.add(key)
         return key
 
     def done(self, key: K) -> None:
         self._processing.discard(key)
+        self._known.pop(key, None)
+        self._known[key] = None
+        if len(self._known) > self._max_known:
+            for old in list(itertools.islice(self._known, len(self._known) // 2)):
+                del self._known[old]
         if key in self._dirty:
-            self._queue.put_nowait(key)
+            self._enqueue(key)
 
     async def run_timers(self) -> None:
         """Move due delayed keys into the queue; run as one task."""
