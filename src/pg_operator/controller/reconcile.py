@@ -84,6 +84,26 @@ def storage_class_problem(spec: Mapping[str, Any], snapshot: Snapshot) -> Proble
     return None
 
 
+def namespace_terminating_refusal(status: Mapping[str, Any]) -> bool:
+    """Whether an API error's Status is the refusal to create anything in a namespace being deleted
+    (403, a cause of type NamespaceTerminating, "... because it is being terminated"). Retrying cannot
+    help: the namespace, and the cluster with it, is going."""
+    if status.get("code") != 403:
+        return False
+    causes = (status.get("details") or {}).get("causes") or ()
+    if any((cause or {}).get("reason") == "NamespaceTerminating" for cause in causes):
+        return True
+    return "because it is being terminated" in str(status.get("message") or "")
+
+
+def cluster_mark(body: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(uid, resourceVersion): identifies one version of one cluster object."""
+    meta = _meta(body)
+    if not meta.get("uid"):
+        return None
+    return (str(meta["uid"]), str(meta.get("resourceVersion") or ""))
+
+
 def undesired_children(
     snapshot: Snapshot,
     cluster_uid: str,
@@ -144,11 +164,21 @@ class Reconciler:
         # A refused PVC growth, by claim: (its resourceVersion, the patch, the problem). While the memo
         # holds the patch back, the passes in between keep reporting it instead of flapping to Healthy.
         self._resize_refused: dict[tuple[str, str, str, str], tuple[str | None, str, Problem]] = {}
+        # Clusters whose namespace refused a write because it is being deleted, by the cluster version
+        # (cluster_mark) that was refused: the wake-ups the deletion itself causes (children going one by
+        # one) make no more requests until the cluster object changes or goes.
+        self._terminating: dict[ClusterKey, tuple[str, str]] = {}
 
     async def reconcile(self, key: ClusterKey) -> Outcome:
         started = time.perf_counter()
         try:
             return await self._reconcile(key)
+        except ApiError as exc:
+            if namespace_terminating_refusal(exc.status.to_dict() if exc.status else {}):
+                mark = cluster_mark(self.cache.cluster(key))
+                if mark is not None:
+                    self._terminating[key] = mark
+            raise
         finally:
             self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
 
@@ -181,7 +211,13 @@ class Reconciler:
             self.metrics.set_phase(key, None)
             self.instance_metrics.set(key, {}, {})
             self._invalid_seen.pop(key, None)
+            self._terminating.pop(key, None)
             return Outcome(gone=True)
+        refused_mark = self._terminating.get(key)
+        if refused_mark is not None:
+            if refused_mark == cluster_mark(body):
+                return Outcome(gone=True)  # its namespace is being deleted; nothing was changed since
+            del self._terminating[key]
 
         try:
             cluster = PostgresCluster.from_obj(body)
