@@ -3,15 +3,19 @@
 One PostgreSQL 16 (unprivileged user, loopback) archiving WAL to an S3-compatible server (moto, loopback)
 with the archive_command of pg_operator.backup, filled with pgbench data (scale 14 ≈ 210 MB). Per trial,
 on the same data in the same run:
-- barman-cloud-backup to S3, gzip and uncompressed (the command line of `base_backup_argv`);
-- pg_basebackup to local disk, tar+gzip (-Ft -z) and plain (-Fp), as the reference without an object store;
+- barman-cloud-backup to S3 with each compression of `--compressions` (default gzip, snappy, bzip2 and
+  none; the command line of `base_backup_argv`), its stored size summed over the objects in the store;
+- pg_basebackup to local disk, tar+gzip (-Ft -z) and plain (-Fp), as the reference without an object store
+  (its stored size: the bytes of the files it wrote);
 - the S3 server's own ceiling: one boto3 multipart upload of 64 MB of random bytes (moto is a Python
   server on the same cores, so it bounds what barman-cloud can reach here);
 - restore: barman-cloud-restore of the latest backup into a new directory, then PostgreSQL replays the
   archived WAL (restore_command) and promotes; both phases timed.
-Figures are medians over the trials (default 3). Throughput = database bytes / seconds.
+Figures are medians over the trials (default 3). Throughput = database bytes / seconds. `methods` gives,
+for each, the median seconds, MB/s, stored MB, `speed_vs_pg_basebackup` (its seconds over it: pg_basebackup's
+-Ft -z for the compressed ones, -Fp for the uncompressed ones) and `stored_vs_database`.
 
-    .venv/bin/python bench/bench_backup.py [--scale 14] [--trials 3]
+    .venv/bin/python bench/bench_backup.py [--scale 14] [--trials 3] [--compressions gzip,snappy,bzip2,none]
 """
 
 from __future__ import annotations
@@ -95,12 +99,23 @@ def barman_backup(h: Harness, pg: Postgres, store: ObjectStore, name: str) -> tu
     return seconds, sum(o["Size"] for page in pages for o in page.get("Contents", []))
 
 
-def pg_basebackup(pg: Postgres, target: Path, *fmt: str) -> float:
+def pg_basebackup(pg: Postgres, target: Path, *fmt: str) -> tuple[float, int]:
     seconds, res = timed(lambda: pg.run([pg.bin("pg_basebackup"), "-h", "127.0.0.1", "-p", str(pg.port),
                                          "-U", "postgres", "-D", str(target), "-c", "fast", *fmt],
                                         check=False))  # fmt: skip
     checked(res, "pg_basebackup")
-    return seconds
+    return seconds, sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
+
+
+def method_figures(
+    seconds: list[float], stored: list[int], db_mb: float, reference_s: float
+) -> dict[str, Any]:
+    median_s = statistics.median(seconds)
+    stored_mb = statistics.median(stored) / MB
+    return {"seconds": round(median_s, 2), "mb_s": round(db_mb / median_s, 1),
+            "stored_mb": round(stored_mb, 1), "speed_vs_pg_basebackup": round(reference_s / median_s, 2),
+            "stored_vs_database": round(stored_mb / db_mb, 3),
+            "trials_s": [round(x, 2) for x in seconds]}  # fmt: skip
 
 
 def restore_latest(h: Harness, store: ObjectStore, name: str) -> tuple[Postgres, float, float]:
@@ -134,41 +149,51 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=int, default=14, help="pgbench scale (1 ≈ 15 MB)")
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--compressions", default="gzip,snappy,bzip2,none",
+                        help="barman-cloud-backup compressions to measure, comma-separated")  # fmt: skip
     args = parser.parse_args()
+    compressions = [c.strip() for c in args.compressions.split(",") if c.strip()]
+    unknown = set(compressions) - {"gzip", "snappy", "bzip2", "none"}
+    if unknown or not compressions:
+        raise SystemExit(f"--compressions: unknown {sorted(unknown)}; choose from gzip, snappy, bzip2, none")
     if os.geteuid() != 0:
         raise SystemExit("run as root: PostgreSQL runs as a system user this script creates")
 
     workdir = Path(tempfile.mkdtemp(prefix="pgop-bench-backup-", dir="/var/tmp"))
     h = Harness(workdir)
     trials: dict[str, list[float]] = {k: [] for k in (
-        "barman_gzip_s", "barman_none_s", "pg_basebackup_tar_gzip_s", "pg_basebackup_plain_s",
+        *(f"barman_{c}_s" for c in compressions), "pg_basebackup_tar_gzip_s", "pg_basebackup_plain_s",
         "restore_copy_s", "restore_replay_s", "s3_put_64mb_s")}  # fmt: skip
+    stored: dict[str, list[int]] = {k: [] for k in (
+        *(f"barman_{c}" for c in compressions), "pg_basebackup_tar_gzip", "pg_basebackup_plain")}  # fmt: skip
     try:
         h.s3.client().create_bucket(Bucket=BUCKET)
-        store = h.store(BUCKET, "bench-db")
-        plain_store = h.store(BUCKET, "bench-db", compression="none")
+        stores = {c: h.store(BUCKET, "bench-db", compression=c) for c in compressions}
         pg = h.postgres("bench-db")
         pg.initdb()
-        pg.configure({**pg.base_parameters(), **archiving_parameters(ArchiveSettings(store)),
-                      "max_wal_size": "1GB", "shared_buffers": "256MB"})  # fmt: skip
+        archive = archiving_parameters(ArchiveSettings(h.store(BUCKET, "bench-db")))  # WAL: gzip
+        pg.configure({**pg.base_parameters(), **archive, "max_wal_size": "1GB",
+                      "shared_buffers": "256MB"})  # fmt: skip
         pg.start()
         db_bytes = fill(h, pg, args.scale)
         ((accounts,),) = pg.query("SELECT count(*) FROM pgbench_accounts")
-        stored_gzip = 0
         for i in range(args.trials):
             trials["s3_put_64mb_s"].append(s3_put(h))
-            seconds, stored_gzip = barman_backup(h, pg, store, f"gzip-{i}")
-            trials["barman_gzip_s"].append(seconds)
-            seconds, _ = barman_backup(h, pg, plain_store, f"none-{i}")
-            trials["barman_none_s"].append(seconds)
+            for c in compressions:
+                seconds, size = barman_backup(h, pg, stores[c], f"{c}-{i}")
+                trials[f"barman_{c}_s"].append(seconds)
+                stored[f"barman_{c}"].append(size)
             for key, fmt in (
-                ("pg_basebackup_tar_gzip_s", ("-Ft", "-z")),
-                ("pg_basebackup_plain_s", ("-Fp",)),
+                ("pg_basebackup_tar_gzip", ("-Ft", "-z")),
+                ("pg_basebackup_plain", ("-Fp",)),
             ):
                 target = pg.pgdata.parent / f"basebackup-{i}"
-                trials[key].append(pg_basebackup(pg, target, *fmt))
+                seconds, size = pg_basebackup(pg, target, *fmt)
+                trials[f"{key}_s"].append(seconds)
+                stored[key].append(size)
                 shutil.rmtree(target)
-            copy_s, replay_s, rows = restore(h, store, f"restore-{i}")
+            # The stores share one prefix: "latest" is the trial's last backup (the last compression).
+            copy_s, replay_s, rows = restore(h, stores[compressions[-1]], f"restore-{i}")
             assert rows == accounts, (rows, accounts)
             trials["restore_copy_s"].append(copy_s)
             trials["restore_replay_s"].append(replay_s)
@@ -179,21 +204,30 @@ def main() -> int:
 
     med = {k: round(statistics.median(v), 2) for k, v in trials.items()}
     db_mb = db_bytes / MB
+    tar_s, plain_s = med["pg_basebackup_tar_gzip_s"], med["pg_basebackup_plain_s"]
+    methods = {
+        f"barman_cloud_backup_{c}": method_figures(
+            trials[f"barman_{c}_s"], stored[f"barman_{c}"], db_mb, plain_s if c == "none" else tar_s
+        )
+        for c in compressions
+    }
+    methods["pg_basebackup_tar_gzip"] = method_figures(
+        trials["pg_basebackup_tar_gzip_s"], stored["pg_basebackup_tar_gzip"], db_mb, tar_s
+    )
+    methods["pg_basebackup_plain"] = method_figures(
+        trials["pg_basebackup_plain_s"], stored["pg_basebackup_plain"], db_mb, plain_s
+    )
     print(json.dumps({
         "bench": "backup",
         "trials": args.trials,
         "pgbench_scale": args.scale,
         "database_mb": round(db_mb, 1),
-        "barman_cloud_backup_gzip_mb_s": round(db_mb / med["barman_gzip_s"], 1),
-        "barman_cloud_backup_none_mb_s": round(db_mb / med["barman_none_s"], 1),
-        "pg_basebackup_tar_gzip_mb_s": round(db_mb / med["pg_basebackup_tar_gzip_s"], 1),
-        "pg_basebackup_plain_mb_s": round(db_mb / med["pg_basebackup_plain_s"], 1),
+        "methods": methods,
         "s3_server_put_mb_s": round(64 / med["s3_put_64mb_s"], 1),
-        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        "restored_from": compressions[-1],
         "restore_total_s": round(med["restore_copy_s"] + med["restore_replay_s"], 2),
-        "barman_gzip_stored_mb": round(stored_gzip / MB, 1),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         **med,
-        "raw": trials,
     }))  # fmt: skip
     return 0
 
