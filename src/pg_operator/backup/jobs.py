@@ -68,6 +68,10 @@ def poll_script(name: str, *, job_dir: str = JOB_DIR) -> str:
         + 'elif [ -f "$D/$N.pid" ]; then P=$(cat "$D/$N.pid"); '
         + 'if [ -r "/proc/$P/cmdline" ] && tr "\\0" " " <"/proc/$P/cmdline" | grep -qF -- "pgop-job-$N"; '
         + "then echo running; "
+        # The job may have ended between the first test and this one: it writes its exit file before
+        # it exits, so only a process gone without one is lost.
+        + 'elif [ -f "$D/$N.exit" ]; then echo "exited $(cat "$D/$N.exit")"; '
+        + f'tail -c {MAX_OUTPUT} "$D/$N.log" 2>/dev/null; '
         + f'else echo lost; tail -c {MAX_OUTPUT} "$D/$N.log" 2>/dev/null; fi; '
         + "else echo absent; fi"
     )
