@@ -596,6 +596,10 @@ class InstanceStatus(_StatusModel):
         description="Replicas: bytes behind the primary's WAL position, as Patroni reports both, rounded "
         "down to whole MiB (exact figures in the operator's metrics).",
     )
+    pending_restart: list[str] | None = Field(
+        None, description="Settings this instance has taken but applies only after a restart (the operator "
+        "restarts instances one at a time, replicas first).",
+    )
 
 
 class ArchivingStatus(_StatusModel):

@@ -115,7 +115,7 @@ def _container(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
     return {}
 
 
-def _pending_restart(meta: Mapping[str, Any]) -> tuple[str, ...] | None:
+def pending_restart_settings(meta: Mapping[str, Any]) -> tuple[str, ...] | None:
     """The settings waiting for a restart of this member, from the member data Patroni publishes as
     JSON in the pod's `status` annotation (`pending_restart`, `pending_restart_reason`); None when
     nothing waits."""
@@ -156,7 +156,7 @@ def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | No
         container_down=down,
         pod_ip=str((pod.get("status") or {}).get("podIP") or ""),
         member=(members or {}).get(name),
-        pending_restart=_pending_restart(meta),
+        pending_restart=pending_restart_settings(meta),
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from pg_operator.api.constants import CLUSTER_LABEL, ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA
 from pg_operator.api.models import PostgresCluster
+from pg_operator.orchestration.instances import pending_restart_settings
 from pg_operator.specs.backup_status import carried_conditions, carried_fields
 from pg_operator.specs.labels import selector_labels
 
@@ -107,6 +108,9 @@ def _instances(cluster: PostgresCluster, pods: Sequence[Mapping[str, Any]]) -> l
             instance["timeline"] = timeline
         if instance["name"] in lag:
             instance["lagBytes"] = lag[instance["name"]] // LAG_REPORT_GRANULARITY * LAG_REPORT_GRANULARITY
+        waiting = pending_restart_settings(meta)
+        if waiting is not None:
+            instance["pendingRestart"] = list(waiting)
         instances.append(instance)
     return sorted(instances, key=lambda i: i["name"])
 
@@ -233,7 +237,8 @@ def compute_status(
         "currentPrimary": primary,
         # Keys are left out rather than null: a null would be dropped by the merge patch and make every
         # later pass see a difference.
-        "instances": [{k: i[k] for k in ("name", "role", "ready", "timeline", "lagBytes") if k in i}
+        "instances": [{k: i[k] for k in ("name", "role", "ready", "timeline", "lagBytes", "pendingRestart")
+                       if k in i}
                       for i in instances],
         "selector": ",".join(f"{k}={v}" for k, v in sorted(selector_labels(cluster).items())),
         **carried_fields(previous),

@@ -1,0 +1,154 @@
+"""Changing PostgreSQL parameters and synchronous replication on a running cluster, on real pods.
+
+A setting PostgreSQL reloads reaches every instance without a restart; one that needs a restart is
+applied by restarting the replicas one at a time and then the primary in place, under a writer that
+loses nothing and with the primary staying where it is; a removed parameter returns to its default."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import pytest
+from pgcluster import Writer, get_json, healthy, secret, wait_serving, wait_until
+
+from conftest import Kube
+
+NS, NAME = "settings", "settings-db"
+SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}
+
+
+@pytest.fixture(scope="module")
+def cluster(operator: Kube) -> Iterator[Kube]:
+    operator.kubectl("create", "namespace", NS)
+    body = {
+        "apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
+        "metadata": {"name": NAME, "namespace": NS},
+        "spec": {"replicas": 3, "version": "16", "storage": "1Gi", "resources": SMALL,
+                 "synchronous": {"number": 1, "dataDurability": "required"}},
+    }
+    operator.kubectl("apply", "-f", "-", input=json.dumps(body))
+    wait_serving(operator, NS, NAME, 3, 900)
+    yield operator
+    operator.kubectl("delete", "namespace", NS, "--ignore-not-found", timeout=300)
+
+
+def pods(kube: Kube) -> list[dict[str, Any]]:
+    return list(get_json(kube, "pods", "-n", NS, "-l", f"db.example.com/cluster={NAME}")["items"])
+
+
+def on_each_pod(kube: Kube, query: str) -> dict[str, Any]:
+    """The query's single value on every instance, connecting to each pod directly."""
+    app = secret(kube, NS, f"{NAME}-app")
+    values: dict[str, Any] = {}
+    for pod in pods(kube):
+        with psycopg.connect(host=pod["status"]["podIP"], port=int(app["port"]), user=app["username"],
+                             password=app["password"], dbname=app["dbname"], connect_timeout=3) as conn:
+            row = conn.execute(query).fetchone()
+            values[pod["metadata"]["name"]] = row[0] if row else None
+    return values
+
+
+def start_times(kube: Kube) -> dict[str, datetime]:
+    return on_each_pod(kube, "select pg_postmaster_start_time()")
+
+
+def pending(kube: Kube) -> list[str]:
+    waiting = []
+    for pod in pods(kube):
+        state = json.loads((pod["metadata"].get("annotations") or {}).get("status") or "{}")
+        if state.get("pending_restart"):
+            waiting.append(pod["metadata"]["name"])
+    return waiting
+
+
+def set_parameters(kube: Kube, parameters: dict[str, str | None]) -> None:
+    patch = {"spec": {"postgresql": {"parameters": parameters}}}
+    kube.kubectl("patch", "pgc", NAME, "-n", NS, "--type=merge", "-p", json.dumps(patch))
+
+
+def events(kube: Kube, reason: str) -> list[str]:
+    items = get_json(kube, "events", "-n", NS, "--field-selector", f"involvedObject.name={NAME}")["items"]
+    return [e.get("message", "") for e in items if e.get("reason") == reason]
+
+
+def everywhere(kube: Kube, query: str, expected: str) -> bool:
+    values = on_each_pod(kube, query)
+    return len(values) == 3 and set(values.values()) == {expected}
+
+
+def test_a_reloadable_parameter_reaches_every_instance_without_a_restart(cluster: Kube) -> None:
+    before = start_times(cluster)
+    assert set(on_each_pod(cluster, "show work_mem").values()) == {"4MB"}
+    set_parameters(cluster, {"work_mem": "8MB"})
+    wait_until("work_mem 8MB on every instance", lambda: everywhere(cluster, "show work_mem", "8MB"), 120, 1)
+    assert start_times(cluster) == before, "a reload-only parameter restarted an instance"
+    assert pending(cluster) == []
+    assert any("work_mem" in m for m in events(cluster, "ConfigurationUpdated"))
+
+
+def test_a_parameter_that_needs_a_restart_rolls_replicas_first_then_the_primary_in_place(
+        cluster: Kube) -> None:
+    st = wait_until("healthy", lambda: healthy(cluster, NS, NAME, 3), 300, 2)
+    primary = st["currentPrimary"]
+    before = start_times(cluster)
+    assert set(on_each_pod(cluster, "show shared_buffers").values()) == {"128MB"}
+    with Writer(cluster, NS, NAME, "settings_writes") as writer:
+        writer.wait_for_writes(20, 60)
+        changed_at = time.monotonic()
+        set_parameters(cluster, {"work_mem": "8MB", "shared_buffers": "64MB"})
+
+        def applied() -> bool:
+            return everywhere(cluster, "show shared_buffers", "64MB") and not pending(cluster)
+
+        wait_until("shared_buffers 64MB on every instance", applied, 600, 2)
+        took = time.monotonic() - changed_at
+        st = wait_until("healthy again", lambda: healthy(cluster, NS, NAME, 3), 300, 2)
+        writer.wait_for_writes(20, 60)
+    print(json.dumps({"measure": "restart_for_parameter", "seconds_to_apply": round(took, 1),
+                      "write_outage_s": round(writer.longest_outage, 2), "outages": len(writer.outages),
+                      "acknowledged": len(writer.acked)}), flush=True)
+    assert writer.missing() == []
+    assert st["currentPrimary"] == primary, "a parameter restart moved the primary"
+    after = start_times(cluster)
+    assert all(after[name] > before[name] for name in before), "an instance was not restarted"
+    replicas = [name for name in after if name != primary]
+    assert all(after[r] < after[primary] for r in replicas), f"primary restarted before a replica: {after}"
+    assert len([m for m in events(cluster, "Restarting") if "shared_buffers" in m]) >= 3
+    assert everywhere(cluster, "show work_mem", "8MB")
+
+
+def test_removed_parameters_return_to_their_defaults_and_sync_replication_can_be_turned_off(
+        cluster: Kube) -> None:
+    wait_until("healthy", lambda: healthy(cluster, NS, NAME, 3), 300, 2)
+    app = secret(cluster, NS, f"{NAME}-app")
+
+    def primary() -> str:
+        return str((healthy(cluster, NS, NAME, 3) or {}).get("currentPrimary") or "")
+
+    def sync_names() -> str:
+        pod = get_json(cluster, "pod", primary(), "-n", NS)
+        with psycopg.connect(host=pod["status"]["podIP"], port=int(app["port"]), user=app["username"],
+                             password=app["password"], dbname=app["dbname"], connect_timeout=3) as conn:
+            row = conn.execute("show synchronous_standby_names").fetchone()
+        return str(row[0]) if row else ""
+
+    wait_until("a synchronous standby named", lambda: sync_names() != "", 120, 1)
+    cluster.kubectl("patch", "pgc", NAME, "-n", NS, "--type=merge", "-p", json.dumps(
+        {"spec": {"postgresql": {"parameters": {"work_mem": None, "shared_buffers": None}},
+                  "synchronous": {"number": 0}}}))
+
+    def defaults() -> bool:
+        return (everywhere(cluster, "show work_mem", "4MB")
+                and everywhere(cluster, "show shared_buffers", "128MB") and not pending(cluster))
+
+    wait_until("work_mem and shared_buffers back to their defaults", defaults, 600, 2)
+    wait_until("no synchronous standby named", lambda: sync_names() == "", 120, 1)
+    config = json.loads(get_json(cluster, "configmap", f"{NAME}-config", "-n", NS)["metadata"]["annotations"]
+                        ["config"])
+    assert config["synchronous_mode"] is False
+    assert "work_mem" not in config["postgresql"]["parameters"]
