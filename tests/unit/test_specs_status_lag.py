@@ -61,3 +61,18 @@ def test_no_lag_without_one_primary_with_a_known_position() -> None:
     assert replication_lag("orders-db", other_cluster) == {}
     garbage = [member(0, "primary", MIB), pod(1, annotations={"status": "[]"})]
     assert replication_lag("orders-db", garbage) == {}
+
+
+def test_status_names_the_settings_an_instance_waits_to_restart_for() -> None:
+    waiting = {"pending_restart": True,
+               "pending_restart_reason": {"shared_buffers": {"old_value": "128MB", "new_value": "64MB"},
+                                          "max_connections": {"old_value": "100", "new_value": "200"}}}
+    pods = [member(0, "primary", 50 * MIB), member(1, "replica", 50 * MIB)]
+    pods[1]["metadata"]["annotations"]["status"] = json.dumps(
+        {**json.loads(pods[1]["metadata"]["annotations"]["status"]), **waiting})
+    status = compute_status(cluster(2), previous=None, statefulset=sts(2), pods=pods, now=T0)
+    by_name = {i["name"]: i for i in status["instances"]}
+    assert by_name["orders-db-1"]["pendingRestart"] == ["max_connections", "shared_buffers"]
+    assert "pendingRestart" not in by_name["orders-db-0"]
+    parsed = PostgresClusterStatus.model_validate(status)
+    assert parsed.model_dump(by_alias=True, mode="json", exclude_none=True) == status
