@@ -6,10 +6,13 @@ user), and the requests of one steady-state resync of all clusters. Side by side
 script creating the same children directly (same builders, same concurrency) for N other clusters, and
 waiting for the same readiness (every instance ready; roles labelled as Patroni would).
 
-Volumes are the same for both halves and out of the timed phase: a StorageClass of the bench's own
-(no provisioner, Immediate binding) and one PersistentVolume per claim the StatefulSets will make
-(`data-<cluster>-<ordinal>`), pre-bound by claimRef and Available before the clock starts. The PV
-controller then binds each claim as soon as it is created; nothing polls or provisions during the run.
+Volumes are the same for both halves and out of the timed phase. Binding is not what is measured, and
+kube-controller-manager's PV controller binds one claim at a time (~55 a minute on the loaded 2-core
+machine: ~1 h for 3000 claims, in each half), so before the clock starts the bench creates, for every
+claim the StatefulSets will use (`data-<cluster>-<ordinal>`, the claim template's exact labels and
+spec), the claim and its PersistentVolume already bound to each other (volumeName, claimRef with the
+claim's uid, bind-completed, both statuses Bound; a StorageClass of the bench's own, no provisioner).
+The StatefulSet controller finds the claims and creates none; the PV controller finds nothing to do.
 
 Also measured: the operator's steady RSS after the resync window, the load average (the machine is
 shared, so a run's times only compare with runs of the same moment), and with --probe the latency of one
@@ -63,6 +66,7 @@ PGC = create_namespaced_resource("db.example.com", "v1alpha1", "PostgresCluster"
 STORAGE_CLASS = "bench-prebound"
 VOLUME_NS_LABEL = "bench.pg-operator/claim-namespace"
 CLAIM_TEMPLATE = "data"  # the StatefulSet's volumeClaimTemplate (contracts.md: PVC `data`)
+TEMPLATE_CLUSTER = "c0000"
 
 
 class RoleLabeller:
@@ -150,66 +154,123 @@ def ensure_storage_class(client: Client) -> None:
             raise
 
 
-def volume_body(ns: str, claim: str, size: str = "1Gi") -> dict[str, Any]:
+def claims_of(clusters: list[str], replicas: int) -> list[tuple[str, int]]:
+    return [(c, i) for c in clusters for i in range(replicas)]
+
+
+def claim_template(ns: str, replicas: int) -> tuple[dict[str, Any], dict[str, str]]:
+    """The StatefulSet's claim template and selector labels, from the same builders the operator uses."""
+    body = postgres_cluster(TEMPLATE_CLUSTER, ns, replicas=replicas, storageClassName=STORAGE_CLASS)
+    body["metadata"]["uid"] = "00000000-0000-0000-0000-000000000000"
+    sts = next(c for c in desired_children(PostgresCluster.from_obj(body)) if c["kind"] == "StatefulSet")
+    return sts["spec"]["volumeClaimTemplates"][0], dict(sts["spec"]["selector"]["matchLabels"])
+
+
+def volume_name(ns: str, claim: str) -> str:
+    return f"bench-{ns}-{claim}"
+
+
+def claim_body(
+    ns: str, cluster: str, ordinal: int, template: dict[str, Any], selector: dict[str, str]
+) -> dict[str, Any]:
+    """The claim as the StatefulSet controller would create it (template labels + selector labels), but
+    already bound to its volume."""
+    labels = {**(template["metadata"].get("labels") or {}), **selector}
+    labels = {k: cluster if v == TEMPLATE_CLUSTER else v for k, v in labels.items()}
+    name = f"{CLAIM_TEMPLATE}-{cluster}-{ordinal}"
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": labels,
+            "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
+        },
+        "spec": {**template["spec"], "volumeName": volume_name(ns, name)},
+    }
+
+
+def volume_body(ns: str, claim: str, claim_uid: str, size: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
-        "metadata": {"name": f"bench-{ns}-{claim}", "labels": {VOLUME_NS_LABEL: ns}},
+        "metadata": {"name": volume_name(ns, claim), "labels": {VOLUME_NS_LABEL: ns}},
         "spec": {
             "capacity": {"storage": size},
             "accessModes": ["ReadWriteOnce"],
             "storageClassName": STORAGE_CLASS,
             "persistentVolumeReclaimPolicy": "Retain",
             "hostPath": {"path": f"/tmp/kwok-pv/{ns}/{claim}"},
-            # Pre-bound by name (no uid): the PV controller binds exactly this claim once it exists.
-            "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": ns, "name": claim},
+            "claimRef": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": ns,
+                "name": claim,
+                "uid": claim_uid,
+            },
         },
     }
 
 
-def claim_names(clusters: list[str], replicas: int) -> list[str]:
-    return [f"{CLAIM_TEMPLATE}-{c}-{i}" for c in clusters for i in range(replicas)]
+async def bind_volumes_async(
+    config: KubeConfig, ns: str, claims: list[tuple[str, int]], replicas: int, workers: int
+) -> None:
+    from lightkube.resources.core_v1 import PersistentVolumeClaimStatus, PersistentVolumeStatus
 
-
-async def create_volumes_async(config: KubeConfig, ns: str, claims: list[str], workers: int) -> None:
+    template, selector = claim_template(ns, replicas)
+    size = template["spec"]["resources"]["requests"]["storage"]
     client = AsyncClient(config, field_manager="bench-volumes")
     sem = asyncio.Semaphore(workers)
+    claim_status = {
+        "status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": size}}
+    }
 
-    async def one(claim: str) -> None:
+    async def one(cluster: str, ordinal: int) -> None:
+        body = claim_body(ns, cluster, ordinal, template, selector)
+        name = body["metadata"]["name"]
         async with sem:
-            try:
-                await client.create(codecs.from_dict(volume_body(ns, claim)))
-            except ApiError as exc:
-                if exc.status.code != 409:
-                    raise
+            pvc = await client.create(codecs.from_dict(body))
+            assert pvc.metadata is not None and pvc.metadata.uid
+            await client.create(codecs.from_dict(volume_body(ns, name, pvc.metadata.uid, size)))
+            await client.patch(
+                PersistentVolumeClaimStatus, name, claim_status, namespace=ns, patch_type=PatchType.MERGE
+            )
+            await client.patch(
+                PersistentVolumeStatus,
+                volume_name(ns, name),
+                {"status": {"phase": "Bound"}},
+                patch_type=PatchType.MERGE,
+            )
 
     try:
-        await asyncio.gather(*(one(c) for c in claims))
+        await asyncio.gather(*(one(c, i) for c, i in claims))
     finally:
         await client.close()
 
 
-def available_volumes(client: Client, ns: str) -> int:
-    from lightkube.resources.core_v1 import PersistentVolume
+def bound_claims(client: Client, ns: str) -> int:
+    from lightkube.resources.core_v1 import PersistentVolumeClaim
 
     return sum(
         1
-        for pv in client.list(PersistentVolume, labels={VOLUME_NS_LABEL: ns})
-        if pv.status is not None and pv.status.phase == "Available"
+        for pvc in client.list(PersistentVolumeClaim, namespace=ns)
+        if pvc.status is not None
+        and pvc.status.phase == "Bound"
+        and pvc.spec is not None
+        and pvc.spec.volumeName
     )
 
 
-def prepare_volumes(client: Client, config: KubeConfig, ns: str, claims: list[str], timeout: float) -> float:
-    """Create the half's volumes and wait until the PV controller has seen every one (Available), so its
-    queue is empty when the clock starts. Returns the seconds it took (not part of the timed phase)."""
+def prepare_volumes(
+    client: Client, config: KubeConfig, ns: str, claims: list[tuple[str, int]], replicas: int, timeout: float
+) -> float:
+    """Create the half's bound claim/volume pairs; returns the seconds it took (not timed)."""
     started = time.monotonic()
-    progress(f"creating {len(claims)} pre-bound volumes for {ns}")
-    asyncio.run(create_volumes_async(config, ns, claims, workers=16))
+    progress(f"creating {len(claims)} bound claims and volumes in {ns}")
+    asyncio.run(bind_volumes_async(config, ns, claims, replicas, workers=16))
     wait_until(
-        f"{len(claims)} volumes Available",
-        lambda: available_volumes(client, ns) >= len(claims),
-        timeout=timeout,
-        interval=3,
+        f"{len(claims)} claims Bound", lambda: bound_claims(client, ns) >= len(claims), timeout=timeout
     )
     return time.monotonic() - started
 
@@ -240,9 +301,7 @@ def delete_volumes(config: KubeConfig, ns: str) -> None:
     asyncio.run(delete_volumes_async(config, ns))
 
 
-def wait_all(
-    what: str, count: Any, expected: int, timeout: float, op: OperatorProcess | None = None
-) -> None:
+def wait_all(what: str, count: Any, expected: int, timeout: float, op: OperatorProcess | None = None) -> None:
     """Poll `count()` until it reaches `expected`; progress every minute; fail at once if the operator
     process died (a Deployment would restart it, the bench does not)."""
     deadline = time.monotonic() + timeout
@@ -407,9 +466,9 @@ def main() -> int:
     with RoleLabeller(admin):
         # --- the operator -----------------------------------------------------------------------
         ensure_namespace(client, op_ns)
-        op_claims = claim_names(cluster_names(n), r) + (claim_names(["probe"], 2) if args.probe else [])
+        op_claims = claims_of(cluster_names(n), r) + (claims_of(["probe"], 2) if args.probe else [])
         result["volumes_seconds_operator"] = round(
-            prepare_volumes(client, admin, op_ns, op_claims, args.timeout), 1
+            prepare_volumes(client, admin, op_ns, op_claims, r, args.timeout), 1
         )
         op = OperatorProcess(
             op_config,
@@ -428,9 +487,7 @@ def main() -> int:
         probe: ProbeChange | None = None
         if args.probe:
             client.create(
-                codecs.from_dict(
-                    postgres_cluster("probe", op_ns, replicas=1, storageClassName=STORAGE_CLASS)
-                )
+                codecs.from_dict(postgres_cluster("probe", op_ns, replicas=1, storageClassName=STORAGE_CLASS))
             )
             wait_until("the probe cluster Ready", lambda: ready_clusters(client, op_ns) == 1, timeout=300)
         expected = n + (1 if args.probe else 0)
@@ -494,7 +551,7 @@ def main() -> int:
         # --- the floor: the same children, created directly ---------------------------------------
         ensure_namespace(client, floor_ns)
         result["volumes_seconds_floor"] = round(
-            prepare_volumes(client, admin, floor_ns, claim_names(cluster_names(n), r), args.timeout), 1
+            prepare_volumes(client, admin, floor_ns, claims_of(cluster_names(n), r), r, args.timeout), 1
         )
         progress(f"floor: creating {n} clusters' children directly")
         started = time.monotonic()
