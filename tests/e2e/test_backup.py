@@ -12,8 +12,6 @@ import base64
 import datetime as dt
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -27,78 +25,52 @@ from pgcluster import connect_app, get_json, status, wait_serving, wait_until
 
 from conftest import Kube
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from backup_harness import S3Server, s3_server
+
 BRIDGE_HOST = os.environ.get("PGOP_E2E_HOST_IP", "10.244.0.1")  # the host, as pods see it
 BUCKET = "e2e-backups"
 SMALL = {"requests": {"cpu": "100m", "memory": "384Mi"}}
-REGION = "us-east-1"
 
 
 @dataclass
 class Moto:
-    port: int
-    access_key_id: str
-    secret_access_key: str = field(repr=False)
-    proc: subprocess.Popen[bytes] = field(repr=False)
+    """The integration tests' moto server (authentication on), listening on every address of this
+    (private) network namespace so the pods reach it at the host side of the pod bridge."""
+
+    server: S3Server = field(repr=False)
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def access_key_id(self) -> str:
+        return self.server.access_key_id
+
+    @property
+    def secret_access_key(self) -> str:
+        return self.server.secret_access_key
 
     @property
     def pod_endpoint(self) -> str:
         return f"http://{BRIDGE_HOST}:{self.port}"
 
     def client(self) -> Any:
-        import boto3
-
-        return boto3.client("s3", endpoint_url=f"http://127.0.0.1:{self.port}", region_name=REGION,
-                            aws_access_key_id=self.access_key_id,
-                            aws_secret_access_key=self.secret_access_key)  # fmt: skip
+        return self.server.client()
 
     def keys(self, prefix: str) -> list[str]:
-        out: list[str] = []
-        for page in self.client().get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
-            out += [o["Key"] for o in page.get("Contents", [])]
-        return sorted(out)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))  # noqa: S104 (the pods must reach it)
-        return int(s.getsockname()[1])
+        return self.server.keys(BUCKET, prefix)
 
 
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
-    """moto's S3 server on every address of this (private) network namespace, with IAM authentication:
-    the first 3 requests create a user, its key and its policy; every later one must be signed."""
-    import boto3
-
     os.environ.setdefault("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")
     os.environ.setdefault("AWS_RESPONSE_CHECKSUM_VALIDATION", "when_required")
-    port = free_port()
-    log = (tmp_path_factory.mktemp("moto") / "moto.log").open("wb")
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
-    server = Path(sys.executable).with_name("moto_server")
-    proc = subprocess.Popen([str(server), "-H", "0.0.0.0", "-p", str(port)], stdout=log, stderr=log, env=env)  # noqa: S104
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "moto did not start listening"
-                time.sleep(0.3)
-        iam = boto3.client("iam", endpoint_url=f"http://127.0.0.1:{port}", region_name=REGION,
-                           aws_access_key_id="bootstrap", aws_secret_access_key="bootstrap")  # fmt: skip
-        iam.create_user(UserName="e2e")
-        key = iam.create_access_key(UserName="e2e")["AccessKey"]
-        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
-        iam.put_user_policy(UserName="e2e", PolicyName="all", PolicyDocument=json.dumps(policy))
-        server_ = Moto(port, key["AccessKeyId"], key["SecretAccessKey"], proc)
+    with s3_server(tmp_path_factory.mktemp("moto"), bind="0.0.0.0", user="e2e") as server:  # noqa: S104
+        server_ = Moto(server)
         server_.client().create_bucket(Bucket=BUCKET)
         yield server_
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
 
 
 @pytest.fixture(scope="module")

