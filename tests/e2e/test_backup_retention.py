@@ -175,8 +175,8 @@ def test_the_periodic_pass_applies_a_tightened_policy(
     patch = {"spec": {"backup": {"retention": {"keepLast": 1}}}}
     operator.kubectl("patch", "pgc", NAME, "-n", ns, "--type=merge", "-p", json.dumps(patch))
     started = time.monotonic()
-    # No backup completes now, and the last retention pass ran minutes ago (after the third backup, before
-    # the restore): only the interval (20 s here) lets this one run; the default 10 min would not.
+    # No backup completes now: the pass that applies it is a periodic one. With the default interval
+    # (10 min after the pass that followed the third backup, a minute or two ago) it would not come in time.
     base = f"e2e/{NAME}/base/"
     wait_until("the periodic retention pass", lambda: store_ids(moto, base) == {third["backupID"]}, 150, 3)
     wait_until("the Backup object of the second backup to go",
