@@ -118,7 +118,9 @@ def test_a_parameter_that_needs_a_restart_rolls_replicas_first_then_the_primary_
     assert all(after[name] > before[name] for name in before), "an instance was not restarted"
     replicas = [name for name in after if name != primary]
     assert all(after[r] < after[primary] for r in replicas), f"primary restarted before a replica: {after}"
-    assert len([m for m in events(cluster, "Restarting") if "shared_buffers" in m]) >= 3
+    restarted = {name for m in events(cluster, "Restarted") if "shared_buffers" in m
+                 for name in after if name in m.split()}
+    assert restarted == set(after), f"Restarted Events name {restarted}, not every instance"
     assert everywhere(cluster, "show work_mem", "8MB")
 
 

@@ -3,6 +3,7 @@ memo, and which pod changes wake a cluster."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pg_operator.controller.handlers import relevance
@@ -105,3 +106,14 @@ def test_pod_changes_that_matter_for_status_are_seen_others_are_not() -> None:
     assert relevance(promoted) != relevance(base)
     unready = pod(conditions=[{"type": "Ready", "status": "False"}])
     assert relevance(unready) != relevance(base)
+
+
+def test_a_pending_restart_wakes_the_cluster_other_patroni_updates_do_not() -> None:
+    moving = pod()
+    moving["metadata"]["annotations"] = {"status": '{"xlog_location": 456}'}
+    waiting = pod()
+    waiting["metadata"]["annotations"] = {"status": json.dumps(
+        {"xlog_location": 789, "pending_restart": True,
+         "pending_restart_reason": {"shared_buffers": {"old_value": "128MB", "new_value": "64MB"}}})}
+    assert relevance(moving) == relevance(pod())
+    assert relevance(waiting) != relevance(moving)

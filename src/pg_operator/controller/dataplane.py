@@ -241,16 +241,16 @@ class DataPlane:
         if target is None or not target.pod_ip:
             return 0
         log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
-        recorded = await self.events.record(body, "Normal", "Restarting", action.reason)
         try:
             await restart_pending(self.session(), target.pod_ip, patroni_auth(snapshot, cluster))
         except PatroniError as exc:
-            # Patroni says why (a restart already running, or the member no longer waits): re-plan later.
-            log.warning("%s/%s: restart of %s not done: %s", cluster.namespace, cluster.name, target.name,
-                        exc)
+            # Most often the member restarted already and its pod does not say so yet (Patroni checks
+            # restart_pending itself); otherwise Patroni says why. Either way: re-plan on the next pass.
+            log.info("%s/%s: restart of %s not done: %s", cluster.namespace, cluster.name, target.name, exc)
             result.message = f"restart of {target.name} not done by Patroni; retrying"
-            return int(recorded)
-        return int(recorded)
+            return 0
+        return int(await self.events.record(body, "Normal", "Restarted", action.reason.replace(
+            "restarting", "restarted", 1)))
 
     async def _fast_failover(self, cluster: PostgresCluster, body: dict[str, Any], snapshot: Snapshot,
                              instances: list[Instance]) -> int:

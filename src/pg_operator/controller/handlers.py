@@ -21,6 +21,7 @@ from pg_operator.controller.observe import (
     index_cluster,
 )
 from pg_operator.controller.runtime import Controller
+from pg_operator.orchestration.instances import pending_restart_settings
 
 
 def _ready(status: Mapping[str, Any]) -> str:
@@ -31,7 +32,7 @@ def _ready(status: Mapping[str, Any]) -> str:
 
 
 def relevance(body: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The part of a pod or PVC that status and resizing depend on; other changes (Patroni's
+    """The part of a pod or PVC that status, resizing and restarts depend on; other changes (Patroni's
     annotations every loop) do not wake the cluster."""
     meta = body.get("metadata") or {}
     status = body.get("status") or {}
@@ -49,6 +50,8 @@ def relevance(body: Mapping[str, Any]) -> tuple[Any, ...]:
         (meta.get("labels") or {}).get(ROLE_LABEL),
         meta.get("deletionTimestamp") is not None,
         status.get("podIP"),
+        # A settings change waiting for a restart of this instance (orchestration.rollout.plan_restart).
+        pending_restart_settings(meta),
     )
 
 
