@@ -4,7 +4,8 @@ N PostgresClusters of R instances each, handled by the operator (subprocess, its
 time until all are Ready, the operator's peak RSS, API requests per cluster (audit log, by the operator's
 user), and the requests of one steady-state resync of all clusters. Side by side, the floor: a plain
 script creating the same children directly (same builders, same concurrency) for N other clusters, and
-waiting for the same readiness (every instance ready; roles labelled as Patroni would).
+waiting for the same readiness as the operator's Ready condition (every instance ready, and a ready
+primary: pods are labelled with their role as Patroni would, by the same stand-in in both halves).
 
 Volumes are the same for both halves and out of the timed phase. Binding is not what is measured, and
 kube-controller-manager's PV controller binds one claim at a time (~55 a minute on the loaded 2-core
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -70,12 +72,22 @@ TEMPLATE_CLUSTER = "c0000"
 
 
 class RoleLabeller:
-    """Labels instance pods role=primary (ordinal 0) / role=replica, as Patroni does in real pods."""
+    """Labels instance pods role=primary (ordinal 0) / role=replica, as Patroni does in real pods.
 
-    def __init__(self, config: KubeConfig) -> None:
+    Once per pod (by uid): a pod's several status events before the label shows up in one would each
+    have patched it again. The patches go through a few threads, so the stand-in keeps up with a burst
+    of thousands of pods (one thread patching every event managed ~70 pods a minute at 1000 clusters).
+    """
+
+    def __init__(self, config: KubeConfig, workers: int = 4) -> None:
+        self.config = config
         self.client = Client(config, field_manager="bench-patroni-stand-in")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="role-labeller")
+        self._local = threading.local()
+        self._handled: set[str] = set()
+        self.patched = 0
 
     def __enter__(self) -> RoleLabeller:
         self._thread.start()
@@ -83,6 +95,21 @@ class RoleLabeller:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _patch(self, name: str, namespace: str | None, role: str) -> None:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = Client(self.config, field_manager="bench-patroni-stand-in")
+        with contextlib.suppress(ApiError):
+            client.patch(
+                Pod,
+                name,
+                {"metadata": {"labels": {"role": role}}},
+                namespace=namespace,
+                patch_type=PatchType.MERGE,
+            )
+            self.patched += 1
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -94,18 +121,14 @@ class RoleLabeller:
                         return
                     meta = pod.metadata
                     labels = (meta.labels if meta else None) or {}
-                    if kind == "DELETED" or meta is None or not meta.name or "role" in labels:
+                    if kind == "DELETED" or meta is None or not meta.name or not meta.uid or "role" in labels:
                         continue
+                    if meta.uid in self._handled:
+                        continue
+                    self._handled.add(meta.uid)
                     cluster = labels[CLUSTER_LABEL]
                     role = "primary" if meta.name == f"{cluster}-0" else "replica"
-                    with contextlib.suppress(ApiError):
-                        self.client.patch(
-                            Pod,
-                            meta.name,
-                            {"metadata": {"labels": {"role": role}}},
-                            namespace=meta.namespace,
-                            patch_type=PatchType.MERGE,
-                        )
+                    self._pool.submit(self._patch, meta.name, meta.namespace, role)
             except Exception:  # watch expired or connection dropped: resume
                 time.sleep(0.5)
 
@@ -331,13 +354,23 @@ def ready_clusters(client: Client, ns: str) -> int:
     return count
 
 
-def ready_statefulsets(client: Client, ns: str, replicas: int) -> int:
+def ready_floor_clusters(client: Client, ns: str, replicas: int) -> int:
+    """The operator's Ready, without the operator: every instance ready and a ready primary (pod
+    `<cluster>-0` labelled role=primary by the stand-in)."""
     from lightkube.resources.apps_v1 import StatefulSet
 
+    primaries = set()
+    for pod in client.list(Pod, namespace=ns, labels={"role": "primary"}):
+        conditions = (pod.status.conditions if pod.status else None) or []
+        if pod.metadata and any(c.type == "Ready" and c.status == "True" for c in conditions):
+            primaries.add((pod.metadata.labels or {}).get(CLUSTER_LABEL))
     return sum(
         1
         for s in client.list(StatefulSet, namespace=ns)
-        if s.status and (s.status.readyReplicas or 0) == replicas
+        if s.status
+        and (s.status.readyReplicas or 0) == replicas
+        and s.metadata is not None
+        and s.metadata.name in primaries
     )
 
 
@@ -557,7 +590,7 @@ def main() -> int:
         started = time.monotonic()
         clusters = create_clusters(client, floor_ns, n, r)
         floor_requests = n + asyncio.run(floor_create(admin, clusters, args.workers))
-        wait_all("floor StatefulSets ready", lambda: ready_statefulsets(client, floor_ns, r), n, args.timeout)
+        wait_all("floor clusters ready", lambda: ready_floor_clusters(client, floor_ns, r), n, args.timeout)
         result["floor"] = {
             "seconds_to_all_ready": round(time.monotonic() - started, 1),
             "requests_per_cluster": round(floor_requests / n, 2),
