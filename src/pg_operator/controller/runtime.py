@@ -55,7 +55,9 @@ class Controller:
         becoming ready one by one, is folded into one pass and one status write."""
         self.queue.add_after(key, self.status_delay)
 
-    async def handle(self, key: ClusterKey) -> None:
+    async def handle(self, key: ClusterKey) -> bool:
+        """One pass; True when it found the cluster converged (no write, no problem): the work queue
+        then puts its next pass ahead of a burst of new clusters."""
         self.metrics.queue_depth.set(len(self.queue))
         try:
             outcome = await self.reconciler.reconcile(key)
@@ -64,21 +66,22 @@ class Controller:
         except ApiError as exc:
             if not namespace_terminating(exc):
                 self._failed(key, exc)
-                return
+                return False
             # Its namespace is being deleted, the cluster with it: nothing to repair, nothing to retry.
             log.info("not reconciling %s/%s: its namespace is being deleted", key[0], key[1])
             self.failures.pop(key, None)
             self.metrics.reconciles.labels(result="gone").inc()
-            return
+            return False
         except Exception as exc:
             self._failed(key, exc)
-            return
+            return False
         self.failures.pop(key, None)
         self.metrics.reconciles.labels(result=result_label(outcome)).inc()
         if outcome.writes:
             log.info("reconciled %s/%s: %d write(s), phase %r", key[0], key[1], outcome.writes, outcome.phase)
         if not outcome.gone:
             self.queue.add_after(key, jittered(self.resync_seconds))
+        return not outcome.gone and outcome.writes == 0 and outcome.problem is None
 
     def _failed(self, key: ClusterKey, exc: Exception) -> None:
         """Retry with capped exponential backoff and jitter."""
