@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,23 @@ def wait_serving(kube: Kube, namespace: str, cluster: str, replicas: int, timeou
 
     wait_until(f"the {cluster}-rw Service to reach the primary", routes, 60)
     return st
+
+
+# The single test node has 2 CPUs; several clusters and the operator share it.
+SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}
+
+
+def serving_cluster(kube: Kube, namespace: str, name: str, spec: dict[str, Any]) -> Iterator[Kube]:
+    """A module fixture's body: a namespace with one PostgresCluster (small requests unless the spec
+    says otherwise), yielded once it serves through -rw; the namespace goes afterwards."""
+    kube.kubectl("create", "namespace", namespace)
+    body = {"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"version": "16", "storage": "1Gi", "resources": SMALL, **spec}}
+    kube.kubectl("apply", "-f", "-", input=json.dumps(body))
+    wait_serving(kube, namespace, name, int(spec["replicas"]), 900)
+    yield kube
+    kube.kubectl("delete", "namespace", namespace, "--ignore-not-found", timeout=300)
 
 
 def container_pid(kube: Kube, namespace: str, pod: str, container: str = "postgres") -> int:

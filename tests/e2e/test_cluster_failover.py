@@ -11,28 +11,26 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from pgcluster import Writer, get_json, healthy, kill_container, secret, status, wait_serving, wait_until
+from pgcluster import (
+    Writer,
+    get_json,
+    healthy,
+    kill_container,
+    secret,
+    serving_cluster,
+    status,
+    wait_until,
+)
 
 from conftest import Kube
 
 NS, NAME = "ha-sync", "sync-db"
-# The single test node has 2 CPUs; several clusters and the operator share it.
-SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}
 
 
 @pytest.fixture(scope="module")
 def sync_cluster(operator: Kube) -> Iterator[Kube]:
-    operator.kubectl("create", "namespace", NS)
-    cluster = {
-        "apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
-        "metadata": {"name": NAME, "namespace": NS},
-        "spec": {"replicas": 3, "version": "16", "storage": "1Gi", "resources": SMALL,
-                 "synchronous": {"number": 1, "dataDurability": "required"}},
-    }
-    operator.kubectl("apply", "-f", "-", input=json.dumps(cluster))
-    wait_serving(operator, NS, NAME, 3, 900)
-    yield operator
-    operator.kubectl("delete", "namespace", NS, "--ignore-not-found", timeout=300)
+    sync = {"number": 1, "dataDurability": "required"}
+    yield from serving_cluster(operator, NS, NAME, {"replicas": 3, "synchronous": sync})
 
 
 def sync_standby(kube: Kube, primary: str) -> str:

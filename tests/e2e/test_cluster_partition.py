@@ -22,33 +22,23 @@ from pgcluster import (
     healthy,
     pod_netns,
     secret,
+    serving_cluster,
     sql_in_netns,
     status,
-    wait_serving,
     wait_until,
 )
 
 from conftest import Kube
 
 NS, NAME = "ha-partition", "part-db"
-SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}
 TTL, LOOP_WAIT, RETRY_TIMEOUT = 20, 5, 5  # the API's defaults, spelled out so the figures can be read
 
 
 @pytest.fixture(scope="module")
 def cluster(operator: Kube) -> Iterator[Kube]:
-    operator.kubectl("create", "namespace", NS)
-    body = {
-        "apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
-        "metadata": {"name": NAME, "namespace": NS},
-        "spec": {"replicas": 3, "version": "16", "storage": "1Gi", "resources": SMALL,
-                 "synchronous": {"number": 1, "dataDurability": "required"},
-                 "patroni": {"ttl": TTL, "loopWait": LOOP_WAIT, "retryTimeout": RETRY_TIMEOUT}},
-    }
-    operator.kubectl("apply", "-f", "-", input=json.dumps(body))
-    wait_serving(operator, NS, NAME, 3, 900)
-    yield operator
-    operator.kubectl("delete", "namespace", NS, "--ignore-not-found", timeout=300)
+    yield from serving_cluster(operator, NS, NAME, {
+        "replicas": 3, "synchronous": {"number": 1, "dataDurability": "required"},
+        "patroni": {"ttl": TTL, "loopWait": LOOP_WAIT, "retryTimeout": RETRY_TIMEOUT}})
 
 
 def annotations(kube: Kube, configmap: str) -> dict[str, str]:

@@ -7,29 +7,18 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from pgcluster import Writer, connect_app, get_json, healthy, wait_serving, wait_until
+from pgcluster import Writer, connect_app, get_json, healthy, serving_cluster, wait_until
 
 from conftest import Kube
 from pg_operator.images import image_for
 
 NS, NAME = "rollout", "upgrade-db"
 OLD, NEW = image_for("16.13"), image_for("16.15")
-# The single test node has 2 CPUs: five instances of this cluster must fit beside the operator.
-SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}
 
 
 @pytest.fixture(scope="module")
 def cluster(operator: Kube) -> Iterator[Kube]:
-    operator.kubectl("create", "namespace", NS)
-    body = {
-        "apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
-        "metadata": {"name": NAME, "namespace": NS},
-        "spec": {"replicas": 3, "version": "16", "storage": "1Gi", "image": OLD, "resources": SMALL},
-    }
-    operator.kubectl("apply", "-f", "-", input=json.dumps(body))
-    wait_serving(operator, NS, NAME, 3, 900)
-    yield operator
-    operator.kubectl("delete", "namespace", NS, "--ignore-not-found", timeout=300)
+    yield from serving_cluster(operator, NS, NAME, {"replicas": 3, "image": OLD})
 
 
 def pod_images(kube: Kube) -> dict[str, str]:

@@ -14,27 +14,17 @@ from typing import Any
 
 import psycopg
 import pytest
-from pgcluster import Writer, get_json, healthy, secret, wait_serving, wait_until
+from pgcluster import Writer, get_json, healthy, secret, serving_cluster, wait_until
 
 from conftest import Kube
 
 NS, NAME = "settings", "settings-db"
-SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}
 
 
 @pytest.fixture(scope="module")
 def cluster(operator: Kube) -> Iterator[Kube]:
-    operator.kubectl("create", "namespace", NS)
-    body = {
-        "apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
-        "metadata": {"name": NAME, "namespace": NS},
-        "spec": {"replicas": 3, "version": "16", "storage": "1Gi", "resources": SMALL,
-                 "synchronous": {"number": 1, "dataDurability": "required"}},
-    }
-    operator.kubectl("apply", "-f", "-", input=json.dumps(body))
-    wait_serving(operator, NS, NAME, 3, 900)
-    yield operator
-    operator.kubectl("delete", "namespace", NS, "--ignore-not-found", timeout=300)
+    sync = {"number": 1, "dataDurability": "required"}
+    yield from serving_cluster(operator, NS, NAME, {"replicas": 3, "synchronous": sync})
 
 
 def pods(kube: Kube) -> list[dict[str, Any]]:

@@ -67,6 +67,14 @@ def _blocking(instances: Sequence[Instance], expected: int) -> Action | None:
     return None
 
 
+def _behind(instances: Sequence[Instance], max_lag_bytes: int) -> Action | None:
+    """A replica among these that has not caught up (unknown lag counts as behind)."""
+    for i in instances:
+        if i.role == ROLE_REPLICA and i.lag > max_lag_bytes:
+            return Action("wait", reason=f"waiting for {i.name} to catch up")
+    return None
+
+
 def plan_update(instances: Sequence[Instance], desired_image: str, expected: int, now: datetime,
                 *, stall_after: timedelta = STALL_AFTER,
                 max_lag_bytes: int = MAX_CATCH_UP_LAG_BYTES) -> Action:
@@ -80,12 +88,9 @@ def plan_update(instances: Sequence[Instance], desired_image: str, expected: int
             return Action("halt", target=i.name, reason=(
                 f"{i.name} runs {desired_image} but is not ready after {int(age.total_seconds())} s; "
                 "the rollout stopped: fix the image or set spec.image back"))
-    blocked = _blocking(instances, expected)
+    blocked = _blocking(instances, expected) or _behind(updated, max_lag_bytes)
     if blocked:
         return blocked
-    for i in updated:
-        if i.role == ROLE_REPLICA and i.lag > max_lag_bytes:
-            return Action("wait", reason=f"waiting for {i.name} to catch up")
     replicas = sorted((i for i in outdated if i.role == ROLE_REPLICA), key=lambda i: -i.ordinal)
     if replicas:
         target = replicas[0]
@@ -136,12 +141,9 @@ def plan_restart(instances: Sequence[Instance], expected: int, *,
     pending = [i for i in instances if i.pending_restart is not None and not i.terminating]
     if not pending:
         return NONE
-    blocked = _blocking(instances, expected)
+    blocked = _blocking(instances, expected) or _behind(instances, max_lag_bytes)
     if blocked:
         return blocked
-    for i in instances:
-        if i.role == ROLE_REPLICA and i.lag > max_lag_bytes:
-            return Action("wait", reason=f"waiting for {i.name} to catch up before the next restart")
     replicas = sorted((i for i in pending if i.role == ROLE_REPLICA), key=lambda i: -i.ordinal)
     if replicas:
         target = replicas[0]

@@ -48,50 +48,50 @@ async def get_cluster(session: aiohttp.ClientSession, pod_ip: str,
     return body
 
 
+def _auth_headers(auth: PatroniAuth | None) -> dict[str, str]:
+    return {"Authorization": aiohttp.encode_basic_auth(auth.username, auth.password)} if auth else {}
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: Mapping[str, Any], auth: PatroniAuth | None,
+                limit_s: float, what: str) -> str:
+    """POST a JSON body to an unsafe endpoint; Patroni's answer, or PatroniError naming `what`."""
+    limit = aiohttp.ClientTimeout(total=limit_s, connect=2)
+    try:
+        async with session.post(url, json=dict(body), headers=_auth_headers(auth), timeout=limit) as resp:
+            text = (await resp.text()).strip()
+            if resp.status != 200:
+                raise PatroniError(f"{what} refused: HTTP {resp.status}: {text}")
+            return text
+    except (aiohttp.ClientError, TimeoutError) as e:
+        raise PatroniError(f"{what}: {type(e).__name__}: {e}") from None
+
+
 async def switchover(session: aiohttp.ClientSession, pod_ip: str, leader: str, candidate: str,
                      auth: PatroniAuth | None = None, port: int = PATRONI_PORT) -> str:
     """Planned switchover from `leader` to `candidate`; Patroni does it synchronously and answers
     once the candidate has taken over (or says why not)."""
-    headers = {"Authorization": aiohttp.encode_basic_auth(auth.username, auth.password)} if auth else {}
-    url = f"{base_url(pod_ip, port)}/switchover"
-    try:
-        async with session.post(url, json={"leader": leader, "candidate": candidate}, headers=headers,
-                                timeout=aiohttp.ClientTimeout(total=60, connect=2)) as resp:
-            text = (await resp.text()).strip()
-            if resp.status != 200:
-                raise PatroniError(f"switchover {leader} -> {candidate} refused: HTTP {resp.status}: {text}")
-            return text
-    except (aiohttp.ClientError, TimeoutError) as e:
-        raise PatroniError(f"switchover {leader} -> {candidate}: {type(e).__name__}: {e}") from None
-
-
-async def patch_config(session: aiohttp.ClientSession, pod_ip: str, patch: Mapping[str, Any],
-                       auth: PatroniAuth | None = None, port: int = PATRONI_PORT) -> None:
-    """PATCH /config: Patroni merges the body into its dynamic configuration (null removes a key) and
-    every member applies it on its next loop."""
-    headers = {"Authorization": aiohttp.encode_basic_auth(auth.username, auth.password)} if auth else {}
-    url = f"{base_url(pod_ip, port)}/config"
-    try:
-        async with session.patch(url, json=dict(patch), headers=headers, timeout=TIMEOUT) as resp:
-            if resp.status != 200:
-                text = (await resp.text()).strip()
-                raise PatroniError(f"PATCH /config on {pod_ip} refused: HTTP {resp.status}: {text}")
-    except (aiohttp.ClientError, TimeoutError) as e:
-        raise PatroniError(f"PATCH /config on {pod_ip}: {type(e).__name__}: {e}") from None
+    body = {"leader": leader, "candidate": candidate}
+    return await _post(session, f"{base_url(pod_ip, port)}/switchover", body, auth, 60,
+                       f"switchover {leader} -> {candidate}")
 
 
 async def restart_pending(session: aiohttp.ClientSession, pod_ip: str, auth: PatroniAuth | None = None,
                           port: int = PATRONI_PORT) -> str:
     """POST /restart on one member, only if it still waits for a restart (Patroni checks that itself, so
     a restart that already happened is not repeated). Patroni answers once PostgreSQL is back up."""
-    headers = {"Authorization": aiohttp.encode_basic_auth(auth.username, auth.password)} if auth else {}
-    url = f"{base_url(pod_ip, port)}/restart"
+    return await _post(session, f"{base_url(pod_ip, port)}/restart", {"restart_pending": True}, auth, 120,
+                       f"restart on {pod_ip}")
+
+
+async def patch_config(session: aiohttp.ClientSession, pod_ip: str, patch: Mapping[str, Any],
+                       auth: PatroniAuth | None = None, port: int = PATRONI_PORT) -> None:
+    """PATCH /config: Patroni merges the body into its dynamic configuration (null removes a key) and
+    every member applies it on its next loop."""
+    url = f"{base_url(pod_ip, port)}/config"
     try:
-        async with session.post(url, json={"restart_pending": True}, headers=headers,
-                                timeout=aiohttp.ClientTimeout(total=120, connect=2)) as resp:
-            text = (await resp.text()).strip()
+        async with session.patch(url, json=dict(patch), headers=_auth_headers(auth), timeout=TIMEOUT) as resp:
             if resp.status != 200:
-                raise PatroniError(f"restart on {pod_ip} refused: HTTP {resp.status}: {text}")
-            return text
+                text = (await resp.text()).strip()
+                raise PatroniError(f"PATCH /config on {pod_ip} refused: HTTP {resp.status}: {text}")
     except (aiohttp.ClientError, TimeoutError) as e:
-        raise PatroniError(f"restart on {pod_ip}: {type(e).__name__}: {e}") from None
+        raise PatroniError(f"PATCH /config on {pod_ip}: {type(e).__name__}: {e}") from None
