@@ -23,7 +23,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -38,7 +38,7 @@ CLUSTER_LABEL = "db.example.com/cluster"
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
-class KubectlLike:
+class KubectlLike(Protocol):
     """What the harness needs from the `kube` fixture (tests/conftest.py's Kube)."""
 
     kubeconfig: str
