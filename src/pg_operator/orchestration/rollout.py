@@ -67,6 +67,11 @@ def _blocking(instances: Sequence[Instance], expected: int) -> Action | None:
     return None
 
 
+def _last_replica(pool: Sequence[Instance]) -> Instance | None:
+    """Replicas go first, the highest ordinal first (the one a scale-down would remove first)."""
+    return max((i for i in pool if i.role == ROLE_REPLICA), key=lambda i: i.ordinal, default=None)
+
+
 def _behind(instances: Sequence[Instance], max_lag_bytes: int) -> Action | None:
     """A replica among these that has not caught up (unknown lag counts as behind)."""
     for i in instances:
@@ -91,9 +96,8 @@ def plan_update(instances: Sequence[Instance], desired_image: str, expected: int
     blocked = _blocking(instances, expected) or _behind(updated, max_lag_bytes)
     if blocked:
         return blocked
-    replicas = sorted((i for i in outdated if i.role == ROLE_REPLICA), key=lambda i: -i.ordinal)
-    if replicas:
-        target = replicas[0]
+    target = _last_replica(outdated)
+    if target is not None:
         return Action("delete_pod", target=target.name,
                       reason=f"recreating replica {target.name} with {desired_image}")
     primary = next(i for i in outdated if i.role == ROLE_PRIMARY)
@@ -144,9 +148,8 @@ def plan_restart(instances: Sequence[Instance], expected: int, *,
     blocked = _blocking(instances, expected) or _behind(instances, max_lag_bytes)
     if blocked:
         return blocked
-    replicas = sorted((i for i in pending if i.role == ROLE_REPLICA), key=lambda i: -i.ordinal)
-    if replicas:
-        target = replicas[0]
+    target = _last_replica(pending)
+    if target is not None:
         return Action("restart", target=target.name,
                       reason=f"restarting replica {target.name} to apply {_setting_names(target)}")
     primary = pending[0]
