@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from pg_operator.controller.reconcile import cluster_mark, namespace_terminating_refusal
+from lightkube.core.exceptions import ApiError
+from lightkube.models import meta_v1
+
+from pg_operator.controller.reconcile import (
+    cluster_mark,
+    namespace_terminating,
+    namespace_terminating_refusal,
+)
 
 # As kube-apiserver's NamespaceLifecycle admission answers a create in a terminating namespace.
 REFUSAL = {
@@ -60,3 +67,11 @@ def test_a_cluster_version_is_its_uid_and_resource_version() -> None:
     assert cluster_mark(recreated) != cluster_mark(body)
     assert cluster_mark(None) is None
     assert cluster_mark({"metadata": {"name": "db"}}) is None
+
+
+def test_the_work_loop_and_the_reconciler_read_a_client_error_the_same_way() -> None:
+    refused = ApiError(status=meta_v1.Status.from_dict(REFUSAL))
+    forbidden = ApiError(status=meta_v1.Status.from_dict({**REFUSAL, "message": "RBAC: access denied",
+                                                          "details": {}}))
+    assert namespace_terminating(refused)
+    assert not namespace_terminating(forbidden)

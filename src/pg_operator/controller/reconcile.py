@@ -96,6 +96,12 @@ def namespace_terminating_refusal(status: Mapping[str, Any]) -> bool:
     return "because it is being terminated" in str(status.get("message") or "")
 
 
+def namespace_terminating(exc: ApiError) -> bool:
+    """namespace_terminating_refusal for a client error (the one test both the reconciler and the
+    work loop use)."""
+    return namespace_terminating_refusal(exc.status.to_dict() if exc.status else {})
+
+
 def cluster_mark(body: Mapping[str, Any] | None) -> tuple[str, str] | None:
     """(uid, resourceVersion): identifies one version of one cluster object."""
     meta = _meta(body)
@@ -174,7 +180,7 @@ class Reconciler:
         try:
             return await self._reconcile(key)
         except ApiError as exc:
-            if namespace_terminating_refusal(exc.status.to_dict() if exc.status else {}):
+            if namespace_terminating(exc):
                 mark = cluster_mark(self.cache.cluster(key))
                 if mark is not None:
                     self._terminating[key] = mark

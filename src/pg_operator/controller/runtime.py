@@ -10,14 +10,10 @@ from lightkube.core.exceptions import ApiError
 from pg_operator.controller.backoff import Backoff, jittered
 from pg_operator.controller.keys import ClusterKey
 from pg_operator.controller.metrics import Metrics
-from pg_operator.controller.reconcile import Outcome, Reconciler
+from pg_operator.controller.reconcile import Outcome, Reconciler, namespace_terminating
 from pg_operator.controller.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
-
-
-def namespace_terminating(exc: ApiError) -> bool:
-    return exc.status.code == 403 and "being terminated" in (exc.status.message or "")
 
 
 def result_label(outcome: Outcome) -> str:
