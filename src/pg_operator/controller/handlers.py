@@ -11,6 +11,7 @@ from pg_operator.api.backup import BACKUP_PLURAL, SCHEDULED_BACKUP_PLURAL
 from pg_operator.api.constants import CLUSTER_LABEL, GROUP, PLURAL, ROLE_LABEL, VERSION
 from pg_operator.controller.backups.controller import BackupController
 from pg_operator.controller.keys import cluster_key_of_child, cluster_key_of_cluster, owning_cluster_name
+from pg_operator.controller.kopf_diffbase import change_detecting_handlers
 from pg_operator.controller.kube import kopf_login
 from pg_operator.controller.observe import (
     CLUSTER_INDEX,
@@ -108,13 +109,15 @@ def build_registry(wakeups: Wakeups, kinds: list[WatchedKind]) -> kopf.OperatorR
     kopf.on.login(registry=registry)(kopf_login)
     labelled = {CLUSTER_LABEL: kopf.PRESENT}
 
-    def cluster_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    # Coroutines, not plain functions: kopf runs a plain handler in its thread pool, a hop to a thread
+    # and back for every watch event (≈ 12 % of the operator's CPU at 150 clusters, profiled).
+    async def cluster_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
         return index_cluster(body)
 
-    def child_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    async def child_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
         return index_child(body)
 
-    def storage_class_index(name: str, **_: Any) -> dict[str, bool]:
+    async def storage_class_index(name: str, **_: Any) -> dict[str, bool]:
         return {name: True}
 
     async def cluster_event(body: kopf.Body, **kwargs: Any) -> None:
@@ -163,4 +166,8 @@ def build_registry(wakeups: Wakeups, kinds: list[WatchedKind]) -> kopf.OperatorR
     kopf.on.event("storage.k8s.io", "v1", "storageclasses", id="wake_storageclass", registry=registry)(
         storage_class_event
     )
+    # kopf_settings() gives kopf an empty diff base, which only a registry without these can afford.
+    unexpected = change_detecting_handlers(registry)
+    if unexpected:
+        raise RuntimeError(f"handlers {unexpected} need kopf's diff base; the operator's settings drop it")
     return registry

@@ -21,6 +21,7 @@ from pg_operator.controller.backups.controller import BackupController
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.handlers import Wakeups, build_registry
 from pg_operator.controller.health import HealthServer, HealthState
+from pg_operator.controller.kopf_diffbase import EmptyDiffBase
 from pg_operator.controller.kube import SERVICE_ACCOUNT_DIR, Api, load_config
 from pg_operator.controller.lease import LeaseConfig, LeaseElector, LeaseLost
 from pg_operator.controller.metrics import Metrics
@@ -76,6 +77,7 @@ def kopf_settings(kinds: list[WatchedKind] | None = None) -> kopf.OperatorSettin
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # our own Events only; kopf's would be writes on every log line
     settings.scanning.disabled = True  # no CRD watching: the resources are known
+    settings.persistence.diffbase_storage = EmptyDiffBase()  # no change-detecting handlers (kopf_diffbase)
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     # The child handlers only take objects carrying the cluster label; asking the API server for those
