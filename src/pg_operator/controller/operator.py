@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import kopf
 
 from pg_operator.api.constants import CLUSTER_LABEL
+from pg_operator.controller import kopf_toggles
 from pg_operator.controller.backups.controller import BackupController
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.handlers import Wakeups, build_registry
@@ -155,6 +156,7 @@ async def _lead(
     kopf_ready: asyncio.Event,
     state: HealthState,
 ) -> int:
+    kopf_toggles.install()  # kopf's own startup gate is quadratic in the objects listed
     kinds = watched_kinds(MANAGED_KINDS)
     cache = Cache(kinds)
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity))
