@@ -3,7 +3,9 @@
 N PostgresClusters of R instances each, handled by the operator (subprocess, its own ServiceAccount):
 time until all are Ready, the operator's peak RSS, API requests per cluster (audit log, by the operator's
 user), and the requests of one steady-state resync of all clusters. Side by side, the floor: a plain
-script creating the same children directly (same builders, same concurrency) for N other clusters, and
+script creating the same children directly (same builders, same concurrency: eight clusters at a time,
+a cluster's independent children together and then its StatefulSet, as the operator's eight workers
+send them) for N other clusters, and
 waiting for the same readiness as the operator's Ready condition (every instance ready, and a ready
 primary: pods are labelled with their role as Patroni would, by the same stand-in in both halves).
 
@@ -19,9 +21,11 @@ Also measured: the operator's steady RSS after the resync window, the load avera
 shared, so a run's times only compare with runs of the same moment), and with --probe the latency of one
 change made in the middle of the burst: a cluster that was Ready before the burst is scaled 1 → 2 right
 after the N clusters are created, and the time until its StatefulSet carries the new size is reported
-(is a single change starved behind the backlog?).
+(is a single change starved behind the backlog?). With --restart, after the resync window a fresh
+operator process starts over the converged clusters: seconds until it leads, until every cluster has had
+a pass, and what it asked of the API server meanwhile (a converged cluster needs no write).
 
-    .venv/bin/python bench/bench_reconcile_scale.py --clusters 50 --probe
+    .venv/bin/python bench/bench_reconcile_scale.py --clusters 50 --probe --restart
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ from test_operator_harness import (  # noqa: E402
 )
 
 from pg_operator.api.models import PostgresCluster  # noqa: E402
-from pg_operator.controller.kube import resource_for  # noqa: E402
+from pg_operator.controller.kube import MAX_IN_FLIGHT, resource_for  # noqa: E402
 from pg_operator.specs import ClusterPasswords, build_secrets, desired_children  # noqa: E402
 
 PGC = create_namespaced_resource("db.example.com", "v1alpha1", "PostgresCluster", "postgresclusters")
@@ -375,28 +379,40 @@ def ready_floor_clusters(client: Client, ns: str, replicas: int) -> int:
 
 
 async def floor_create(config: KubeConfig, clusters: list[Any], workers: int) -> int:
-    """What the operator does for a new cluster, done directly: apply every child, create the Secrets."""
+    """What the operator does for a new cluster, done directly and the same way: `workers` clusters at
+    a time; each cluster's children but the StatefulSet and its Secrets together, then the StatefulSet;
+    at most as many requests in flight as the operator's client allows."""
     client = AsyncClient(config, field_manager="bench-floor")
     sem = asyncio.Semaphore(workers)
+    slots = asyncio.Semaphore(MAX_IN_FLIGHT)
     requests = 0
 
-    async def one(obj: Any) -> None:
+    async def send(call: Any) -> None:
         nonlocal requests
+        async with slots:
+            await call()
+        requests += 1
+
+    def apply(child: dict[str, Any], namespace: str) -> Any:
+        res = resource_for(child["apiVersion"], child["kind"])
+        name = child["metadata"]["name"]
+        return lambda: client.patch(
+            res, name, child, namespace=namespace, patch_type=PatchType.APPLY, force=True
+        )
+
+    async def one(obj: Any) -> None:
         cluster = PostgresCluster.from_obj(obj.to_dict() if hasattr(obj, "to_dict") else obj)
+        children = desired_children(cluster)
+        first = [c for c in children if c["kind"] != "StatefulSet"]
+        secrets = build_secrets(cluster, ClusterPasswords.generate())
         async with sem:
-            for child in desired_children(cluster):
-                await client.patch(
-                    resource_for(child["apiVersion"], child["kind"]),
-                    child["metadata"]["name"],
-                    child,
-                    namespace=cluster.namespace,
-                    patch_type=PatchType.APPLY,
-                    force=True,
-                )
-                requests += 1
-            for secret in build_secrets(cluster, ClusterPasswords.generate()):
-                await client.create(codecs.from_dict(secret))
-                requests += 1
+            await asyncio.gather(
+                *(send(apply(c, cluster.namespace)) for c in first),
+                *(send(lambda s=s: client.create(codecs.from_dict(s))) for s in secrets),
+            )
+            for child in children:
+                if child["kind"] == "StatefulSet":
+                    await send(apply(child, cluster.namespace))
 
     await asyncio.gather(*(one(o) for o in clusters))
     await client.close()
@@ -471,6 +487,9 @@ def main() -> int:
     parser.add_argument("--probe", action="store_true", help="time one change made during the burst")
     parser.add_argument("--no-floor", action="store_true", help="the operator half only")
     parser.add_argument("--no-operator", action="store_true", help="the floor half only")
+    parser.add_argument(
+        "--restart", action="store_true", help="then restart the operator over the converged clusters"
+    )
     parser.add_argument("--label", default="", help="a name for this run in the JSON line (e.g. a commit)")
     args = parser.parse_args()
 
@@ -612,6 +631,8 @@ def run_operator_half(
             ),
         }
         op.stop()
+        if args.restart:
+            result["operator"]["restart"] = measure_restart(args, audit, op_config, work, op_ns, expected)
         progress(f"operator half: {json.dumps(result['operator'])}; clearing its namespace")
         client.delete(Namespace, op_ns)
         wait_until(
@@ -621,6 +642,44 @@ def run_operator_half(
             interval=3,
         )
         delete_volumes(admin, op_ns)
+
+
+def measure_restart(
+    args: argparse.Namespace, audit: Audit, op_config: Path, work: Path, op_ns: str, expected: int
+) -> dict[str, Any]:
+    """A fresh operator over the converged clusters: how long until every cluster has had a pass (the
+    queue empty after at least one pass per cluster), and what it asked of the API server meanwhile —
+    a level-triggered operator that lost its memory must find nothing to write."""
+    mark = audit.mark()
+    started = time.monotonic()
+    op = OperatorProcess(
+        op_config, work, "bench", "--namespace", op_ns, "--workers", str(args.workers),
+        "--resync-seconds", str(args.resync_seconds), "--log-level", "warning",
+    ).start()  # fmt: skip
+    try:
+        op.wait_leader(timeout=args.timeout)
+        leader_after = time.monotonic() - started
+
+        def passed_all() -> bool:
+            metrics = metrics_of(op)
+            passes = sum(v for k, v in metrics.items() if k.startswith("pg_operator_reconcile_total{"))
+            return passes >= expected and metrics.get("pg_operator_workqueue_depth", 1) == 0
+
+        wait_until(
+            "every cluster passed once after the restart", passed_all, timeout=args.timeout, interval=1
+        )
+        all_passed_after = time.monotonic() - started
+        time.sleep(3)
+        reqs = audit.requests_since(mark)
+        return {
+            "seconds_to_leader": round(leader_after, 1),
+            "seconds_to_every_cluster_passed": round(all_passed_after, 1),
+            "peak_rss_mib": round(peak_rss_mib(op.pid), 1),
+            "requests": {f"{v} {res}": c for (v, res), c in sorted(reqs.items()) if v != "watch"},
+            "writes": sum(c for (v, _), c in reqs.items() if v in ("create", "update", "patch", "delete")),
+        }
+    finally:
+        op.stop()
 
 
 def run_floor_half(

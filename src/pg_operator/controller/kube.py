@@ -6,6 +6,7 @@ kopf's watches use their own connection, logged in from the same source (`kopf_l
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -68,12 +69,19 @@ def is_conflict(exc: ApiError) -> bool:
     return exc.status.code == 409
 
 
+# Requests one Api has in flight at most. A reconcile sends a new cluster's children together and eight
+# workers do so at once; beyond the connections its HTTP pool keeps open (20) every burst would open,
+# and then close, TLS connections of its own.
+MAX_IN_FLIGHT = 20
+
+
 class Api:
     """The controller's client: lightkube async, one field manager, requests counted by verb."""
 
     def __init__(self, metrics: Metrics, config: KubeConfig | None = None) -> None:
         self.client = AsyncClient(config or load_config(), field_manager=FIELD_MANAGER)
         self._metrics = metrics
+        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
 
     def _count(self, verb: str) -> None:
         self._metrics.api_requests.labels(verb=verb).inc()
@@ -83,15 +91,18 @@ class Api:
 
     async def get(self, res: type[Any], name: str, namespace: str | None = None) -> Any:
         self._count("get")
-        return await self.client.get(res, name, namespace=namespace)
+        async with self._slots:
+            return await self.client.get(res, name, namespace=namespace)
 
     async def create(self, obj: Any) -> Any:
         self._count("create")
-        return await self.client.create(obj)
+        async with self._slots:
+            return await self.client.create(obj)
 
     async def replace(self, obj: Any) -> Any:
         self._count("update")
-        return await self.client.replace(obj)
+        async with self._slots:
+            return await self.client.replace(obj)
 
     async def apply(self, body: Mapping[str, Any]) -> Any:
         """Server-side apply of a complete object (dict), forcing ownership of the fields we set."""
@@ -99,19 +110,21 @@ class Api:
         res = resource_for(body["apiVersion"], body["kind"])
         namespace = meta.get("namespace") if issubclass(res, NamespacedResource) else None
         self._count("apply")
-        return await self.client.patch(
-            res,
-            meta["name"],
-            dict(body),
-            namespace=namespace,
-            patch_type=PatchType.APPLY,
-            field_manager=FIELD_MANAGER,
-            force=True,
-        )
+        async with self._slots:
+            return await self.client.patch(
+                res,
+                meta["name"],
+                dict(body),
+                namespace=namespace,
+                patch_type=PatchType.APPLY,
+                field_manager=FIELD_MANAGER,
+                force=True,
+            )
 
     async def create_dict(self, body: Mapping[str, Any]) -> Any:
         self._count("create")
-        return await self.client.create(codecs.from_dict(dict(body)))
+        async with self._slots:
+            return await self.client.create(codecs.from_dict(dict(body)))
 
     async def merge_patch(
         self,
@@ -123,25 +136,18 @@ class Api:
         subresource_status: bool = False,
     ) -> Any:
         self._count("patch")
-        if subresource_status:
+        async with self._slots:
             return await self.client.patch(
-                res.Status,
+                res.Status if subresource_status else res,
                 name,
                 dict(patch),
                 namespace=namespace,
                 patch_type=PatchType.MERGE,
                 field_manager=FIELD_MANAGER,
             )
-        return await self.client.patch(
-            res,
-            name,
-            dict(patch),
-            namespace=namespace,
-            patch_type=PatchType.MERGE,
-            field_manager=FIELD_MANAGER,
-        )
 
     async def delete(self, api_version: str, kind: str, name: str, namespace: str | None) -> None:
         res = resource_for(api_version, kind)
         self._count("delete")
-        await self.client.delete(res, name, namespace=namespace, cascade=CascadeType.BACKGROUND)
+        async with self._slots:
+            await self.client.delete(res, name, namespace=namespace, cascade=CascadeType.BACKGROUND)

@@ -93,8 +93,10 @@ def kopf_settings(kinds: list[WatchedKind] | None = None) -> kopf.OperatorSettin
 async def run(opts: Options) -> int:
     metrics = Metrics()
     api = Api(metrics)
+    # A client of its own: a renewal never waits for a connection behind a burst of reconcile writes.
+    lease_api = Api(metrics)
     elector = LeaseElector(
-        api,
+        lease_api,
         LeaseConfig(
             namespace=opts.lease_namespace,
             name=opts.lease_name,
@@ -140,6 +142,7 @@ async def run(opts: Options) -> int:
         await elector.release()
         await server.stop()
         await api.close()
+        await lease_api.close()
 
 
 def _log_backup_workers_end(task: asyncio.Task[None]) -> None:

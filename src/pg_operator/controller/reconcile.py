@@ -5,10 +5,11 @@ A pass where nothing differs makes no API request at all.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -47,6 +48,17 @@ class Outcome:
     problem: Problem | None = None
     phase: str | None = None
     gone: bool = False
+
+
+async def all_of(writes: Iterable[Awaitable[int]]) -> int:
+    """Run the writes together and wait for every one; then raise the first failure (so a refusal keeps
+    its type for the callers' checks, and no write is left running behind a pass that ended) or return
+    how many were made."""
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return sum(r for r in results if isinstance(r, int))
 
 
 def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -208,6 +220,10 @@ class Reconciler:
         self.memo.wrote(ident, rv, fingerprint)
         return True
 
+    async def _apply_child(self, namespace: str, desired: dict[str, Any], snapshot: Snapshot) -> int:
+        observed = snapshot.find(desired["apiVersion"], desired["kind"], desired["metadata"]["name"])
+        return 1 if await self._apply_if_needed(namespace, desired, observed) else 0
+
     async def _reconcile(self, key: ClusterKey) -> Outcome:
         namespace, name = key
         snapshot = self.cache.snapshot(key)
@@ -261,22 +277,24 @@ class Reconciler:
                 for child in desired:
                     if child["kind"] == "StatefulSet":
                         child["spec"]["replicas"] = step.replicas
-        wanted: set[ObjectId] = set()
+        wanted: set[ObjectId] = {(c["apiVersion"], c["kind"], c["metadata"]["name"]) for c in desired}
+        # What the pods need (accounts, RBAC, configuration, Services, Secrets, budget) is independent
+        # and sent together; the StatefulSet follows once all of it is there. One new cluster's ~15
+        # writes then cost about two round trips instead of fifteen (1000 new clusters: the first
+        # passes were bound by the API server's latency, not the operator's CPU).
+        first = [c for c in desired if c["kind"] != "StatefulSet"]
+        outcome.writes += await all_of(
+            [self._apply_child(namespace, c, snapshot) for c in first]
+            + [self._create_missing_secrets(cluster, snapshot, wanted)]
+        )
         for child in desired:
-            child_meta = child["metadata"]
-            ident: ObjectId = (child["apiVersion"], child["kind"], child_meta["name"])
-            wanted.add(ident)
-            observed = snapshot.find(*ident)
-            is_sts = child["kind"] == "StatefulSet"
-            if is_sts and observed is None and problem is not None:
-                continue  # its PVCs could not be provisioned; create it once the problem is gone
-            if not await self._apply_if_needed(namespace, child, observed):
+            if child["kind"] != "StatefulSet":
                 continue
-            outcome.writes += 1
-            if is_sts:
-                outcome.writes += await self._statefulset_events(body, child, observed)
-
-        outcome.writes += await self._create_missing_secrets(cluster, snapshot, wanted)
+            observed = snapshot.find(child["apiVersion"], child["kind"], child["metadata"]["name"])
+            if observed is None and problem is not None:
+                continue  # its PVCs could not be provisioned; create it once the problem is gone
+            if await self._apply_if_needed(namespace, child, observed):
+                outcome.writes += 1 + await self._statefulset_events(body, child, observed)
 
         for obj in undesired_children(snapshot, cluster.uid, MANAGED_KINDS, wanted):
             meta = _meta(obj)
@@ -356,12 +374,9 @@ class Reconciler:
         ]
         if not missing:
             return 0
-        writes = 0
-        # Passwords only exist in these objects and in the request body; never logged.
-        for secret in build_secrets(cluster, ClusterPasswords.generate()):
+
+        async def create(secret: dict[str, Any]) -> int:
             secret_name = secret["metadata"]["name"]
-            if secret_name not in missing:
-                continue
             log.info("creating Secret %s/%s", cluster.namespace, secret_name)
             try:
                 await self.api.create_dict(secret)
@@ -369,8 +384,11 @@ class Reconciler:
                 if not is_conflict(exc):  # already there (the index had not caught up): create-only
                     raise
             self.memo.wrote((cluster.namespace, "Secret", secret_name, "create"), None, "")
-            writes += 1
-        return writes
+            return 1
+
+        # Passwords only exist in these objects and in the request body; never logged.
+        secrets = build_secrets(cluster, ClusterPasswords.generate())
+        return await all_of([create(s) for s in secrets if s["metadata"]["name"] in missing])
 
     async def _report(
         self,
