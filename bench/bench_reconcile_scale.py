@@ -4,8 +4,8 @@ N PostgresClusters of R instances each, handled by the operator (subprocess, its
 time until all are Ready, the operator's peak RSS, API requests per cluster (audit log, by the operator's
 user), and the requests of one steady-state resync of all clusters. Side by side, the floor: a plain
 script creating the same children directly (same builders, same concurrency: eight clusters at a time,
-a cluster's independent children together and then its StatefulSet, as the operator's eight workers
-send them) for N other clusters, and
+a cluster's children in the same two waves of concurrent writes as the operator's eight workers send
+them) for N other clusters, and
 waiting for the same readiness as the operator's Ready condition (every instance ready, and a ready
 primary: pods are labelled with their role as Patroni would, by the same stand-in in both halves).
 
@@ -66,6 +66,7 @@ from test_operator_harness import (  # noqa: E402
 
 from pg_operator.api.models import PostgresCluster  # noqa: E402
 from pg_operator.controller.kube import MAX_IN_FLIGHT, resource_for  # noqa: E402
+from pg_operator.controller.reconcile import SECOND_WAVE  # noqa: E402
 from pg_operator.specs import ClusterPasswords, build_secrets, desired_children  # noqa: E402
 
 PGC = create_namespaced_resource("db.example.com", "v1alpha1", "PostgresCluster", "postgresclusters")
@@ -380,8 +381,8 @@ def ready_floor_clusters(client: Client, ns: str, replicas: int) -> int:
 
 async def floor_create(config: KubeConfig, clusters: list[Any], workers: int) -> int:
     """What the operator does for a new cluster, done directly and the same way: `workers` clusters at
-    a time; each cluster's children but the StatefulSet and its Secrets together, then the StatefulSet;
-    at most as many requests in flight as the operator's client allows."""
+    a time; each cluster's children in the operator's two waves (the RoleBinding and the StatefulSet
+    after the rest and the Secrets); at most as many requests in flight as the operator's client."""
     client = AsyncClient(config, field_manager="bench-floor")
     sem = asyncio.Semaphore(workers)
     slots = asyncio.Semaphore(MAX_IN_FLIGHT)
@@ -403,16 +404,15 @@ async def floor_create(config: KubeConfig, clusters: list[Any], workers: int) ->
     async def one(obj: Any) -> None:
         cluster = PostgresCluster.from_obj(obj.to_dict() if hasattr(obj, "to_dict") else obj)
         children = desired_children(cluster)
-        first = [c for c in children if c["kind"] != "StatefulSet"]
+        first = [c for c in children if c["kind"] not in SECOND_WAVE]
+        second = [c for c in children if c["kind"] in SECOND_WAVE]
         secrets = build_secrets(cluster, ClusterPasswords.generate())
         async with sem:
             await asyncio.gather(
                 *(send(apply(c, cluster.namespace)) for c in first),
                 *(send(lambda s=s: client.create(codecs.from_dict(s))) for s in secrets),
             )
-            for child in children:
-                if child["kind"] == "StatefulSet":
-                    await send(apply(child, cluster.namespace))
+            await asyncio.gather(*(send(apply(c, cluster.namespace)) for c in second))
 
     await asyncio.gather(*(one(o) for o in clusters))
     await client.close()
