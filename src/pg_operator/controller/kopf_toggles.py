@@ -5,8 +5,9 @@ toggle from the operator's `ToggleSet(all)` and then waits in `ToggleSet.wait_fo
 are indexed too. That wait is an `asyncio.Condition`: each toggle change (one or two per listed object)
 wakes every worker waiting so far, so N objects cost about N²/2 wake-ups. Measured (a toggle set fed the
 way a listing feeds it, `tests/unit/test_kopf_toggles.py` counts the checks): 8 s of CPU for 1,000
-objects, 36 s for 2,000; the scale bench's 3,002 claims held the operator's first reconcile for 70 s of
-CPU, and 1,000 clusters (~21,000 labelled objects) would hold it for over an hour.
+objects, 26 to 36 s for 2,000; the scale bench's 3,002 claims held the operator's first reconcile for
+70 s (66 s of CPU), and 1,000 clusters (~21,000 labelled objects) would hold it for about an hour
+(extrapolated).
 
 `install()` replaces `ToggleSet.wait_for` with one where all waiters for the same set and state share a
 single task that waits on the condition: each change wakes that one task, and the N waiters are woken
