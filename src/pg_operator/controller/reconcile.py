@@ -222,19 +222,17 @@ class Reconciler:
         self.memo.wrote(ident, rv, fingerprint)
         return True
 
-    async def _apply_child(self, namespace: str, desired: dict[str, Any], snapshot: Snapshot) -> int:
-        observed = snapshot.find(desired["apiVersion"], desired["kind"], desired["metadata"]["name"])
-        return 1 if await self._apply_if_needed(namespace, desired, observed) else 0
-
-    async def _apply_statefulset(
+    async def _apply_child(
         self, body: dict[str, Any], desired: dict[str, Any], snapshot: Snapshot, problem: Problem | None
     ) -> int:
+        """Writes made for one desired child: none if it matches; the StatefulSet also records Events."""
         observed = snapshot.find(desired["apiVersion"], desired["kind"], desired["metadata"]["name"])
-        if observed is None and problem is not None:
+        is_sts = desired["kind"] == "StatefulSet"
+        if is_sts and observed is None and problem is not None:
             return 0  # its PVCs could not be provisioned; create it once the problem is gone
         if not await self._apply_if_needed(_meta(body)["namespace"], desired, observed):
             return 0
-        return 1 + await self._statefulset_events(body, desired, observed)
+        return 1 + (await self._statefulset_events(body, desired, observed) if is_sts else 0)
 
     async def _reconcile(self, key: ClusterKey) -> Outcome:
         namespace, name = key
@@ -296,19 +294,12 @@ class Reconciler:
         # cluster's ~15 writes then cost two round trips instead of fifteen: at 1000 new clusters the
         # first passes were bound by the API server's latency, not by the operator's CPU.
         first = [c for c in desired if c["kind"] not in SECOND_WAVE]
-        outcome.writes += await all_of(
-            [self._apply_child(namespace, c, snapshot) for c in first]
-            + [self._create_missing_secrets(cluster, snapshot, wanted)]
-        )
         second = [c for c in desired if c["kind"] in SECOND_WAVE]
         outcome.writes += await all_of(
-            [
-                self._apply_statefulset(body, c, snapshot, problem)
-                for c in second
-                if c["kind"] == "StatefulSet"
-            ]
-            + [self._apply_child(namespace, c, snapshot) for c in second if c["kind"] != "StatefulSet"]
+            [self._apply_child(body, c, snapshot, problem) for c in first]
+            + [self._create_missing_secrets(cluster, snapshot, wanted)]
         )
+        outcome.writes += await all_of([self._apply_child(body, c, snapshot, problem) for c in second])
 
         for obj in undesired_children(snapshot, cluster.uid, MANAGED_KINDS, wanted):
             meta = _meta(obj)
