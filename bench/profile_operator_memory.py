@@ -1,8 +1,8 @@
 """Where the operator's memory goes, at growing numbers of clusters (kwok profile). Prints one JSON line.
 
 The operator runs in this process (the same `operator.run` as `pg-operator run`, with the admin
-kubeconfig), so its state can be inspected between stages: RSS, the deep size of every kopf index by
-kind (what our index functions keep), kopf's per-object memories, our wake-up fingerprints, live objects
+kubeconfig), so its state can be inspected between stages: RSS, the deep size of the read cache by
+kind (observe.Cache), kopf's per-object memories, our wake-up fingerprints, live objects
 by type, and (with --tracemalloc) the allocations by source file. Stages are cumulative:
 
     .venv/bin/python bench/profile_operator_memory.py --stages 0,100,300
@@ -81,17 +81,17 @@ def of_type(name: str) -> list[Any]:
 
 
 def index_sizes(cache: observe.Cache) -> dict[str, dict[str, float]]:
-    """Per index: objects held, their deep size, and the size of the same values as compact JSON."""
+    """Per cached kind: objects held, their deep size, and the size of the same values as compact JSON."""
     out: dict[str, dict[str, float]] = {}
-    for index_id, index in (cache._indices or {}).items():
-        values = [v for key in list(index) for v in index[key]]
+    for (_, kind), store in cache._stores.items():
+        values = [v for objects in store.by_key.values() for v in objects.values()]
         seen: set[int] = set()
         size = sum(deep_size(v, seen) for v in values)
         as_json = sum(
             len(v) if isinstance(v, bytes) else len(json.dumps(v, separators=(",", ":")).encode())
             for v in values
         )
-        out[index_id.removeprefix("idx_")] = {
+        out[kind] = {
             "objects": len(values),
             "kib": round(size / 1024, 1),
             "bytes_per_object": round(size / len(values)) if values else 0,

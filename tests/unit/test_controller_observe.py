@@ -1,24 +1,16 @@
-"""The read cache: packed index values decode to exactly the slim body, snapshots are built from them, and
-the child watches ask the API server for labelled objects only."""
+"""The read cache: packed values decode to exactly the slim body, watch events file each object under its
+cluster (and move or drop it when that changes), snapshots are built from them, and the child watches
+ask the API server for labelled objects only."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import kopf
 
 from pg_operator.api.constants import CLUSTER_LABEL
-from pg_operator.controller.observe import (
-    CLUSTER_INDEX,
-    STORAGECLASS_INDEX,
-    Cache,
-    Packed,
-    index_child,
-    index_cluster,
-    slim,
-    watched_kinds,
-)
+from pg_operator.controller.cache_sync import SyncGate
+from pg_operator.controller.observe import CLUSTER_KIND, Cache, Packed, listed_kinds, slim, watched_kinds
 from pg_operator.controller.operator import kopf_settings
 from pg_operator.specs import MANAGED_KINDS
 
@@ -42,6 +34,7 @@ def pod(name: str, **status: Any) -> dict[str, Any]:
             "annotations": {"status": '{"conn_url":"postgres://10.0.0.1:5432/postgres"}', "ünï": "cödé"},
             "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}],
             "resourceVersion": "42",
+            "uid": f"uid-{name}",
         },
         "spec": {"containers": [{"name": "postgres", "image": "pg:16", "ports": [{"containerPort": 5432}]}]},
         "status": {"phase": "Running", "podIP": "10.0.0.1", "restartCount": 0, "ready": True, **status},
@@ -66,51 +59,112 @@ def test_unpacked_bodies_are_fresh_copies() -> None:
     assert packed.unpack()["metadata"]["labels"] == {CLUSTER_LABEL: "db", "role": "primary"}
 
 
-def test_equal_bodies_pack_equal_so_kopf_skips_rewriting_the_index() -> None:
-    a, b = pod("db-0"), copy.deepcopy(pod("db-0"))
-    assert Packed.of(a) == Packed.of(b)
-    b["status"]["podIP"] = "10.0.0.2"
-    assert Packed.of(a) != Packed.of(b)
+def cluster_body(name: str = "db", uid: str = "c1", rv: str = "1", replicas: int = 2) -> dict[str, Any]:
+    return {"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
+            "metadata": {"name": name, "namespace": "shop", "uid": uid, "resourceVersion": rv},
+            "spec": {"replicas": replicas}}  # fmt: skip
 
 
-def test_index_functions_key_children_by_cluster_and_skip_strangers() -> None:
-    owned_sts = {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": "db", "namespace": "shop", "ownerReferences": [CLUSTER_REF]},
-        "spec": {"replicas": 3},
-    }
-    assert {k: v.unpack() for k, v in index_child(owned_sts).items()} == {("shop", "db"): slim(owned_sts)}
-    stranger = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": "shop"}}
-    assert index_child(stranger) == {}
-    cluster = {"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
-               "metadata": {"name": "db", "namespace": "shop"}, "spec": {"replicas": 3}}
-    assert index_cluster(cluster)[("shop", "db")].unpack() == cluster
+def statefulset(owner: str | None = "db") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "db", "namespace": "shop", "uid": "s1"}
+    if owner:
+        meta["ownerReferences"] = [{**CLUSTER_REF, "name": owner}]
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta, "spec": {"replicas": 3}}
 
 
-def test_snapshot_decodes_what_the_indexes_hold() -> None:
-    kinds = watched_kinds(MANAGED_KINDS)
-    pod_kind = next(k for k in kinds if k.kind == "Pod")
-    cluster = {"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
-               "metadata": {"name": "db", "namespace": "shop"}, "spec": {"replicas": 2}}
-    pods = [pod("db-0"), pod("db-1", phase="Pending")]
+def new_cache() -> Cache:
+    return Cache(watched_kinds(MANAGED_KINDS))
+
+
+def test_events_file_children_under_their_cluster_and_a_snapshot_decodes_them() -> None:
+    cache = new_cache()
+    cache.observe(cluster_body(), None)
+    for body in (pod("db-0"), pod("db-1", phase="Pending"), statefulset()):
+        cache.observe(body, None)
     key = ("shop", "db")
-    cache = Cache(kinds)
-    cache.bind({
-        CLUSTER_INDEX: {key: [Packed.of(cluster)]},
-        pod_kind.index_id: {key: [Packed.of(p) for p in pods]},
-        STORAGECLASS_INDEX: {"standard": [True]},
-        "unrelated_kwarg": 1,
-    })
     snap = cache.snapshot(key)
-    assert snap.cluster == cluster
-    assert snap.of_kind("v1", "Pod") == [slim(p) for p in pods]
+    assert snap.cluster == cluster_body()
+    assert snap.of_kind("v1", "Pod") == [slim(pod("db-0")), slim(pod("db-1", phase="Pending"))]
     found = snap.find("v1", "Pod", "db-1")
     assert found is not None and found["status"]["phase"] == "Pending"
-    assert snap.of_kind("apps/v1", "StatefulSet") == []
-    assert snap.storage_classes == frozenset({"standard"}) and snap.storage_classes_known
+    assert snap.find("apps/v1", "StatefulSet", "db") == statefulset()
     assert cache.cluster_keys() == [key]
     assert cache.snapshot(("shop", "other")).cluster is None
+    assert cache.snapshot(("shop", "other")).of_kind("v1", "Pod") == []
+
+
+def test_a_modified_object_replaces_its_packed_value_and_deleted_removes_it() -> None:
+    cache = new_cache()
+    cache.observe(pod("db-0"), None)
+    cache.observe(pod("db-0", phase="Failed"), "MODIFIED")
+    assert [p["status"]["phase"] for p in cache.snapshot(("shop", "db")).of_kind("v1", "Pod")] == ["Failed"]
+    cache.observe(pod("db-0", phase="Failed"), "DELETED")
+    assert cache.snapshot(("shop", "db")).of_kind("v1", "Pod") == []
+    assert cache.size("v1", "Pod") == 0
+
+
+def test_an_object_that_changes_cluster_moves_and_one_that_belongs_to_none_is_dropped() -> None:
+    cache = new_cache()
+    cache.observe(statefulset("db"), None)
+    cache.observe(statefulset("other"), "MODIFIED")
+    assert cache.snapshot(("shop", "db")).of_kind("apps/v1", "StatefulSet") == []
+    assert len(cache.snapshot(("shop", "other")).of_kind("apps/v1", "StatefulSet")) == 1
+    stranger = statefulset(None)  # no owner, no label: not ours
+    cache.observe(stranger, "MODIFIED")
+    assert cache.snapshot(("shop", "other")).of_kind("apps/v1", "StatefulSet") == []
+    assert cache.size("apps/v1", "StatefulSet") == 0
+    # Kinds the cache does not hold, and objects without a uid, are ignored.
+    cache.observe({"apiVersion": "v1", "kind": "Event", "metadata": {"uid": "e", "namespace": "shop"}}, None)
+    cache.observe({**pod("db-9"), "metadata": {"name": "db-9", "namespace": "shop"}}, None)
+    assert cache.size("v1", "Pod") == 0
+
+
+def test_a_recreated_cluster_survives_its_predecessors_late_deleted_event() -> None:
+    cache = new_cache()
+    old, new = cluster_body(uid="old", rv="5", replicas=1), cluster_body(uid="new", rv="9", replicas=3)
+    cache.observe(old, None)
+    cache.observe(new, "ADDED")  # kopf handles each uid in its own worker: the order is not guaranteed
+    assert cache.cluster(("shop", "db")) == new
+    cache.observe(old, "DELETED")
+    assert cache.cluster(("shop", "db")) == new
+    cache.observe(new, "DELETED")
+    assert cache.cluster(("shop", "db")) is None and cache.cluster_keys() == []
+
+
+def test_storage_classes_are_known_only_once_the_cache_has_synced() -> None:
+    kinds = watched_kinds(MANAGED_KINDS)
+    listed = listed_kinds(kinds, CLUSTER_LABEL)
+    gate = SyncGate(k.key for k in listed)
+    cache = Cache(kinds, gate)
+    sc = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+          "metadata": {"name": "fast", "uid": "sc1"}}  # fmt: skip
+    cache.observe(sc, None)
+    assert not cache.synced and not cache.snapshot(("shop", "db")).storage_classes_known
+    for kind in listed:
+        gate.listed(kind.key, {"sc1": ("", "fast")} if kind.kind == "StorageClass" else {})
+    assert cache.synced
+    snap = cache.snapshot(("shop", "db"))
+    assert snap.storage_classes_known and snap.storage_classes == frozenset({"fast"})
+    cache.observe(sc, "DELETED")
+    assert cache.storage_classes() == frozenset()
+
+
+def test_the_gate_lists_what_kopf_watches_with_the_same_selection() -> None:
+    kinds = watched_kinds(MANAGED_KINDS)
+    listed = {k.key: k for k in listed_kinds(kinds, CLUSTER_LABEL)}
+    assert set(listed) == {CLUSTER_KIND, ("storage.k8s.io/v1", "StorageClass")} | {
+        (k.api_version, k.kind) for k in kinds
+    }
+    selectors = kopf_settings().watching.label_selectors
+    for kind in listed.values():
+        group, _, version = kind.api_version.rpartition("/")
+        expected = selectors.collect(_resource(group, version, kind.plural, kind.kind))
+        assert ([kind.label_selector] if kind.label_selector else []) == expected, kind
+    assert listed[("apps/v1", "StatefulSet")].path("shop") == "/apis/apps/v1/namespaces/shop/statefulsets"
+    assert listed[("v1", "Pod")].path("shop", "db-0") == "/api/v1/namespaces/shop/pods/db-0"
+    assert listed[("v1", "Pod")].path() == "/api/v1/pods"
+    storage_classes = listed[("storage.k8s.io/v1", "StorageClass")]
+    assert storage_classes.path("shop") == "/apis/storage.k8s.io/v1/storageclasses"  # cluster-scoped
 
 
 def _resource(group: str, version: str, plural: str, kind: str) -> kopf.Resource:

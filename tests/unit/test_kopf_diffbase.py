@@ -45,7 +45,11 @@ def test_the_settings_use_the_empty_diff_base_and_it_copies_nothing() -> None:
     assert storage.fetch(body=body) is None
 
 
-def test_index_handlers_are_coroutines_so_kopf_runs_them_without_its_thread_pool() -> None:
-    handlers = operator_registry()._indexing.get_all_handlers()
-    assert handlers
+def test_event_handlers_are_coroutines_so_kopf_runs_them_without_its_thread_pool() -> None:
+    handlers = operator_registry()._watching.get_all_handlers()
+    assert len(handlers) >= 3
     assert [h.id for h in handlers if not inspect.iscoroutinefunction(h.fn)] == []
+
+
+def test_the_registry_has_no_kopf_index_whose_gate_would_hold_every_listed_body() -> None:
+    assert operator_registry()._indexing.get_all_handlers() == []

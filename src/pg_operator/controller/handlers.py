@@ -1,4 +1,4 @@
-"""The kopf side: indexes (the read cache) and event handlers (the wake-ups), in a registry of our own."""
+"""The kopf side: event handlers that feed the read cache and wake clusters, in a registry of our own."""
 
 from __future__ import annotations
 
@@ -13,14 +13,7 @@ from pg_operator.controller.backups.controller import BackupController
 from pg_operator.controller.keys import cluster_key_of_child, cluster_key_of_cluster, owning_cluster_name
 from pg_operator.controller.kopf_diffbase import change_detecting_handlers
 from pg_operator.controller.kube import kopf_login
-from pg_operator.controller.observe import (
-    CLUSTER_INDEX,
-    STORAGECLASS_INDEX,
-    Cache,
-    WatchedKind,
-    index_child,
-    index_cluster,
-)
+from pg_operator.controller.observe import Cache, WatchedKind
 from pg_operator.controller.runtime import Controller
 from pg_operator.orchestration.instances import pending_restart_settings
 
@@ -65,14 +58,14 @@ class Wakeups:
         self.backups = backups  # the backup controller's own queue (controller/backups)
         self._seen: dict[str, tuple[Any, ...]] = {}
 
-    def on_cluster(self, body: Mapping[str, Any], kwargs: Mapping[str, Any]) -> None:
-        self.cache.bind(kwargs)
+    def on_cluster(self, body: Mapping[str, Any], event_type: str | None) -> None:
+        self.cache.observe(body, event_type)
         self.controller.wake(cluster_key_of_cluster(body))
         if self.backups is not None:
             self.backups.on_cluster(body)
 
-    def on_child(self, body: Mapping[str, Any], event_type: str | None, kwargs: Mapping[str, Any]) -> None:
-        self.cache.bind(kwargs)
+    def on_child(self, body: Mapping[str, Any], event_type: str | None) -> None:
+        self.cache.observe(body, event_type)
         key = cluster_key_of_child(body)
         if key is None:
             return
@@ -96,8 +89,9 @@ class Wakeups:
             return
         self.controller.wake(key)
 
-    def on_storage_class(self, name: str, kwargs: Mapping[str, Any]) -> None:
-        self.cache.bind(kwargs)
+    def on_storage_class(self, body: Mapping[str, Any], event_type: str | None) -> None:
+        self.cache.observe(body, event_type)
+        name = (body.get("metadata") or {}).get("name")
         for key in self.cache.cluster_keys():
             cluster = self.cache.cluster(key) or {}
             if (cluster.get("spec") or {}).get("storageClassName") == name:
@@ -111,58 +105,35 @@ def build_registry(wakeups: Wakeups, kinds: list[WatchedKind]) -> kopf.OperatorR
 
     # Coroutines, not plain functions: kopf runs a plain handler in its thread pool, a hop to a thread
     # and back for every watch event (≈ 12 % of the operator's CPU at 150 clusters, profiled).
-    async def cluster_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return index_cluster(body)
+    async def cluster_event(body: kopf.Body, type: str | None, **_: Any) -> None:
+        wakeups.on_cluster(body, type)
 
-    async def child_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return index_child(body)
+    async def child_event(body: kopf.Body, type: str | None, **_: Any) -> None:
+        wakeups.on_child(body, type)
 
-    async def storage_class_index(name: str, **_: Any) -> dict[str, bool]:
-        return {name: True}
+    async def storage_class_event(body: kopf.Body, type: str | None, **_: Any) -> None:
+        wakeups.on_storage_class(body, type)
 
-    async def cluster_event(body: kopf.Body, **kwargs: Any) -> None:
-        wakeups.on_cluster(body, kwargs)
-
-    async def child_event(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
-        wakeups.on_child(body, type, kwargs)
-
-    async def storage_class_event(name: str, **kwargs: Any) -> None:
-        wakeups.on_storage_class(name, kwargs)
-
-    kopf.index(GROUP, VERSION, PLURAL, id=CLUSTER_INDEX, registry=registry)(cluster_index)
     kopf.on.event(GROUP, VERSION, PLURAL, id="wake_cluster", registry=registry)(cluster_event)
     for kind in kinds:
-        kopf.index(
-            kind.group, kind.version, kind.plural, id=kind.index_id, labels=labelled, registry=registry
-        )(child_index)
         kopf.on.event(
-            kind.group,
-            kind.version,
-            kind.plural,
-            id=f"wake_{kind.index_id}",
-            labels=labelled,
-            registry=registry,
+            kind.group, kind.version, kind.plural, id=kind.handler_id, labels=labelled, registry=registry
         )(child_event)
     if wakeups.backups is not None:
         # Backups and ScheduledBackups go to the backup controller only; a missing CRD leaves kopf
         # warning that the resource is unresolved, the rest of the operator unaffected.
         backups = wakeups.backups
 
-        async def backup_event(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
-            wakeups.cache.bind(kwargs)
+        async def backup_event(body: kopf.Body, type: str | None, **_: Any) -> None:
             backups.on_backup(body, type)
 
-        async def scheduled_backup_event(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
-            wakeups.cache.bind(kwargs)
+        async def scheduled_backup_event(body: kopf.Body, type: str | None, **_: Any) -> None:
             backups.on_scheduled_backup(body, type)
 
         kopf.on.event(GROUP, VERSION, BACKUP_PLURAL, id="wake_backup", registry=registry)(backup_event)
         kopf.on.event(GROUP, VERSION, SCHEDULED_BACKUP_PLURAL, id="wake_scheduledbackup", registry=registry)(
             scheduled_backup_event
         )
-    kopf.index("storage.k8s.io", "v1", "storageclasses", id=STORAGECLASS_INDEX, registry=registry)(
-        storage_class_index
-    )
     kopf.on.event("storage.k8s.io", "v1", "storageclasses", id="wake_storageclass", registry=registry)(
         storage_class_event
     )
@@ -170,4 +141,8 @@ def build_registry(wakeups: Wakeups, kinds: list[WatchedKind]) -> kopf.OperatorR
     unexpected = change_detecting_handlers(registry)
     if unexpected:
         raise RuntimeError(f"handlers {unexpected} need kopf's diff base; the operator's settings drop it")
+    # A kopf index would hold every listed object's worker until all are indexed (observe.py's docstring).
+    indexes = [h.id for h in registry._indexing.get_all_handlers()]
+    if indexes:
+        raise RuntimeError(f"kopf indexes {indexes} are registered; the operator's cache replaces them")
     return registry

@@ -2,7 +2,7 @@
 
 kopf builds a "diff base" for every watch event it processes — a deep copy of the whole body, then a
 second pass to strip its progress stanzas — so that `on.create/update/resume` handlers can be given the
-old and new essence. This operator registers only indexes and `on.event` handlers (level-triggered: the
+old and new essence. This operator registers only `on.event` handlers (level-triggered: the
 reconcile reads the cache, not a diff), so that copy is thrown away every time; profiled at 150
 clusters it was 13 % of the operator's CPU. `build_registry` keeps the registry free of changing and
 spawning handlers: it fails naming any `change_detecting_handlers` it finds.

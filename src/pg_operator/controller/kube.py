@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,16 @@ def is_conflict(exc: ApiError) -> bool:
 # and then close, TLS connections of its own.
 MAX_IN_FLIGHT = 20
 
+# A list of metadata only; plain JSON if the server cannot (each item's `metadata` is the same).
+METADATA_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+METADATA_PAGE = 500
+
+
+def _raise_for_status(resp: Any) -> None:
+    if resp.status_code >= 400:
+        raise RuntimeError(f"{resp.request.method} {resp.request.url.path}: HTTP {resp.status_code}: "
+                           f"{resp.text[:200]}")  # fmt: skip
+
 
 class Api:
     """The controller's client: lightkube async, one field manager, requests counted by verb."""
@@ -88,6 +98,28 @@ class Api:
 
     async def close(self) -> None:
         await self.client.close()
+
+    def _http(self) -> Any:
+        # lightkube's HTTP client (base URL, TLS, auth): lightkube has no metadata-only request.
+        return self.client._client._client
+
+    async def list_metadata(
+        self, path: str, params: Mapping[str, str], page_size: int = METADATA_PAGE
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """The metadata of every object at `path` (a list URL), a page at a time: the API server sends
+        PartialObjectMetadata, not whole objects."""
+        query = {**params, "limit": str(page_size)}
+        while True:
+            self._count("list")
+            async with self._slots:
+                resp = await self._http().get(path, params=query, headers={"Accept": METADATA_ACCEPT})
+            _raise_for_status(resp)
+            listing = resp.json()
+            yield [item.get("metadata") or {} for item in listing.get("items") or ()]
+            token = (listing.get("metadata") or {}).get("continue")
+            if not token:
+                return
+            query["continue"] = token
 
     async def get(self, res: type[Any], name: str, namespace: str | None = None) -> Any:
         self._count("get")

@@ -1,11 +1,15 @@
-"""The read side: kopf indexes (watch-fed caches) of every kind the controller looks at, by cluster.
+"""The read side: a watch-fed cache of every kind the controller looks at, by cluster.
 
-A reconcile reads a `Snapshot` assembled from these indexes and never LISTs the API.
+A reconcile reads a `Snapshot` assembled from this cache and never LISTs the API. kopf's `on.event`
+handlers feed it (`Cache.observe_*`): each event's body is packed and let go at once. (kopf's own
+indexes would do the same job, but with an index registered kopf holds every listed object's worker,
+body and all, until every object of every kind is indexed: 778 MiB at a restart over 1000 clusters.)
+Until the cache has seen everything the first listing holds, nothing may act on it (`cache_sync`).
 
-The indexes hold each object as compact JSON (`Packed`), decoded only into the snapshot of the cluster
-being reconciled: a parsed body costs 4-6 times its JSON size in Python objects, and the indexes hold
+The cache holds each object as compact JSON (`Packed`), decoded only into the snapshot of the cluster
+being reconciled: a parsed body costs 4-6 times its JSON size in Python objects, and the cache holds
 every child of every cluster (about 20 objects per cluster) for the life of the process. A decoded body
-is equal to the one kopf handed to the index, so what a reconcile sees is unchanged.
+is equal to the one kopf handed over, so what a reconcile sees is unchanged.
 """
 
 from __future__ import annotations
@@ -15,17 +19,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pg_operator.api.constants import API_VERSION, KIND, PLURAL
+from pg_operator.controller.cache_sync import ListedKind, SyncGate
 from pg_operator.controller.keys import ClusterKey, cluster_key_of_child, cluster_key_of_cluster
 
 
 @dataclass(frozen=True)
 class WatchedKind:
-    """A kind we index by cluster. `index_id` names the kopf index."""
+    """A kind the cache holds by cluster. `handler_id` names its kopf event handler."""
 
     api_version: str
     kind: str
     plural: str
-    index_id: str
+    handler_id: str
 
     @property
     def group(self) -> str:
@@ -36,19 +42,17 @@ class WatchedKind:
         return self.api_version.split("/")[-1]
 
 
-def _index_id(api_version: str, kind: str) -> str:
-    return "idx_" + (api_version.replace("/", "_").replace(".", "_") + "_" + kind).lower()
+def _handler_id(api_version: str, kind: str) -> str:
+    return "wake_" + (api_version.replace("/", "_").replace(".", "_") + "_" + kind).lower()
 
 
 def watched_kind(api_version: str, kind: str, plural: str) -> WatchedKind:
-    return WatchedKind(api_version, kind, plural, _index_id(api_version, kind))
+    return WatchedKind(api_version, kind, plural, _handler_id(api_version, kind))
 
 
 POD = watched_kind("v1", "Pod", "pods")
 PVC = watched_kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
 SECRET = watched_kind("v1", "Secret", "secrets")
-CLUSTER_INDEX = "idx_postgresclusters"
-STORAGECLASS_INDEX = "idx_storageclasses"
 
 # Plurals of the kinds `pg_operator.specs.MANAGED_KINDS` may name.
 PLURALS: dict[tuple[str, str], str] = {
@@ -109,15 +113,6 @@ def unpack(value: Any) -> dict[str, Any]:
     return value.unpack() if isinstance(value, Packed) else dict(value)
 
 
-def index_child(body: Mapping[str, Any]) -> dict[ClusterKey, Packed]:
-    key = cluster_key_of_child(body)
-    return {key: Packed.of(body)} if key else {}
-
-
-def index_cluster(body: Mapping[str, Any]) -> dict[ClusterKey, Packed]:
-    return {cluster_key_of_cluster(body): Packed.of(body)}
-
-
 @dataclass
 class Snapshot:
     """What a reconcile sees for one cluster, read from the indexes."""
@@ -137,40 +132,119 @@ class Snapshot:
         return None
 
 
+def _uid(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("uid") or "")
+
+
+def _version(packed: Packed) -> int:
+    """An object's resourceVersion as a number, to tell the newer of two objects under one name."""
+    rv = str((packed.unpack().get("metadata") or {}).get("resourceVersion") or "")
+    return int(rv) if rv.isdigit() else -1
+
+
+class _Store:
+    """The objects of one kind, by the cluster they belong to; an object whose cluster changes (labels,
+    owner) moves, one that belongs to none is dropped."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[Any, dict[str, Packed]] = {}
+        self._key_of: dict[str, Any] = {}  # uid -> key
+
+    def put(self, uid: str, key: Any, packed: Packed | None) -> None:
+        old = self._key_of.get(uid)
+        if old is not None and (old != key or packed is None):
+            self.remove(uid)
+        if key is None or packed is None:
+            return
+        self.by_key.setdefault(key, {})[uid] = packed
+        self._key_of[uid] = key
+
+    def remove(self, uid: str) -> None:
+        key = self._key_of.pop(uid, None)
+        if key is None:
+            return
+        objects = self.by_key.get(key, {})
+        objects.pop(uid, None)
+        if not objects:
+            self.by_key.pop(key, None)
+
+    def values(self, key: Any) -> list[Packed]:
+        return list(self.by_key.get(key, {}).values())
+
+    def __len__(self) -> int:
+        return len(self._key_of)
+
+
+CLUSTER_KIND = (API_VERSION, KIND)
+STORAGE_CLASS_KIND = ("storage.k8s.io/v1", "StorageClass")
+
+
+def listed_kinds(kinds: list[WatchedKind], child_label: str) -> list[ListedKind]:
+    """What the sync gate lists: the clusters, the StorageClasses and every child kind, the children
+    selected on `child_label` as kopf's watches of them are (operator.kopf_settings)."""
+    return [
+        ListedKind(CLUSTER_KIND[0], CLUSTER_KIND[1], PLURAL),
+        ListedKind(STORAGE_CLASS_KIND[0], STORAGE_CLASS_KIND[1], "storageclasses", namespaced=False),
+        *(ListedKind(k.api_version, k.kind, k.plural, label_selector=child_label) for k in kinds),
+    ]
+
+
 class Cache:
-    """Holds the kopf indexes (live objects) once kopf hands them to a handler."""
+    """Every watched object, packed, by cluster; fed one watch event at a time (`observe`)."""
 
-    def __init__(self, kinds: list[WatchedKind]) -> None:
+    def __init__(self, kinds: list[WatchedKind], gate: SyncGate | None = None) -> None:
         self.kinds = kinds
-        self._indices: Mapping[str, Any] | None = None
-
-    def bind(self, handler_kwargs: Mapping[str, Any]) -> None:
-        if self._indices is None and CLUSTER_INDEX in handler_kwargs:
-            self._indices = {k: v for k, v in handler_kwargs.items() if k.startswith("idx_")}
+        self._stores: dict[tuple[str, str], _Store] = {(k.api_version, k.kind): _Store() for k in kinds}
+        self._stores[CLUSTER_KIND] = _Store()
+        self._stores[STORAGE_CLASS_KIND] = _Store()
+        # Told of every object that arrives, until it opens (None: a cache filled by hand, in tests).
+        self.gate = gate
 
     @property
-    def ready(self) -> bool:
-        return self._indices is not None
+    def synced(self) -> bool:
+        return self.gate is None or self.gate.open
 
-    def _store(self, index_id: str, key: Any) -> list[dict[str, Any]]:
-        if self._indices is None:
-            return []
-        index = self._indices.get(index_id)
-        if index is None or key not in index:
-            return []
-        return [unpack(v) for v in index[key]]
+    def observe(self, body: Mapping[str, Any], event_type: str | None) -> None:
+        """One watch event (kopf passes None for an object of the initial listing)."""
+        api_version, kind = str(body.get("apiVersion") or ""), str(body.get("kind") or "")
+        store = self._stores.get((api_version, kind))
+        uid = _uid(body)
+        if store is None or not uid:
+            return
+        if self.gate is not None and not self.gate.open:
+            self.gate.saw((api_version, kind), uid)
+        if event_type == "DELETED":
+            store.remove(uid)
+            return
+        if (api_version, kind) == CLUSTER_KIND:
+            store.put(uid, cluster_key_of_cluster(body), Packed.of(body))
+        elif (api_version, kind) == STORAGE_CLASS_KIND:
+            store.put(uid, str((body.get("metadata") or {}).get("name") or ""), Packed.of(body))
+        else:
+            key = cluster_key_of_child(body)
+            store.put(uid, key, Packed.of(body) if key else None)
+
+    def _unpacked(self, kind: tuple[str, str], key: Any) -> list[dict[str, Any]]:
+        return [v.unpack() for v in self._stores[kind].values(key)]
 
     def cluster_keys(self) -> list[ClusterKey]:
-        if self._indices is None:
-            return []
-        return list(self._indices[CLUSTER_INDEX])
+        return list(self._stores[CLUSTER_KIND].by_key)
 
     def cluster(self, key: ClusterKey) -> dict[str, Any] | None:
-        found = self._store(CLUSTER_INDEX, key)
-        return found[0] if found else None
+        found = self._stores[CLUSTER_KIND].values(key)
+        if not found:
+            return None
+        # Two only while a deleted cluster's DELETED event trails its successor's ADDED (kopf handles
+        # each object in a worker of its own): the newer one is the cluster.
+        return max(found, key=_version).unpack() if len(found) > 1 else found[0].unpack()
+
+    def storage_classes(self) -> frozenset[str]:
+        return frozenset(self._stores[STORAGE_CLASS_KIND].by_key)
+
+    def size(self, api_version: str, kind: str) -> int:
+        return len(self._stores[(api_version, kind)])
 
     def snapshot(self, key: ClusterKey) -> Snapshot:
-        children = {(k.api_version, k.kind): self._store(k.index_id, key) for k in self.kinds}
-        known = self._indices is not None and STORAGECLASS_INDEX in self._indices
-        classes = frozenset(self._indices[STORAGECLASS_INDEX]) if known and self._indices else frozenset()
-        return Snapshot(self.cluster(key), children, classes, known)
+        children = {(k.api_version, k.kind): self._unpacked((k.api_version, k.kind), key) for k in self.kinds}
+        known = self.synced
+        return Snapshot(self.cluster(key), children, self.storage_classes() if known else frozenset(), known)

@@ -12,12 +12,14 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import kopf
 
 from pg_operator.api.constants import CLUSTER_LABEL
-from pg_operator.controller import kopf_toggles
+from pg_operator.controller import cache_sync
 from pg_operator.controller.backups.controller import BackupController
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.handlers import Wakeups, build_registry
@@ -26,7 +28,7 @@ from pg_operator.controller.kopf_diffbase import EmptyDiffBase
 from pg_operator.controller.kube import SERVICE_ACCOUNT_DIR, Api, load_config
 from pg_operator.controller.lease import LeaseConfig, LeaseElector, LeaseLost
 from pg_operator.controller.metrics import Metrics
-from pg_operator.controller.observe import Cache, WatchedKind, watched_kinds
+from pg_operator.controller.observe import Cache, WatchedKind, listed_kinds, watched_kinds
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcile import Reconciler
 from pg_operator.controller.runtime import Controller
@@ -81,6 +83,10 @@ def kopf_settings(kinds: list[WatchedKind] | None = None) -> kopf.OperatorSettin
     settings.persistence.diffbase_storage = EmptyDiffBase()  # no change-detecting handlers (kopf_diffbase)
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    # What a restart holds at once: kopf lists each kind in one response unless told to page, and each
+    # object's worker keeps its last body while it idles (5 s by default); the cache has packed it already.
+    settings.watching.chunk_size = 500
+    settings.queueing.idle_timeout = 1.0
     # The child handlers only take objects carrying the cluster label; asking the API server for those
     # alone keeps every other Pod, Secret, ConfigMap … of the watched namespaces out of this process
     # (kopf would otherwise parse each one and keep per-object state for it, then drop it).
@@ -107,9 +113,10 @@ async def run(opts: Options) -> int:
         ),
     )
     kopf_ready = asyncio.Event()
+    synced = asyncio.Event()  # the cache has seen the first listing of everything (cache_sync)
     state = HealthState()
     state.ready = lambda: (
-        (state.role == "leader" and kopf_ready.is_set())
+        (state.role == "leader" and kopf_ready.is_set() and synced.is_set())
         or (state.role == "candidate" and elector.last_error is None)
     )
     state.detail = lambda: {"identity": opts.identity, "leaseError": elector.last_error}
@@ -135,7 +142,7 @@ async def run(opts: Options) -> int:
         state.role = "leader"
         metrics.leader.set(1)
         log.info("leading as %s; starting the controller", opts.identity)
-        return await _lead(opts, api, elector, metrics, stop, kopf_ready, state)
+        return await _lead(opts, api, elector, metrics, stop, kopf_ready, synced, state)
     finally:
         metrics.leader.set(0)
         state.role = "stopping"
@@ -157,11 +164,13 @@ async def _lead(
     metrics: Metrics,
     stop: asyncio.Event,
     kopf_ready: asyncio.Event,
+    synced: asyncio.Event,
     state: HealthState,
 ) -> int:
-    kopf_toggles.install()  # kopf's own startup gate is quadratic in the objects listed
     kinds = watched_kinds(MANAGED_KINDS)
-    cache = Cache(kinds)
+    listed = listed_kinds(kinds, CLUSTER_LABEL)
+    gate = cache_sync.SyncGate(k.key for k in listed)
+    cache = Cache(kinds, gate)
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity))
     controller = Controller(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds)
     backups = BackupController(api, cache, metrics, PodExec(load_config(), metrics), opts.identity,
@@ -186,9 +195,21 @@ async def _lead(
     await asyncio.sleep(0.5)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    workers = asyncio.create_task(controller.run(), name="reconcile-workers")
+    syncing = asyncio.create_task(cache_sync.sync(api, gate, listed, opts.namespaces), name="cache-sync")
+
+    async def once_synced(work: Coroutine[Any, Any, None]) -> None:
+        # Nothing acts on a cache that has not seen everything yet (cache_sync's docstring says why).
+        try:
+            await gate.wait()
+        except BaseException:
+            work.close()
+            raise
+        synced.set()
+        await work
+
+    workers = asyncio.create_task(once_synced(controller.run()), name="reconcile-workers")
     # Not among the tasks that end the process: backups failing must not stop the clusters' reconciles.
-    backup_workers = asyncio.create_task(backups.run(), name="backup-workers")
+    backup_workers = asyncio.create_task(once_synced(backups.run()), name="backup-workers")
     backup_workers.add_done_callback(_log_backup_workers_end)
     holding = asyncio.create_task(elector.hold(), name="lease")
     stopping = asyncio.create_task(stop.wait(), name="stop")
@@ -215,6 +236,7 @@ async def _lead(
 
     # Stop acting first (in-flight reconciles are cancelled), then the watches.
     state.role = "stopping"
+    syncing.cancel()
     workers.cancel()
     controller.queue.close()
     backup_workers.cancel()
@@ -226,7 +248,7 @@ async def _lead(
     kopf_stop.set()
     with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
         await asyncio.wait_for(kopf_task, timeout=10)
-    for task in (workers, holding):
+    for task in (syncing, workers, holding):
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
     if holding in done:

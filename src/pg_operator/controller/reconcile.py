@@ -1,4 +1,4 @@
-"""One level-triggered reconcile of one PostgresCluster: observe (indexes) → diff → act → report.
+"""One level-triggered reconcile of one PostgresCluster: observe (the watch cache) → diff → act → report.
 
 A pass where nothing differs makes no API request at all.
 """
@@ -143,7 +143,7 @@ def undesired_children(
 
 
 class WriteMemo:
-    """Writes the indexes have not shown us yet, so a quick second pass does not repeat them.
+    """Writes the cache has not shown us yet, so a quick second pass does not repeat them.
 
     Keyed by object; holds the resourceVersion we observed when we wrote and a fingerprint of what we
     wrote. While the index still shows that same resourceVersion, the same write is not repeated.
