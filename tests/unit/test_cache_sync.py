@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pg_operator.controller.backoff import Backoff
-from pg_operator.controller.cache_sync import ListedKind, SyncGate, sync
+from pg_operator.controller.cache_sync import ListedKind, RelistPruner, SyncGate, sync
 
 PODS = ListedKind("v1", "Pod", "pods", label_selector="app.kubernetes.io/instance")
 CLUSTERS = ListedKind("db.example.com/v1alpha1", "PostgresCluster", "postgresclusters")
@@ -172,3 +172,27 @@ async def test_cluster_scoped_kinds_are_listed_once_and_namespaced_ones_per_name
     paths = [path for path, _ in reader.list_calls]
     pods = [f"/api/v1/namespaces/{ns}/pods" for ns in namespaces] or ["/api/v1/pods"]
     assert paths == ["/apis/storage.k8s.io/v1/storageclasses", *pods]
+
+
+async def test_a_relist_drops_what_was_deleted_while_the_watch_was_down_and_keeps_what_is_new() -> None:
+    reader = Reader({POD_PATH: [meta("db-0", "p0"), meta("db-1", "p1")]})
+    pruned: list[tuple[Any, set[str]]] = []
+    woken: list[Any] = []
+
+    def prune(kind: Any, keep: set[str]) -> list[Any]:
+        pruned.append((kind, set(keep)))
+        return [("shop", "db")]
+
+    pruner = RelistPruner(reader, [PODS, CLUSTERS], ["shop"], prune, woken.append)
+    pruner.saw(PODS.key, "p9")  # before any relist: not remembered
+    pruner.relisted(PODS.key)
+    pruner.saw(PODS.key, "p2")  # created after the relist began, not in the operator's listing yet
+    task = asyncio.create_task(pruner.run(settle_seconds=0.01))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    assert pruned == [(PODS.key, {"p0", "p1", "p2"})]
+    assert woken == [("shop", "db")]
+    assert reader.list_calls == [(POD_PATH, {"labelSelector": "app.kubernetes.io/instance"})]
+    pruner.relisted(("v1", "Event"))  # not a listed kind: ignored
+    assert await pruner.prune_once(PODS.key) == [("shop", "db")]  # nothing seen since: the listing only
+    assert pruned[-1] == (PODS.key, {"p0", "p1"})

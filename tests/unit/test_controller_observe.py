@@ -183,3 +183,28 @@ def test_child_watches_select_labelled_objects_server_side_and_only_those() -> N
     assert selectors.collect(clusters) == []
     assert selectors.collect(_resource("storage.k8s.io", "v1", "storageclasses", "StorageClass")) == []
     assert selectors.collect(_resource("", "v1", "events", "Event")) == []
+
+
+def test_after_the_sync_a_listing_event_is_a_relist_and_prune_drops_what_it_did_not_show() -> None:
+    kinds = watched_kinds(MANAGED_KINDS)
+    gate = SyncGate([])  # nothing to wait for: open at once
+    cache = Cache(kinds, gate)
+    relisted: list[Any] = []
+
+    class Pruner:
+        def relisted(self, kind: Any) -> None:
+            relisted.append(kind)
+
+        def saw(self, kind: Any, uid: str) -> None: ...
+
+    cache.pruner = Pruner()  # type: ignore[assignment]
+    cache.observe(pod("db-0"), "ADDED")
+    cache.observe(pod("db-1"), "ADDED")
+    cache.observe(cluster_body(), "ADDED")
+    assert relisted == []
+    cache.observe(pod("db-0"), None)
+    assert relisted == [("v1", "Pod")]
+    assert cache.prune(("v1", "Pod"), {"uid-db-0"}) == [("shop", "db")]
+    assert [p["metadata"]["name"] for p in cache.snapshot(("shop", "db")).of_kind("v1", "Pod")] == ["db-0"]
+    assert cache.prune(CLUSTER_KIND, set()) == [("shop", "db")] and cache.cluster_keys() == []
+    assert cache.prune(("v1", "Pod"), {"uid-db-0"}) == []

@@ -222,3 +222,68 @@ async def sync(
             interval[key] = wait
             due[key] = now + wait
     log.info("cache synced in %.1fs", time.monotonic() - started)
+
+
+class RelistPruner:
+    """Drops what a relist shows to be gone: kopf relists a kind after its watch broke (an API server
+    restart, a 410 after compaction) and sends the objects it finds, but nothing for those deleted while
+    it was not watching. An informer replaces its store; here, once a kind is relisted, the operator
+    lists it itself and drops every cached object of that kind neither in that listing nor seen since
+    the relist began (what is created meanwhile must stay)."""
+
+    def __init__(
+        self,
+        reader: MetadataReader,
+        kinds: list[ListedKind],
+        namespaces: list[str],
+        prune: Callable[[KindKey, set[str]], list[Any]],
+        wake: Callable[[Any], None],
+    ) -> None:
+        self._reader = reader
+        self._kinds = {k.key: k for k in kinds}
+        self._namespaces = namespaces
+        self._prune = prune
+        self._wake = wake
+        self._seen: dict[KindKey, set[str]] = {}  # per relisted kind, every uid since the relist began
+        self._due = asyncio.Event()
+
+    def relisted(self, kind: KindKey) -> None:
+        if kind in self._kinds and kind not in self._seen:
+            self._seen[kind] = set()
+            self._due.set()
+
+    def saw(self, kind: KindKey, uid: str) -> None:
+        seen = self._seen.get(kind)
+        if seen is not None:
+            seen.add(uid)
+
+    async def prune_once(self, kind: KindKey) -> list[Any]:
+        """List `kind` and drop what neither the listing nor the watch has shown since; the clusters
+        whose objects were dropped are woken."""
+        listed = await _list_kind(self._reader, self._kinds[kind], self._namespaces)
+        keep = set(listed) | self._seen.pop(kind, set())
+        woken = self._prune(kind, keep)
+        if woken:
+            log.info("cache: %d %s gone while the watch was down", len(woken), self._kinds[kind].name)
+        for key in woken:
+            self._wake(key)
+        return woken
+
+    async def run(self, settle_seconds: float = 2.0, backoff: Backoff | None = None) -> None:
+        backoff = backoff or Backoff()
+        failures = 0
+        while True:
+            await self._due.wait()
+            await asyncio.sleep(settle_seconds)  # one listing for a burst of relisted kinds
+            self._due.clear()
+            for kind in list(self._seen):
+                try:
+                    await self.prune_once(kind)
+                    failures = 0
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    failures += 1
+                    log.warning("cache: pruning %s after a relist failed: %s", self._kinds[kind].name, exc)
+                    self._due.set()  # its uids seen so far stay; the next try keeps them too
+                    await asyncio.sleep(backoff.delay(failures))

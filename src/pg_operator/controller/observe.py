@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pg_operator.api.constants import API_VERSION, KIND, PLURAL
-from pg_operator.controller.cache_sync import ListedKind, SyncGate
+from pg_operator.controller.cache_sync import ListedKind, RelistPruner, SyncGate
 from pg_operator.controller.keys import ClusterKey, cluster_key_of_child, cluster_key_of_cluster
 
 
@@ -199,6 +199,7 @@ class Cache:
         self._stores[STORAGE_CLASS_KIND] = _Store()
         # Told of every object that arrives, until it opens (None: a cache filled by hand, in tests).
         self.gate = gate
+        self.pruner: RelistPruner | None = None  # told of relists once synced (operator._lead sets it)
 
     @property
     def synced(self) -> bool:
@@ -213,6 +214,10 @@ class Cache:
             return
         if self.gate is not None and not self.gate.open:
             self.gate.saw((api_version, kind), uid)
+        elif self.pruner is not None:
+            if event_type is None:  # a listing after the first: kopf's watch broke and it relists
+                self.pruner.relisted((api_version, kind))
+            self.pruner.saw((api_version, kind), uid)
         if event_type == "DELETED":
             store.remove(uid)
             return
@@ -223,6 +228,16 @@ class Cache:
         else:
             key = cluster_key_of_child(body)
             store.put(uid, key, Packed.of(body) if key else None)
+
+    def prune(self, kind: tuple[str, str], keep: set[str]) -> list[ClusterKey]:
+        """Drop every object of `kind` whose uid is not in `keep`; the clusters they belonged to."""
+        store = self._stores[kind]
+        dropped = [(uid, key) for key, objects in store.by_key.items() for uid in objects if uid not in keep]
+        for uid, _ in dropped:
+            store.remove(uid)
+        if kind == STORAGE_CLASS_KIND:
+            return []  # keyed by name, not by cluster; a cluster that used one notices at its resync
+        return sorted({key for _, key in dropped})
 
     def _unpacked(self, kind: tuple[str, str], key: Any) -> list[dict[str, Any]]:
         return [v.unpack() for v in self._stores[kind].values(key)]

@@ -196,6 +196,8 @@ async def _lead(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     syncing = asyncio.create_task(cache_sync.sync(api, gate, listed, opts.namespaces), name="cache-sync")
+    cache.pruner = cache_sync.RelistPruner(api, listed, opts.namespaces, cache.prune, controller.wake)
+    pruning = asyncio.create_task(cache.pruner.run(), name="cache-prune")
 
     async def once_synced(work: Coroutine[Any, Any, None]) -> None:
         # Nothing acts on a cache that has not seen everything yet (cache_sync's docstring says why).
@@ -237,6 +239,7 @@ async def _lead(
     # Stop acting first (in-flight reconciles are cancelled), then the watches.
     state.role = "stopping"
     syncing.cancel()
+    pruning.cancel()
     workers.cancel()
     controller.queue.close()
     backup_workers.cancel()
@@ -248,7 +251,7 @@ async def _lead(
     kopf_stop.set()
     with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
         await asyncio.wait_for(kopf_task, timeout=10)
-    for task in (syncing, workers, holding):
+    for task in (syncing, pruning, workers, holding):
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
     if holding in done:
