@@ -85,7 +85,7 @@ def kopf_settings(kinds: list[WatchedKind] | None = None) -> kopf.OperatorSettin
     settings.watching.client_timeout = 330
     # What a restart holds at once: kopf lists each kind in one response unless told to page, and each
     # object's worker keeps its last body while it idles (5 s by default); the cache has packed it already.
-    settings.watching.chunk_size = 500
+    settings.watching.chunk_size = 100
     settings.queueing.idle_timeout = 1.0
     # The child handlers only take objects carrying the cluster label; asking the API server for those
     # alone keeps every other Pod, Secret, ConfigMap … of the watched namespaces out of this process
