@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
+from collections.abc import Callable
 
 from common import (
     APISERVER_PORT,
@@ -12,6 +14,7 @@ from common import (
     ETCD_PEER_PORT,
     SERVICE_CIDR,
     Context,
+    host_ip,
     log,
     wait_for,
 )
@@ -145,6 +148,19 @@ def start(ctx: Context, pki: Pki, host_ip: str) -> None:
     wait_for("the scheduler to be healthy", lambda: ctx.pid_of("kube-scheduler") is not None
              and ctx.api_get("/api/v1/namespaces/default")[0] == 200, 30, ctx, "kube-scheduler")
     log("control plane is up")
+
+
+def restart_apiserver(ctx: Context, while_down: Callable[[], None] = lambda: None) -> float:
+    """Kill the API server, run `while_down` (e.g. change etcd behind its back), start it again with the
+    same flags; seconds it was unavailable. For tests of what clients do when their watches break.
+    Killed, not stopped: its graceful shutdown takes 10 s here, most of what a 15 s lease leaves."""
+    started = time.monotonic()
+    ctx.stop_process("kube-apiserver", timeout=0.2)
+    while_down()
+    start_apiserver(ctx, Pki(ctx.pki), host_ip())
+    wait_for("the API server to be ready", lambda: ctx.api_get("/readyz")[0] == 200, 90,
+             ctx, "kube-apiserver")
+    return time.monotonic() - started
 
 
 def _etcd_healthy() -> bool:

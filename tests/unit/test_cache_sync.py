@@ -190,9 +190,13 @@ async def test_a_relist_drops_what_was_deleted_while_the_watch_was_down_and_keep
     task = asyncio.create_task(pruner.run(settle_seconds=0.01))
     await asyncio.sleep(0.1)
     task.cancel()
-    assert pruned == [(PODS.key, {"p0", "p1", "p2"})]
-    assert woken == [("shop", "db")]
-    assert reader.list_calls == [(POD_PATH, {"labelSelector": "app.kubernetes.io/instance"})]
+    # Every kind, not only the one that relisted: the clusters (none left) relist without an event.
+    assert pruned == [(PODS.key, {"p0", "p1", "p2"}), (CLUSTERS.key, set())]
+    assert woken == [("shop", "db"), ("shop", "db")]
+    assert reader.list_calls == [
+        (POD_PATH, {"labelSelector": "app.kubernetes.io/instance"}),
+        (CLUSTER_PATH, {}),
+    ]
     pruner.relisted(("v1", "Event"))  # not a listed kind: ignored
     assert await pruner.prune_once(PODS.key) == [("shop", "db")]  # nothing seen since: the listing only
     assert pruned[-1] == (PODS.key, {"p0", "p1"})

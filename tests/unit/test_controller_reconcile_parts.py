@@ -82,6 +82,16 @@ def test_write_memo_suppresses_a_repeat_until_the_index_moves_on() -> None:
     assert not memo.pending(ident, "5", "h1")  # ... and the entry is gone
 
 
+def test_write_memo_forgets_a_write_once_the_cache_shows_it() -> None:
+    memo = WriteMemo(ttl=30)
+    ident = ("ns", "ConfigMap", "db-instance", "apply")
+    memo.wrote(ident, None, "h1")  # created: the cache had no such object
+    assert memo.pending(ident, None, "h1")  # a quick second pass before the watch shows it: skip
+    memo.seen(ident)  # a pass found it as wanted
+    # Deleted soon after (by someone, or found gone after a relist): created again, not taken for ours.
+    assert not memo.pending(ident, None, "h1")
+
+
 def test_write_memo_entries_expire() -> None:
     memo = WriteMemo(ttl=0)
     memo.wrote(("ns", "Secret", "db-app", "create"), None, "")

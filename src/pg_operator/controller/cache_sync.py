@@ -228,8 +228,8 @@ class RelistPruner:
     """Drops what a relist shows to be gone: kopf relists a kind after its watch broke (an API server
     restart, a 410 after compaction) and sends the objects it finds, but nothing for those deleted while
     it was not watching. An informer replaces its store; here, once a kind is relisted, the operator
-    lists it itself and drops every cached object of that kind neither in that listing nor seen since
-    the relist began (what is created meanwhile must stay)."""
+    lists every kind itself and drops each cached object neither in that listing nor seen since the
+    relist began (what is created meanwhile must stay)."""
 
     def __init__(
         self,
@@ -248,9 +248,14 @@ class RelistPruner:
         self._due = asyncio.Event()
 
     def relisted(self, kind: KindKey) -> None:
-        if kind in self._kinds and kind not in self._seen:
-            self._seen[kind] = set()
-            self._due.set()
+        """kopf relists `kind`. Every kind is pruned then, not only those that say so: a kind with
+        nothing left (its last object deleted while no one watched) relists without a single event,
+        and what breaks one watch (an API server restart) breaks them all."""
+        if kind not in self._kinds or kind in self._seen:
+            return
+        for each in self._kinds:
+            self._seen.setdefault(each, set())
+        self._due.set()
 
     def saw(self, kind: KindKey, uid: str) -> None:
         seen = self._seen.get(kind)
@@ -264,7 +269,8 @@ class RelistPruner:
         keep = set(listed) | self._seen.pop(kind, set())
         woken = self._prune(kind, keep)
         if woken:
-            log.info("cache: %d %s gone while the watch was down", len(woken), self._kinds[kind].name)
+            log.info("cache: %s of %d cluster(s) gone while the watch was down; waking them",
+                     self._kinds[kind].name, len(woken))  # fmt: skip
         for key in woken:
             self._wake(key)
         return woken

@@ -164,6 +164,11 @@ class WriteMemo:
             return False
         return fp == fingerprint
 
+    def seen(self, ident: tuple[str, str, str, str]) -> None:
+        """The cache shows the object as we want it: the write (if any) arrived. Were the entry kept,
+        the object deleted soon after would look like our create not yet seen, and stay missing."""
+        self._entries.pop(ident, None)
+
     def wrote(self, ident: tuple[str, str, str, str], observed_rv: str | None, fingerprint: str) -> None:
         now = time.monotonic()
         if len(self._entries) > 4096:  # entries of deleted clusters are never looked up again
@@ -207,10 +212,11 @@ class Reconciler:
     ) -> bool:
         body = with_hash(desired)
         diffs = object_differences(body, observed)
-        if not diffs:
-            return False
         meta = body["metadata"]
         ident = (namespace, body["kind"], meta["name"], "apply")
+        if not diffs:
+            self.memo.seen(ident)
+            return False
         rv = _meta(observed).get("resourceVersion")
         fingerprint = meta["annotations"][HASH_ANNOTATION]
         if self.memo.pending(ident, rv, fingerprint):
@@ -374,6 +380,8 @@ class Reconciler:
         names = secret_names(cluster)
         wanted.update(("v1", "Secret", n) for n in names)
         missing = [n for n in names if snapshot.find("v1", "Secret", n) is None]
+        for present in set(names) - set(missing):
+            self.memo.seen((cluster.namespace, "Secret", present, "create"))
         missing = [
             n for n in missing if not self.memo.pending((cluster.namespace, "Secret", n, "create"), None, "")
         ]
