@@ -76,9 +76,9 @@ def test_write_memo_suppresses_a_repeat_until_the_index_moves_on() -> None:
     ident = ("ns", "Service", "db-rw", "apply")
     assert not memo.pending(ident, "5", "h1")
     memo.wrote(ident, "5", "h1")
-    assert memo.pending(ident, "5", "h1")  # index still shows what we saw before writing
+    assert memo.pending(ident, "5", "h1")  # the cache still shows what we saw before writing
     assert not memo.pending(ident, "5", "h2")  # something else to write: do it
-    assert not memo.pending(ident, "6", "h1")  # the index caught up: compare afresh
+    assert not memo.pending(ident, "6", "h1")  # the cache caught up: compare afresh
     assert not memo.pending(ident, "5", "h1")  # ... and the entry is gone
 
 

@@ -26,7 +26,7 @@ from pg_operator.controller.keys import ClusterKey, cluster_key_of_child, cluste
 
 @dataclass(frozen=True)
 class WatchedKind:
-    """A kind the cache holds by cluster. `handler_id` names its kopf event handler."""
+    """A child kind the cache holds by cluster. `handler_id` names its kopf event handler."""
 
     api_version: str
     kind: str
@@ -70,7 +70,7 @@ PLURALS: dict[tuple[str, str], str] = {
 
 
 def watched_kinds(managed: Iterable[tuple[str, str]]) -> list[WatchedKind]:
-    """Every child kind to index: the managed kinds plus Secrets, Pods and PVCs."""
+    """Every child kind the cache holds: the managed kinds plus Secrets, Pods and PVCs."""
     out: dict[tuple[str, str], WatchedKind] = {}
     for api_version, kind in [*managed, ("v1", "Secret"), ("v1", "Pod"), ("v1", "PersistentVolumeClaim")]:
         plural = PLURALS.get((api_version, kind))
@@ -92,8 +92,8 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class Packed(bytes):
-    """One indexed object: its slim body as compact JSON. `unpack()` gives a fresh dict every time, so
-    a reconcile may not change what the index holds."""
+    """One cached object: its slim body as compact JSON. `unpack()` gives a fresh dict every time, so
+    a reconcile may not change what the cache holds."""
 
     __slots__ = ()
 
@@ -104,18 +104,13 @@ class Packed(bytes):
     def unpack(self) -> dict[str, Any]:
         value = json.loads(self)
         if not isinstance(value, dict):
-            raise TypeError(f"an indexed object decoded to {type(value).__name__}, not an object")
+            raise TypeError(f"a cached object decoded to {type(value).__name__}, not an object")
         return value
-
-
-def unpack(value: Any) -> dict[str, Any]:
-    """An index value as a dict (tolerates plain dicts, e.g. in tests that fill a Snapshot directly)."""
-    return value.unpack() if isinstance(value, Packed) else dict(value)
 
 
 @dataclass
 class Snapshot:
-    """What a reconcile sees for one cluster, read from the indexes."""
+    """What a reconcile sees for one cluster, read from the cache."""
 
     cluster: dict[str, Any] | None
     children: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)

@@ -171,6 +171,11 @@ async def _lead(
     listed = listed_kinds(kinds, CLUSTER_LABEL)
     gate = cache_sync.SyncGate(k.key for k in listed)
     cache = Cache(kinds, gate)
+    base_detail = state.detail  # /readyz says what an unready leader's cache still waits for
+    state.detail = lambda: {
+        **base_detail(),
+        "cacheWaitingFor": {f"{v} {k}": n for (v, k), n in gate.waiting_for().items()},
+    }
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity))
     controller = Controller(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds)
     backups = BackupController(api, cache, metrics, PodExec(load_config(), metrics), opts.identity,

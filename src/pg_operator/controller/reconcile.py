@@ -146,7 +146,7 @@ class WriteMemo:
     """Writes the cache has not shown us yet, so a quick second pass does not repeat them.
 
     Keyed by object; holds the resourceVersion we observed when we wrote and a fingerprint of what we
-    wrote. While the index still shows that same resourceVersion, the same write is not repeated.
+    wrote. While the cache still shows that same resourceVersion, the same write is not repeated.
     Entries expire, so a lost watch event cannot suppress a needed write for long.
     """
 
@@ -394,7 +394,7 @@ class Reconciler:
             try:
                 await self.api.create_dict(secret)
             except ApiError as exc:
-                if not is_conflict(exc):  # already there (the index had not caught up): create-only
+                if not is_conflict(exc):  # already there (the cache had not caught up): create-only
                     raise
             self.memo.wrote((cluster.namespace, "Secret", secret_name, "create"), None, "")
             return 1
