@@ -153,7 +153,7 @@ def start(ctx: Context, pki: Pki, host_ip: str) -> None:
 def restart_apiserver(ctx: Context, while_down: Callable[[], None] = lambda: None) -> float:
     """Kill the API server, run `while_down` (e.g. change etcd behind its back), start it again with the
     same flags; seconds it was unavailable. For tests of what clients do when their watches break.
-    Killed, not stopped: its graceful shutdown takes 10 s here, most of what a 15 s lease leaves."""
+    Killed, not stopped: its graceful shutdown outlasted stop_process's 10 s here, most of a 15 s lease."""
     started = time.monotonic()
     ctx.stop_process("kube-apiserver", timeout=0.2)
     while_down()
