@@ -47,8 +47,9 @@ def test_an_object_deleted_while_the_watches_were_down_is_recreated(operator_env
     ctx = getattr(kube, "ctx", None)
     if ctx is None:
         pytest.skip("restarts the local cluster's API server: not run against an external cluster")
-    op = start_operator(operator_env, "relist", "--resync-seconds", "600")
     ns = make_namespace(kube, "relist")
+    # Its own namespace only: other modules' clusters, going away meanwhile, stay out of its cache.
+    op = start_operator(operator_env, "relist", "--namespace", ns, "--resync-seconds", "600")
     try:
         op.wait_leader()
         apply(kube, postgres_cluster("relist-db", ns, replicas=1))

@@ -113,13 +113,21 @@ async def run(opts: Options) -> int:
         ),
     )
     kopf_ready = asyncio.Event()
-    synced = asyncio.Event()  # the cache has seen the first listing of everything (cache_sync)
+    kinds = watched_kinds(MANAGED_KINDS)
+    listed = listed_kinds(kinds, CLUSTER_LABEL)
+    gate = cache_sync.SyncGate(k.key for k in listed)  # opens once the cache has seen everything
     state = HealthState()
     state.ready = lambda: (
-        (state.role == "leader" and kopf_ready.is_set() and synced.is_set())
+        (state.role == "leader" and kopf_ready.is_set() and gate.open)
         or (state.role == "candidate" and elector.last_error is None)
     )
-    state.detail = lambda: {"identity": opts.identity, "leaseError": elector.last_error}
+    state.detail = lambda: {
+        "identity": opts.identity,
+        "leaseError": elector.last_error,
+        # What an unready leader's cache still waits for (empty once synced, and for a candidate).
+        "cacheWaitingFor": {f"{v} {k}": n for (v, k), n in gate.waiting_for().items()}
+        if state.role == "leader" else {},
+    }
     server = HealthServer(
         state, metrics, bind=opts.bind_address, health_port=opts.health_port, metrics_port=opts.metrics_port
     )
@@ -142,7 +150,7 @@ async def run(opts: Options) -> int:
         state.role = "leader"
         metrics.leader.set(1)
         log.info("leading as %s; starting the controller", opts.identity)
-        return await _lead(opts, api, elector, metrics, stop, kopf_ready, synced, state)
+        return await _lead(opts, api, elector, metrics, stop, kopf_ready, state, kinds, listed, gate)
     finally:
         metrics.leader.set(0)
         state.role = "stopping"
@@ -164,18 +172,12 @@ async def _lead(
     metrics: Metrics,
     stop: asyncio.Event,
     kopf_ready: asyncio.Event,
-    synced: asyncio.Event,
     state: HealthState,
+    kinds: list[WatchedKind],
+    listed: list[cache_sync.ListedKind],
+    gate: cache_sync.SyncGate,
 ) -> int:
-    kinds = watched_kinds(MANAGED_KINDS)
-    listed = listed_kinds(kinds, CLUSTER_LABEL)
-    gate = cache_sync.SyncGate(k.key for k in listed)
     cache = Cache(kinds, gate)
-    base_detail = state.detail  # /readyz says what an unready leader's cache still waits for
-    state.detail = lambda: {
-        **base_detail(),
-        "cacheWaitingFor": {f"{v} {k}": n for (v, k), n in gate.waiting_for().items()},
-    }
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity))
     controller = Controller(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds)
     backups = BackupController(api, cache, metrics, PodExec(load_config(), metrics), opts.identity,
@@ -211,7 +213,6 @@ async def _lead(
         except BaseException:
             work.close()
             raise
-        synced.set()
         await work
 
     workers = asyncio.create_task(once_synced(controller.run()), name="reconcile-workers")
