@@ -66,8 +66,8 @@ from test_operator_harness import (  # noqa: E402
     wait_until,
 )
 
-from pg_operator.api.models import PostgresCluster  # noqa: E402
-from pg_operator.controller.kube import MAX_IN_FLIGHT, resource_for  # noqa: E402
+from pg_operator.api.cluster import PostgresCluster  # noqa: E402
+from pg_operator.controller.kube_api import MAX_IN_FLIGHT, resource_for  # noqa: E402
 from pg_operator.controller.reconcile import SECOND_WAVE  # noqa: E402
 from pg_operator.specs import ClusterPasswords, build_secrets, desired_children  # noqa: E402
 

@@ -45,9 +45,9 @@ from test_operator_harness import (  # noqa: E402
     wait_until,
 )
 
-from pg_operator.controller import observe  # noqa: E402
-from pg_operator.controller.handlers import Wakeups  # noqa: E402
+from pg_operator.controller import cache as observe  # noqa: E402
 from pg_operator.controller.operator import Options, run  # noqa: E402
+from pg_operator.controller.wakeups import Wakeups  # noqa: E402
 
 
 def deep_size(obj: Any, seen: set[int] | None = None) -> int:

@@ -50,8 +50,8 @@ from test_instance_patroni import (  # noqa: F401 (patroni_python, postgresql_16
 )
 
 from conftest import REPO, Kube
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.instance_config import InstanceConfig
-from pg_operator.api.models import PostgresCluster
 from pg_operator.backup.barman import base_backup_argv
 from pg_operator.specs.configmap import instance_config
 from pg_operator.specs.statefulset import statefulset

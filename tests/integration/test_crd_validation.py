@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from pg_operator.api.cluster import PostgresCluster, PostgresClusterSpec
 from pg_operator.api.manifests import render_crd
-from pg_operator.api.models import PostgresCluster, PostgresClusterSpec
 from pg_operator.specs import ClusterPasswords, build_secrets, compute_status, desired_children
 from pg_operator.specs.statefulset import statefulset
 

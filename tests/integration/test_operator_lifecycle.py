@@ -29,7 +29,7 @@ from test_operator_harness import (
     wait_until,
 )
 
-from pg_operator.api.models import PostgresCluster
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.controller.diff import object_differences, with_hash
 from pg_operator.specs import desired_children, secret_names
 

@@ -11,8 +11,8 @@ import yaml
 from pydantic import BaseModel
 
 from pg_operator.api import manifests
+from pg_operator.api.cluster import PostgresClusterSpec
 from pg_operator.api.crd import SchemaError, crd, structural_schema
-from pg_operator.api.models import PostgresClusterSpec
 from pg_operator.images import SUPPORTED_MAJORS
 
 REPO = Path(__file__).resolve().parents[2]

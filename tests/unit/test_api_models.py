@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pg_operator.api.models import OPERATOR_OWNED_PARAMETERS, PostgresCluster, PostgresClusterSpec
+from pg_operator.api.cluster import OPERATOR_OWNED_PARAMETERS, PostgresCluster, PostgresClusterSpec
 from pg_operator.images import SUPPORTED_MAJORS
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import kopf
 
 from pg_operator.api.constants import CLUSTER_LABEL
+from pg_operator.controller.cache import CLUSTER_KIND, Cache, Packed, listed_kinds, slim, watched_kinds
 from pg_operator.controller.cache_sync import SyncGate
-from pg_operator.controller.observe import CLUSTER_KIND, Cache, Packed, listed_kinds, slim, watched_kinds
 from pg_operator.controller.operator import kopf_settings
 from pg_operator.specs import MANAGED_KINDS
 

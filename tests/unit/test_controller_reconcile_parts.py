@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pg_operator.controller.handlers import relevance
-from pg_operator.controller.observe import Snapshot
+from pg_operator.controller.cache import Snapshot
 from pg_operator.controller.reconcile import (
     WriteMemo,
     status_patch,
     storage_class_problem,
     undesired_children,
 )
+from pg_operator.controller.wakeups import relevance
 
 UID = "c-uid"
 

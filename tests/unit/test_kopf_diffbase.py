@@ -7,18 +7,18 @@ from typing import Any, cast
 
 import kopf
 
-from pg_operator.controller.handlers import Wakeups, build_registry
+from pg_operator.controller.cache import Cache, watched_kinds
 from pg_operator.controller.kopf_diffbase import EmptyDiffBase, change_detecting_handlers
-from pg_operator.controller.observe import Cache, watched_kinds
+from pg_operator.controller.loop import ReconcileLoop
 from pg_operator.controller.operator import kopf_settings
-from pg_operator.controller.runtime import Controller
+from pg_operator.controller.wakeups import Wakeups, build_registry
 from pg_operator.specs import MANAGED_KINDS
 
 
 def operator_registry() -> kopf.OperatorRegistry:
     kinds = watched_kinds(MANAGED_KINDS)
     # build_registry only closes over the controller; nothing here calls it.
-    return build_registry(Wakeups(cast(Controller, object()), Cache(kinds)), kinds)
+    return build_registry(Wakeups(cast(ReconcileLoop, object()), Cache(kinds)), kinds)
 
 
 def test_the_operator_registry_has_no_change_detecting_handler() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pg_operator.api.models import PostgresCluster
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.orchestration.instances import instances_from_pods, parse_members
 from pg_operator.orchestration.patroni_settings import (
     changed_parameter_names,

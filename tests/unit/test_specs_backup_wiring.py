@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.instance_config import InstanceConfig
-from pg_operator.api.models import PostgresCluster
 from pg_operator.backup.barman import DEFAULT_BIN_DIR
 from pg_operator.instance import patroni_config as pc
 from pg_operator.instance.inputs import DEFAULT_BARMAN_BIN_DIR, Credentials, pod_environment

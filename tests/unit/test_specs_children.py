@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import CLUSTER_LABEL, ROLE_LABEL
-from pg_operator.api.models import PostgresCluster
 from pg_operator.specs import CHILD_KINDS, MANAGED_KINDS, desired_children, selector_labels
 
 

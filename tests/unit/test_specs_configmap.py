@@ -6,8 +6,8 @@ from typing import Any
 
 import yaml
 
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.instance_config import InstanceConfig
-from pg_operator.api.models import PostgresCluster
 from pg_operator.specs.configmap import configmap
 
 

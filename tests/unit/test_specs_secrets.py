@@ -6,7 +6,7 @@ import base64
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from pg_operator.api.models import PostgresCluster
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.specs import APP_SECRET_KEYS, ClusterPasswords, build_secrets, owner_reference, secret_names
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import CLUSTER_LABEL
-from pg_operator.api.models import PostgresCluster
 from pg_operator.images import default_image
 from pg_operator.specs.labels import selector_labels
 from pg_operator.specs.statefulset import statefulset

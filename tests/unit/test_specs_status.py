@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pg_operator.api.models import PostgresCluster, PostgresClusterStatus
+from pg_operator.api.cluster import PostgresCluster, PostgresClusterStatus
 from pg_operator.specs import compute_status
 
 T0 = datetime(2026, 12, 1, 8, 0, 0, tzinfo=UTC)

@@ -8,7 +8,7 @@ from typing import Any
 
 from test_specs_status import cluster, pod, sts
 
-from pg_operator.api.models import PostgresClusterStatus
+from pg_operator.api.cluster import PostgresClusterStatus
 from pg_operator.specs import compute_status
 from pg_operator.specs.status import LAG_REPORT_GRANULARITY, replication_lag
 

@@ -1,7 +1,7 @@
 """Typed models of backups: a cluster's `spec.backup` and `spec.bootstrap.recovery`, and the `Backup` and
 `ScheduledBackup` kinds, with their CRDs.
 
-As in `api/models.py`, each constraint is written once and lands twice: in the CRD (pattern, enum or CEL,
+As in `api/cluster.py`, each constraint is written once and lands twice: in the CRD (pattern, enum or CEL,
 so the API server refuses bad input) and in pydantic validation (an error naming the field if the schema
 was bypassed). The values come from `pg_operator.backup`, which turns them into barman-cloud commands.
 The CRDs are generated with the structural-schema converter of `api/crd.py`.
@@ -41,7 +41,7 @@ from pg_operator.backup.recovery import LSN_PATTERN, RFC3339_PATTERN, RecoveryTa
 from pg_operator.backup.recovery import recovery_conflict as recovery_conflict_of_stores
 from pg_operator.backup.retention import MAX_KEEP_LAST, RECOVERY_WINDOW_PATTERN, RetentionPolicy
 
-# Same limits as the cluster's name (api/models.py): a backup names a cluster.
+# Same limits as the cluster's name (api/cluster.py): a backup names a cluster.
 MAX_CLUSTER_NAME_LENGTH = 50
 SECRET_NAME_PATTERN = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # noqa: S105 (a pattern)
 SECRET_KEY_PATTERN = "^[-._a-zA-Z0-9]+$"  # noqa: S105 (a pattern)
@@ -417,7 +417,7 @@ def _crd(
     columns: list[dict[str, Any]],
     root_rules: list[dict[str, str]],
 ) -> dict[str, Any]:
-    # Imported here: api/models.py imports this module for spec.backup, and api/crd.py imports models.
+    # Imported here: api/cluster.py imports this module for spec.backup, and api/crd.py imports models.
     from pg_operator.api.crd import structural_schema
 
     schema: dict[str, Any] = {

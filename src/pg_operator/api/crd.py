@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from pg_operator.api.cluster import ROOT_RULES, PostgresClusterSpec, PostgresClusterStatus
 from pg_operator.api.constants import API_VERSION, CRD_NAME, GROUP, KIND, PLURAL, SHORT, SINGULAR, VERSION
-from pg_operator.api.models import ROOT_RULES, PostgresClusterSpec, PostgresClusterStatus
 
 # JSON-schema keywords a structural schema may carry as they are.
 _KEPT = frozenset(

@@ -22,7 +22,7 @@ DEFAULT_CRD_DIR = REPO_ROOT / "deploy" / "crd"
 CRD_FILE_NAME = f"{PLURAL}.yaml"
 COMMAND = "python -m pg_operator.api.manifests"
 
-_HEADER = f"# Generated from src/pg_operator/api/models.py by `{COMMAND}`. Do not edit.\n"
+_HEADER = f"# Generated from src/pg_operator/api/cluster.py by `{COMMAND}`. Do not edit.\n"
 
 
 def render_crd() -> str:

@@ -27,17 +27,17 @@ from typing import Any
 import aiohttp
 from lightkube.core.exceptions import ApiError
 
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import API_VERSION, CLUSTER_LABEL, KIND, ROLE_PRIMARY
-from pg_operator.api.models import PostgresCluster
+from pg_operator.controller.cache import Snapshot
 from pg_operator.controller.events import EventRecorder
-from pg_operator.controller.kube import (
+from pg_operator.controller.kube_api import (
     Api,
     PostgresClusterResource,
     is_conflict,
     is_not_found,
     resource_for,
 )
-from pg_operator.controller.observe import Snapshot
 from pg_operator.orchestration.failover import leader_configmap_name, plan_lock_release, sync_configmap_name
 from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
 from pg_operator.orchestration.patroni_settings import (

@@ -10,7 +10,7 @@ from typing import Any
 from lightkube import codecs
 
 from pg_operator.api.constants import API_VERSION, KIND
-from pg_operator.controller.kube import Api
+from pg_operator.controller.kube_api import Api
 
 log = logging.getLogger(__name__)
 COMPONENT = "pg-operator"

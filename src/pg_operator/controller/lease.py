@@ -24,7 +24,7 @@ from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
-from pg_operator.controller.kube import Api, is_conflict, is_not_found
+from pg_operator.controller.kube_api import Api, is_conflict, is_not_found
 
 log = logging.getLogger(__name__)
 

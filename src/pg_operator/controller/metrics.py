@@ -46,8 +46,8 @@ class Metrics:
             registry=self.registry,
         )
         self._phases: dict[tuple[str, str], str] = {}
-        # Backups (controller/backups): seconds since the primary last archived a WAL segment, computed
-        # at scrape time from the last archived_time the controller read from pg_stat_archiver.
+        # Backups (controller/backup_reconcilers): seconds since the primary last archived a WAL segment,
+        # computed at scrape time from the last archived_time the controller read from pg_stat_archiver.
         self.wal_archive_age = Gauge(
             "pg_operator_wal_last_archived_age_seconds",
             "Seconds since the cluster's primary last archived a WAL segment (pg_stat_archiver).",

@@ -20,18 +20,18 @@ import kopf
 
 from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.controller import cache_sync
-from pg_operator.controller.backups.controller import BackupController
+from pg_operator.controller.backup_reconcilers.controller import BackupController
+from pg_operator.controller.cache import Cache, WatchedKind, listed_kinds, watched_kinds
 from pg_operator.controller.events import EventRecorder
-from pg_operator.controller.handlers import Wakeups, build_registry
 from pg_operator.controller.health import HealthServer, HealthState
 from pg_operator.controller.kopf_diffbase import EmptyDiffBase
-from pg_operator.controller.kube import SERVICE_ACCOUNT_DIR, Api, load_config
+from pg_operator.controller.kube_api import SERVICE_ACCOUNT_DIR, Api, load_config
 from pg_operator.controller.lease import LeaseConfig, LeaseElector, LeaseLost
+from pg_operator.controller.loop import ReconcileLoop
 from pg_operator.controller.metrics import Metrics
-from pg_operator.controller.observe import Cache, WatchedKind, listed_kinds, watched_kinds
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcile import Reconciler
-from pg_operator.controller.runtime import Controller
+from pg_operator.controller.wakeups import Wakeups, build_registry
 from pg_operator.specs import MANAGED_KINDS
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ async def _lead(
 ) -> int:
     cache = Cache(kinds, gate)
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity))
-    controller = Controller(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds)
+    controller = ReconcileLoop(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds)
     backups = BackupController(api, cache, metrics, PodExec(load_config(), metrics), opts.identity,
                                retention_seconds=opts.backup_retention_seconds)  # fmt: skip
     registry = build_registry(Wakeups(controller, cache, backups), kinds)

@@ -16,15 +16,21 @@ from typing import Any
 
 from lightkube.core.exceptions import ApiError
 
-from pg_operator.api.models import PostgresCluster
+from pg_operator.api.cluster import PostgresCluster
+from pg_operator.controller.cache import Cache, Snapshot
 from pg_operator.controller.dataplane import DataPlane, StepResult
 from pg_operator.controller.diff import HASH_ANNOTATION, object_differences, with_hash
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.instance_metrics import InstanceMetrics
 from pg_operator.controller.keys import ClusterKey, is_owned_by
-from pg_operator.controller.kube import Api, PostgresClusterResource, is_conflict, is_not_found, resource_for
+from pg_operator.controller.kube_api import (
+    Api,
+    PostgresClusterResource,
+    is_conflict,
+    is_not_found,
+    resource_for,
+)
 from pg_operator.controller.metrics import Metrics
-from pg_operator.controller.observe import Cache, Snapshot
 from pg_operator.specs import (
     MANAGED_KINDS,
     ClusterPasswords,

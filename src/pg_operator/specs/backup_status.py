@@ -1,5 +1,5 @@
-"""The parts of a cluster's `.status` the backup controller writes (controller/backups): its conditions
-and `status.backup`. compute_status carries them over from the previous status unchanged, so the
+"""The parts of a cluster's `.status` the backup reconcilers write (controller/backup_reconcilers): their
+conditions and `status.backup`. compute_status carries them over from the previous status unchanged, so the
 cluster's own reconcile (which writes the whole status) never drops them; the backup controller is the
 only writer of their values."""
 

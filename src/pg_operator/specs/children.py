@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pg_operator.api.models import PostgresCluster
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.specs.configmap import configmap
 from pg_operator.specs.pdb import pdb
 from pg_operator.specs.rbac import role, role_binding, service_account

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pg_operator.api.backup import instance_backup_section
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import INSTANCE_CONFIG_KEY
 from pg_operator.api.instance_config import (
     BootstrapSettings,
@@ -13,7 +14,6 @@ from pg_operator.api.instance_config import (
     PostgresqlSettings,
     SynchronousSettings,
 )
-from pg_operator.api.models import PostgresCluster
 from pg_operator.orchestration.patroni_settings import desired_dynamic_settings
 from pg_operator.specs import names
 from pg_operator.specs.labels import COMPONENT_CONFIG, child_metadata

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import API_VERSION, CLUSTER_LABEL, KIND
-from pg_operator.api.models import PostgresCluster
 
 APP_NAME = "postgresql"
 MANAGED_BY = "pg-operator"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import DATA_VOLUME
-from pg_operator.api.models import PostgresCluster
 
 
 def headless_service(cluster: PostgresCluster) -> str:

@@ -7,8 +7,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import DATA_VOLUME
-from pg_operator.api.models import PostgresCluster
 from pg_operator.api.quantity import parse_quantity
 from pg_operator.specs import names
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pg_operator.api.models import PostgresCluster
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.specs import names
 from pg_operator.specs.labels import COMPONENT_RBAC, child_metadata
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import PATRONI_API_USER, PG_PORT, REPLICATION_USER, SUPERUSER
-from pg_operator.api.models import PostgresCluster
 from pg_operator.specs import names
 from pg_operator.specs.labels import COMPONENT_CREDENTIALS, child_metadata
 

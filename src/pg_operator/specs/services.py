@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import (
     PATRONI_PORT,
     PATRONI_PORT_NAME,
@@ -13,7 +14,6 @@ from pg_operator.api.constants import (
     ROLE_PRIMARY,
     ROLE_REPLICA,
 )
-from pg_operator.api.models import PostgresCluster
 from pg_operator.specs import names
 from pg_operator.specs.labels import COMPONENT_SERVICE, child_metadata, selector_labels
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pg_operator.api.backup import instance_backup_section, pod_env
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import (
     CONFIG_MOUNT,
     CONTAINER_NAME,
@@ -25,7 +26,6 @@ from pg_operator.api.constants import (
     POSTGRES_UID,
     SECRETS_MOUNT,
 )
-from pg_operator.api.models import PostgresCluster
 from pg_operator.images import default_image
 from pg_operator.specs import names
 from pg_operator.specs.labels import COMPONENT_INSTANCE, child_labels, child_metadata, selector_labels

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import CLUSTER_LABEL, ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA
-from pg_operator.api.models import PostgresCluster
 from pg_operator.orchestration.instances import pending_restart_settings
 from pg_operator.specs.backup_status import carried_conditions, carried_fields
 from pg_operator.specs.labels import selector_labels

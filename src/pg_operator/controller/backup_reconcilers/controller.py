@@ -51,12 +51,12 @@ from pg_operator.backup.store_cleanup import (
     finalizers_without,
 )
 from pg_operator.controller.backoff import Backoff
-from pg_operator.controller.backups.resources import BackupResource, ScheduledBackupResource
-from pg_operator.controller.backups.store import StoreAccess, StoreError, delete_prefix
+from pg_operator.controller.backup_reconcilers.resources import BackupResource, ScheduledBackupResource
+from pg_operator.controller.backup_reconcilers.store import StoreAccess, StoreError, delete_prefix
+from pg_operator.controller.cache import Cache
 from pg_operator.controller.events import event_body
-from pg_operator.controller.kube import Api, PostgresClusterResource, is_conflict, is_not_found
+from pg_operator.controller.kube_api import Api, PostgresClusterResource, is_conflict, is_not_found
 from pg_operator.controller.metrics import Metrics
-from pg_operator.controller.observe import Cache
 from pg_operator.controller.pod_exec import ExecError, PodExec
 from pg_operator.controller.workqueue import WorkQueue
 from pg_operator.specs.backup_status import BACKUP_CONDITION_TYPES, BACKUP_STATUS_KEY

@@ -22,7 +22,7 @@ def result_label(outcome: Outcome) -> str:
     return "changed" if outcome.writes else "noop"
 
 
-class Controller:
+class ReconcileLoop:
     def __init__(
         self,
         reconciler: Reconciler,

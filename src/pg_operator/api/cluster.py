@@ -575,7 +575,8 @@ class _StatusModel(BaseModel):
 
 
 class Condition(_StatusModel):
-    # The last three are the backup controller's (controller/backups; specs/backup_status.py keeps them).
+    # The last three are the backup reconcilers' (controller/backup_reconcilers; specs/backup_status.py
+    # keeps them).
     type: Literal[
         "Ready", "Progressing", "Degraded", "ContinuousArchiving", "LastBackupSucceeded", "BackupStoreCleanup"
     ]

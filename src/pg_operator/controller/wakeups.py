@@ -9,12 +9,12 @@ import kopf
 
 from pg_operator.api.backup import BACKUP_PLURAL, SCHEDULED_BACKUP_PLURAL
 from pg_operator.api.constants import CLUSTER_LABEL, GROUP, PLURAL, ROLE_LABEL, VERSION
-from pg_operator.controller.backups.controller import BackupController
+from pg_operator.controller.backup_reconcilers.controller import BackupController
+from pg_operator.controller.cache import Cache, WatchedKind
 from pg_operator.controller.keys import cluster_key_of_child, cluster_key_of_cluster, owning_cluster_name
 from pg_operator.controller.kopf_diffbase import change_detecting_handlers
-from pg_operator.controller.kube import kopf_login
-from pg_operator.controller.observe import Cache, WatchedKind
-from pg_operator.controller.runtime import Controller
+from pg_operator.controller.kube_api import kopf_login
+from pg_operator.controller.loop import ReconcileLoop
 from pg_operator.orchestration.instances import pending_restart_settings
 
 
@@ -52,10 +52,12 @@ def relevance(body: Mapping[str, Any]) -> tuple[Any, ...]:
 class Wakeups:
     """Maps every watched event to the cluster to reconcile, filtering noise from pods and PVCs."""
 
-    def __init__(self, controller: Controller, cache: Cache, backups: BackupController | None = None) -> None:
+    def __init__(
+        self, controller: ReconcileLoop, cache: Cache, backups: BackupController | None = None
+    ) -> None:
         self.controller = controller
         self.cache = cache
-        self.backups = backups  # the backup controller's own queue (controller/backups)
+        self.backups = backups  # the backup controller's own queue (controller/backup_reconcilers)
         self._seen: dict[str, tuple[Any, ...]] = {}
 
     def on_cluster(self, body: Mapping[str, Any], event_type: str | None) -> None:
@@ -141,7 +143,7 @@ def build_registry(wakeups: Wakeups, kinds: list[WatchedKind]) -> kopf.OperatorR
     unexpected = change_detecting_handlers(registry)
     if unexpected:
         raise RuntimeError(f"handlers {unexpected} need kopf's diff base; the operator's settings drop it")
-    # A kopf index would hold every listed object's worker until all are indexed (observe.py's docstring).
+    # A kopf index would hold every listed object's worker until all are indexed (cache.py's docstring).
     indexes = [h.id for h in registry._indexing.get_all_handlers()]
     if indexes:
         raise RuntimeError(f"kopf indexes {indexes} are registered; the operator's cache replaces them")
