@@ -5,8 +5,6 @@ a status not yet written), so each reader answers with an empty value instead of
 A leaf: imports nothing of pg_operator, so every layer may use it.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping, Sequence
 from typing import Any
 
