@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "e2e"), str(REPO / "localkube")]
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "e2e"), str(REPO)]
 
-from common import Context  # noqa: E402
+from localkube.common import Context  # noqa: E402
 from pgcluster import (  # noqa: E402
     Partition,
     Writer,

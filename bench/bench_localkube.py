@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "localkube"))
+sys.path.insert(0, str(REPO))
 
-from common import Context  # noqa: E402
+from localkube.common import Context  # noqa: E402
 
 CLUSTER = [sys.executable, str(REPO / "localkube" / "cluster.py")]
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
@@ -70,10 +70,10 @@ def bench_profile(ctx: Context, profile: str) -> dict[str, Any]:
     rss = {n: round(rss_mib(ctx.pid_of(n)), 1) for n in names}
     extra: dict[str, Any] = {}
     if profile == "full":
-        import node
+        from localkube.images.containerd import ensure_images
 
         start = time.monotonic()  # the smoke-test image: tar cached, so this is the ctr import
-        node.ensure_images(ctx, ["localkube.local/base:bookworm"])
+        ensure_images(ctx, ["localkube.local/base:bookworm"])
         extra["base_image_import_s"] = round(time.monotonic() - start, 1)
     again_s, _ = run("up", profile)  # already running: the no-op path
     down_s, res = run("down")

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "e2e"), str(REPO / "localkube")]
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "e2e"), str(REPO)]
 
-from common import Context  # noqa: E402
+from localkube.common import Context  # noqa: E402
 from pgcluster import get_json  # noqa: E402
 
 from conftest import Kube, install_operator  # noqa: E402

@@ -10,7 +10,7 @@ step "local Kubernetes (full profile)"
 python3 localkube/cluster.py up full
 export KUBECONFIG
 KUBECONFIG=$(python3 localkube/cluster.py kubeconfig)
-bin=$(python3 -c 'import sys; sys.path.insert(0, "localkube"); from common import Context; print(Context().bin)')
+bin=$(python3 -c 'from localkube.common import Context; print(Context().bin)')
 kubectl() { "$bin/kubectl" "$@"; }
 
 step "images: PostgreSQL 16 and the operator (built locally, cached by their inputs)"

@@ -1,8 +1,6 @@
 """Shared plumbing of the local cluster: paths, detached processes, waiting, clear errors.
 
-Standard library only: this runs on a fresh machine before any virtualenv exists. The modules of
-localkube/ import each other as top-level modules (`from common import Context`): cluster.py runs as a
-script, and tests put localkube/ on sys.path.
+Standard library only: this runs on a fresh machine before any virtualenv exists.
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -34,6 +33,10 @@ CLUSTER_DOMAIN = "cluster.local"
 APISERVER_PORT = 6443
 ETCD_CLIENT_PORT = 2379
 ETCD_PEER_PORT = 2380
+
+# The full profile's node's run directory (containerd's state and socket): outside the state directory and
+# the same path for every cluster (hack/private-netns.sh gives a private cluster a tmpfs of its own there).
+RUN_DIR = Path("/run/pg-operator-localkube")
 
 
 class ClusterError(RuntimeError):
@@ -209,6 +212,22 @@ class Context:
             return 0, str(e)
 
 
+def node_dirs(ctx: Context) -> dict[str, Path]:
+    """The full profile's node's directories (host.prepare makes them, teardown.clean empties some)."""
+    s = ctx.state
+    return {
+        "containerd_root": s / "containerd", "containerd_state": RUN_DIR / "containerd",
+        "containerd_opt": s / "containerd-opt",
+        "cni_conf": s / "cni" / "net.d", "cni_ipam": s / "cni" / "ipam",
+        "kubelet_root": s / "kubelet", "kubelet_plugins": s / "kubelet-plugins", "pod_logs": s / "pod-logs",
+        "config": s / "node", "volumes": s / "volumes",
+    }
+
+
+def containerd_address(ctx: Context) -> str:
+    return str(RUN_DIR / "containerd" / "containerd.sock")
+
+
 def wait_for(what: str, check: Callable[[], bool], timeout: float, ctx: Context | None = None,
              component: str | None = None, interval: float = 0.2) -> None:
     """Poll until check() is true; on timeout say what and show the component's log."""
@@ -265,6 +284,12 @@ def host_ip() -> str:
         return str(json.loads(res.stdout)[0]["prefsrc"])
     except (ValueError, LookupError):
         raise ClusterError("cannot find the host's IPv4 address (no default route?)") from None
+
+
+def write_json(path: Path, doc: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return path
 
 
 def fail(err: ClusterError) -> None:

@@ -7,7 +7,7 @@ import shutil
 import time
 from collections.abc import Callable
 
-from common import (
+from localkube.common import (
     APISERVER_PORT,
     CLUSTER_DOMAIN,
     ETCD_CLIENT_PORT,
@@ -18,7 +18,7 @@ from common import (
     log,
     wait_for,
 )
-from pki import Pki
+from localkube.pki import Pki
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 PORTS = {

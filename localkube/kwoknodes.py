@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 
-from common import Context, log, wait_for
+from localkube.common import Context, log, wait_for
 
 ANNOTATION = "kwok.x-k8s.io/node"
 # Pod IPs KWOK hands out; a /16 so a scale test of a few thousand pods never runs dry.

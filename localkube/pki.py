@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import (
+from localkube.common import (
     APISERVER_PORT,
     CLUSTER_DOMAIN,
     KUBERNETES_SERVICE_IP,

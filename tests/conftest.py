@@ -20,9 +20,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 LOCALKUBE = REPO / "localkube"
-sys.path.insert(0, str(LOCALKUBE))
+sys.path.insert(0, str(REPO))  # the localkube package
 
-from common import Context  # noqa: E402
+from localkube.common import Context  # noqa: E402
 
 from pg_operator.images import default_image, image_for  # noqa: E402
 
@@ -134,8 +134,7 @@ def operator(full_kube: Kube) -> Iterator[Kube]:
 
 def install_operator(kube: Kube) -> None:
     """What a user does (kubectl apply -k deploy/), after building and importing the images."""
-    sys.path.insert(0, str(REPO / "localkube" / "images"))
-    from build import ensure_images
+    from localkube.images.containerd import ensure_images
 
     ensure_images(kube.ctx, [default_image("16"), image_for("16.13"), operator_image()])
     kube.kubectl("apply", "-k", str(REPO / "deploy"))

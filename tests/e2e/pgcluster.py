@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import node
 import psycopg
+from localkube import node
 from psycopg import sql
 
 from conftest import Kube

@@ -14,9 +14,11 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import node
 import pytest
-from common import NODE_NAME, POD_CIDR
+from localkube import node
+from localkube.common import NODE_NAME, POD_CIDR, RUN_DIR
+from localkube.images.containerd import ensure_images
+from localkube.teardown import leftovers
 
 from conftest import LOCALKUBE, ClusterManager, Kube
 
@@ -89,7 +91,7 @@ def read_greeting(host: str, port: int, timeout: float = 30) -> str:
 
 @pytest.fixture(scope="module")
 def ns(full_kube: Kube) -> Iterator[str]:
-    node.ensure_images(full_kube.ctx, [BASE_IMAGE])
+    ensure_images(full_kube.ctx, [BASE_IMAGE])
     name = f"node-e2e-{uuid.uuid4().hex[:6]}"
     full_kube.kubectl("create", "namespace", name)
     yield name
@@ -200,13 +202,13 @@ def test_volume_keeps_data_of_a_non_root_pod_across_pod_recreation(full_kube: Ku
 @pytest.mark.cluster_lifecycle
 def test_full_down_leaves_nothing_behind(full_kube: Kube, cluster_manager: ClusterManager) -> None:
     ctx = full_kube.ctx
-    assert node.leftovers(ctx), "the full profile should have a node running before down"
+    assert leftovers(ctx), "the full profile should have a node running before down"
     res = subprocess.run([sys.executable, str(LOCALKUBE / "cluster.py"), "down"],
                          capture_output=True, text=True, timeout=240)
     cluster_manager.forget()
     assert res.returncode == 0, res.stdout + res.stderr
-    assert node.leftovers(ctx) == []
+    assert leftovers(ctx) == []
     for name in node.COMPONENTS:
         assert ctx.pid_of(name) is None, f"{name} still runs"
-    assert not node.RUN_DIR.exists() or not any(node.RUN_DIR.iterdir()), "the run directory is not empty"
+    assert not RUN_DIR.exists() or not any(RUN_DIR.iterdir()), "the run directory is not empty"
     assert not ctx.state.exists(), f"{ctx.state} was not removed"

@@ -6,9 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import controlplane
 import pytest
-from common import port_holder
+from localkube import controlplane
+from localkube.common import port_holder
+from localkube.teardown import leftovers
 
 from conftest import LOCALKUBE, ClusterManager, Kube
 
@@ -43,11 +44,7 @@ def test_kwok_down_leaves_nothing_behind(kube: Kube, cluster_manager: ClusterMan
     busy = {port: port_holder(port) for port in controlplane.PORTS if port_holder(port)}
     assert busy == {}, f"ports still held: {busy}"
     assert not ctx.state.exists(), f"{ctx.state} was not removed"
-    try:
-        import node
-    except ModuleNotFoundError:
-        return
-    assert node.leftovers(ctx) == []
+    assert leftovers(ctx) == []
     again = subprocess.run([sys.executable, str(LOCALKUBE / "cluster.py"), "down"],
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and "nothing to do" in again.stdout, again.stdout + again.stderr

@@ -11,9 +11,9 @@ import json
 import urllib.request
 from typing import Any
 
-import controlplane
 import pytest
-from common import ETCD_CLIENT_PORT
+from localkube import controlplane
+from localkube.common import ETCD_CLIENT_PORT
 from test_operator_harness import (
     OperatorEnv,
     apply,

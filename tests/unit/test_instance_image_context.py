@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from test_localkube_images import build
+from localkube.images.spec import context_files, find_specs
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -45,13 +45,13 @@ def test_every_module_the_instance_imports_is_in_the_postgres_image() -> None:
     instance = sorted(f"pg_operator.instance.{p.stem}" for p in instance_dir.glob("*.py"))
     needed = imported_closure(instance)
     assert SRC / "pg_operator" / "instance" / "patroni_config.py" in needed  # the walk found the code
-    spec = next(s for s in build.find_specs() if s.name.endswith("/postgres"))
-    shipped = {f.resolve() for f in build._context_files(spec)}
+    spec = next(s for s in find_specs() if s.name.endswith("/postgres"))
+    shipped = {f.resolve() for f in context_files(spec)}
     missing = sorted(str(f.relative_to(SRC)) for f in needed if f.resolve() not in shipped)
     assert missing == [], f"add to images/postgres/Dockerfile.dockerignore: {missing}"
 
 
 def test_the_operator_s_own_code_is_not_in_the_postgres_image() -> None:
-    spec = next(s for s in build.find_specs() if s.name.endswith("/postgres"))
-    shipped = {str(f.relative_to(SRC)) for f in build._context_files(spec) if SRC in f.parents}
+    spec = next(s for s in find_specs() if s.name.endswith("/postgres"))
+    shipped = {str(f.relative_to(SRC)) for f in context_files(spec) if SRC in f.parents}
     assert not any(f.startswith(("pg_operator/controller/", "pg_operator/specs/")) for f in shipped)

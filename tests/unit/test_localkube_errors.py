@@ -6,9 +6,16 @@ import os
 import socket
 from pathlib import Path
 
-import node
 import pytest
-from common import DEFAULT_STATE, ClusterError, Context, require_commands, require_ports_free, wait_for
+from localkube.common import (
+    DEFAULT_STATE,
+    ClusterError,
+    Context,
+    require_commands,
+    require_ports_free,
+    wait_for,
+)
+from localkube.host import cgroup_parent
 
 
 def test_a_busy_port_names_the_port_and_the_process_holding_it() -> None:
@@ -42,9 +49,9 @@ def test_a_component_that_dies_shows_the_end_of_its_log(tmp_path: Path) -> None:
 
 def test_each_state_directory_gets_cgroups_of_its_own(tmp_path: Path) -> None:
     # Teardown empties the node's cgroup root: a second cluster (another PGOP_STATE) must not share it.
-    default = node.cgroup_parent(Context(state=DEFAULT_STATE, cache=tmp_path))
-    other = node.cgroup_parent(Context(state=tmp_path / "a", cache=tmp_path))
+    default = cgroup_parent(Context(state=DEFAULT_STATE, cache=tmp_path))
+    other = cgroup_parent(Context(state=tmp_path / "a", cache=tmp_path))
     assert default == "localkube"
     assert other.startswith("localkube-") and other != default
-    assert other == node.cgroup_parent(Context(state=tmp_path / "a", cache=tmp_path))
-    assert other != node.cgroup_parent(Context(state=tmp_path / "b", cache=tmp_path))
+    assert other == cgroup_parent(Context(state=tmp_path / "a", cache=tmp_path))
+    assert other != cgroup_parent(Context(state=tmp_path / "b", cache=tmp_path))

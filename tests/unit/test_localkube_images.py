@@ -4,32 +4,16 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import io
 import json
-import sys
 import tarfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-from common import ClusterError
-
-LOCALKUBE = Path(__file__).resolve().parents[2] / "localkube"
-
-
-def load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-build = load("localkube_image_build", LOCALKUBE / "images" / "build.py")
-oci = sys.modules["oci"]
-provisioner = load("localkube_provisioner", LOCALKUBE / "hostpath" / "provisioner.py")
+from localkube.common import ClusterError
+from localkube.hostpath import provisioner
+from localkube.images import oci
+from localkube.images.spec import ImageSpec
 
 
 def test_pack_writes_an_oci_layout_whose_digests_and_names_match(tmp_path: Path) -> None:
@@ -87,7 +71,7 @@ def spec_dir(tmp_path: Path, doc: dict[str, object]) -> Path:
 def test_image_json_tag_template_maps_a_tag_back_to_its_args(tmp_path: Path) -> None:
     d = spec_dir(tmp_path, {"name": "localhost/pg", "tag": "${PG_VERSION}", "recipe": "recipe.sh",
                             "args": {"PG_VERSION": ["15.19", "16.13"]}, "env": {"V": "${PG_VERSION}"}})
-    spec = build.ImageSpec.load(d)
+    spec = ImageSpec.load(d)
     assert spec.args == {"PG_VERSION": "15.19"}
     assert spec.args_for_tag("16.13") == {"PG_VERSION": "16.13"}
     assert spec.ref({"PG_VERSION": "16.13"}) == "localhost/pg:16.13"
@@ -98,12 +82,12 @@ def test_image_json_tag_template_maps_a_tag_back_to_its_args(tmp_path: Path) -> 
 
 def test_image_json_errors_name_the_field(tmp_path: Path) -> None:
     with pytest.raises(ClusterError, match=r"unknown field.*colour"):
-        build.ImageSpec.load(spec_dir(tmp_path, {"name": "a", "tag": "1", "colour": "red"}))
+        ImageSpec.load(spec_dir(tmp_path, {"name": "a", "tag": "1", "colour": "red"}))
 
 
 def test_image_json_requires_name(tmp_path: Path) -> None:
     with pytest.raises(ClusterError, match="'name' is required"):
-        build.ImageSpec.load(spec_dir(tmp_path, {"tag": "1"}))
+        ImageSpec.load(spec_dir(tmp_path, {"tag": "1"}))
 
 
 def test_provisioned_volume_is_local_with_affinity_to_the_selected_node(tmp_path: Path) -> None:

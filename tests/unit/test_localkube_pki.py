@@ -1,6 +1,6 @@
 """The local cluster's certificates: one CA, the identities RBAC expects, the SANs pods and kubectl use.
 
-(tests/conftest.py puts localkube/ on sys.path.)
+(tests/conftest.py puts the repository root, where the localkube package is, on sys.path.)
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from common import KUBERNETES_SERVICE_IP, NODE_NAME, Context
-from pki import CLIENTS, Pki, ensure_kubeconfigs
+from localkube.common import KUBERNETES_SERVICE_IP, NODE_NAME, Context
+from localkube.pki import CLIENTS, Pki, ensure_kubeconfigs
 
 
 def openssl(*args: str) -> str:
