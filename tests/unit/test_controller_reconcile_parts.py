@@ -7,13 +7,10 @@ import json
 from typing import Any
 
 from pg_operator.controller.cache import Snapshot
-from pg_operator.controller.reconcile import (
-    WriteMemo,
-    status_patch,
-    storage_class_problem,
-    undesired_children,
-)
+from pg_operator.controller.reconcile import status_patch, undesired_children
+from pg_operator.controller.rooms.storage import storage_class_problem
 from pg_operator.controller.wakeups import relevance
+from pg_operator.controller.writes import WriteMemo
 
 UID = "c-uid"
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from pg_operator.controller.reconcile import all_of
+from pg_operator.controller.writes import all_of
 
 
 def test_counts_the_writes_made() -> None:

@@ -1,4 +1,5 @@
-"""The operator's part of high availability, on top of Patroni: one step per reconcile pass.
+"""The high-availability room: the operator's part of high availability on top of Patroni, one step
+per reconcile pass.
 
 - Fast failover: when the kubelet reports the primary's database container dead, release its leader
   key so a replica takes over now rather than after Patroni's ttl (orchestration.failover).
@@ -27,6 +28,7 @@ from typing import Any
 import aiohttp
 from lightkube.core.exceptions import ApiError
 
+from pg_operator import objects
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import API_VERSION, CLUSTER_LABEL, KIND, ROLE_PRIMARY
 from pg_operator.controller.cache import Snapshot
@@ -38,6 +40,7 @@ from pg_operator.controller.kube_api import (
     is_not_found,
     resource_for,
 )
+from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.orchestration.failover import leader_configmap_name, plan_lock_release, sync_configmap_name
 from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
 from pg_operator.orchestration.patroni_settings import (
@@ -73,12 +76,8 @@ class StepResult:
     message: str = ""  # what the data plane is waiting for or doing, for the phase
 
 
-def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return (obj or {}).get("metadata") or {}
-
-
-def _desired_image(statefulset: Mapping[str, Any]) -> str | None:
-    for c in ((statefulset.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or ():
+def _desired_image(statefulset: Mapping[str, Any] | None) -> str | None:
+    for c in (objects.spec(statefulset).get("template") or {}).get("spec", {}).get("containers") or ():
         if c.get("name") == "postgres":
             return str(c.get("image"))
     return None
@@ -94,7 +93,7 @@ def patroni_auth(snapshot: Snapshot, cluster: PostgresCluster) -> PatroniAuth | 
         return None
 
 
-class DataPlane:
+class HighAvailabilityRoom(Room):
     def __init__(self, api: Api, events: EventRecorder) -> None:
         self.api = api
         self.events = events
@@ -110,20 +109,34 @@ class DataPlane:
             self._session = aiohttp.ClientSession()
         return self._session
 
-    async def step(self, cluster: PostgresCluster, body: dict[str, Any], snapshot: Snapshot,
-                   statefulset: Mapping[str, Any]) -> StepResult:
-        result = StepResult()
-        pods = [p for p in snapshot.of_kind("v1", "Pod")
-                if (_meta(p).get("labels") or {}).get(CLUSTER_LABEL) == cluster.name]
-        instances = instances_from_pods(pods)
-        result.writes += await self._adopt_patroni_configmaps(cluster, snapshot)
-        result.writes += await self._fast_failover(cluster, body, snapshot, instances)
-        result.writes += await self._ensure_dynamic_config(cluster, body, snapshot, instances)
+    async def act(self, p: ClusterPass) -> None:
+        if p.statefulset is None:
+            return  # nothing runs yet: Patroni bootstraps the first instance on its own
+        try:
+            step = await self.step(p)
+        except ApiError as exc:
+            # A refused action (say, RBAC) is reported, and must not keep the children and the status
+            # from being reconciled; the next pass tries again.
+            log.warning("%s/%s: data-plane action failed: %s", p.namespace, p.name, exc.status.message)
+            step = StepResult(problem=("DataPlaneActionFailed", str(exc.status.message)))
+        p.writes += step.writes
+        p.report(step.problem)
+        if step.replicas is not None:
+            p.replicas = step.replicas
 
-        requested = str((_meta(body).get("annotations") or {}).get(SWITCHOVER_ANNOTATION) or "")
+    async def step(self, p: ClusterPass) -> StepResult:
+        result = StepResult()
+        cluster, snapshot = p.cluster, p.snapshot
+        pods = [pod for pod in snapshot.of_kind("v1", "Pod")
+                if objects.label(pod, CLUSTER_LABEL) == cluster.name]
+        instances = instances_from_pods(pods)
+        result.writes += await self._adopt_patroni_configmaps(p)
+        result.writes += await self._fast_failover(p, instances)
+        result.writes += await self._ensure_dynamic_config(p, instances)
+
+        requested = objects.annotation(p.body, SWITCHOVER_ANNOTATION)
         if requested:
-            result.writes += await self._requested_switchover(cluster, body, snapshot, pods, requested,
-                                                              result)
+            result.writes += await self._requested_switchover(p, pods, requested, result)
             return result
 
         replicas, scale_action = plan_scale(instances, cluster.spec.replicas)
@@ -133,30 +146,30 @@ class DataPlane:
             members = await self._members(instances)
             replicas, scale_action = plan_scale(instances_from_pods(pods, members), cluster.spec.replicas)
             result.replicas = replicas if replicas != cluster.spec.replicas else None
-            result.writes += await self._act(cluster, body, snapshot, instances, scale_action, result)
+            result.writes += await self._act(p, instances, scale_action, result)
             return result
 
-        image = _desired_image(statefulset)
+        image = _desired_image(p.statefulset)
         if image and any(i.image != image for i in instances):
             members = await self._members(instances)
             action = plan_update(instances_from_pods(pods, members), image, cluster.spec.replicas,
                                  datetime.now(UTC))
-            result.writes += await self._act(cluster, body, snapshot, instances, action, result)
+            result.writes += await self._act(p, instances, action, result)
             return result
 
         # A recreated pod starts with the current settings, so restarts wait until a rollout is done.
         if any(i.pending_restart is not None for i in instances):
             members = await self._members(instances)
             action = plan_restart(instances_from_pods(pods, members), cluster.spec.replicas)
-            result.writes += await self._act(cluster, body, snapshot, instances, action, result)
+            result.writes += await self._act(p, instances, action, result)
         return result
 
-    async def _requested_switchover(self, cluster: PostgresCluster, body: dict[str, Any], snapshot: Snapshot,
-                                    pods: list[dict[str, Any]], requested: str, result: StepResult) -> int:
+    async def _requested_switchover(self, p: ClusterPass, pods: list[dict[str, Any]], requested: str,
+                                    result: StepResult) -> int:
         instances = instances_from_pods(pods)
         primary = next((i for i in instances if i.role == ROLE_PRIMARY), None)
         if primary is not None and primary.name == requested:
-            return await self._clear_request(cluster, body, "Normal", "SwitchoverDone",
+            return await self._clear_request(p, "Normal", "SwitchoverDone",
                                              f"{requested} is the primary")
         members = await self._members(instances)
         instances = instances_from_pods(pods, members)
@@ -165,26 +178,25 @@ class DataPlane:
         else:
             target = next((i for i in instances if i.name == requested), None)
             if target is None:
-                return await self._clear_request(cluster, body, "Warning", "SwitchoverRefused",
+                return await self._clear_request(p, "Warning", "SwitchoverRefused",
                                                  f"{requested} is not an instance of this cluster")
         if target is None or not target.healthy_replica:
             result.message = f"switchover to {requested} waits for it to be a streaming replica"
             return 0
         action = Action("switchover", target=target.name, reason=f"switchover to {target.name} requested")
-        writes = await self._act(cluster, body, snapshot, instances, action, result)
+        writes = await self._act(p, instances, action, result)
         # Done, or refused by Patroni (its reason is in the SwitchoverRefused Event): either way the
         # request is answered; asking again is the user's call.
-        return writes + await self._clear_request(cluster, body, None, "", "")
+        return writes + await self._clear_request(p, None, "", "")
 
-    async def _clear_request(self, cluster: PostgresCluster, body: dict[str, Any], event_type: str | None,
-                             reason: str, message: str) -> int:
+    async def _clear_request(self, p: ClusterPass, event_type: str | None, reason: str, message: str) -> int:
         try:
-            await self.api.merge_patch(PostgresClusterResource, cluster.name, cluster.namespace,
+            await self.api.merge_patch(PostgresClusterResource, p.name, p.namespace,
                                        {"metadata": {"annotations": {SWITCHOVER_ANNOTATION: None}}})
         except ApiError as exc:
             if not is_not_found(exc):
                 raise
-        recorded = await self.events.record(body, event_type, reason, message) if event_type else False
+        recorded = await self.events.record(p.body, event_type, reason, message) if event_type else False
         return 1 + int(recorded)
 
     async def _members(self, instances: list[Instance]) -> dict[str, Member]:
@@ -200,8 +212,9 @@ class DataPlane:
                 log.info("Patroni on %s did not answer: %s", inst.name, exc)
         return {}
 
-    async def _act(self, cluster: PostgresCluster, body: dict[str, Any], snapshot: Snapshot,
-                   instances: list[Instance], action: Action, result: StepResult) -> int:
+    async def _act(self, p: ClusterPass, instances: list[Instance], action: Action,
+                   result: StepResult) -> int:
+        cluster, body = p.cluster, p.body
         result.message = action.reason
         if action.kind in ("none", "wait"):
             if action.reason:
@@ -219,12 +232,12 @@ class DataPlane:
                     raise
             return 1 + int(await self.events.record(body, "Normal", "RollingUpdate", action.reason))
         if action.kind == "restart":
-            return await self._restart(cluster, body, snapshot, instances, action, result)
+            return await self._restart(p, instances, action, result)
         # switchover
         primary = next((i for i in instances if i.role == ROLE_PRIMARY), None)
         if primary is None or not primary.pod_ip:
             return 0
-        auth = patroni_auth(snapshot, cluster)
+        auth = patroni_auth(p.snapshot, cluster)
         log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
         try:
             await switchover(self.session(), primary.pod_ip, primary.name, action.target, auth)
@@ -235,25 +248,26 @@ class DataPlane:
             return int(await self.events.record(body, "Warning", "SwitchoverRefused", str(exc)))
         return int(await self.events.record(body, "Normal", "Switchover", action.reason))
 
-    async def _restart(self, cluster: PostgresCluster, body: dict[str, Any], snapshot: Snapshot,
-                       instances: list[Instance], action: Action, result: StepResult) -> int:
+    async def _restart(self, p: ClusterPass, instances: list[Instance], action: Action,
+                       result: StepResult) -> int:
+        cluster = p.cluster
         target = next((i for i in instances if i.name == action.target), None)
         if target is None or not target.pod_ip:
             return 0
         log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
         try:
-            await restart_pending(self.session(), target.pod_ip, patroni_auth(snapshot, cluster))
+            await restart_pending(self.session(), target.pod_ip, patroni_auth(p.snapshot, cluster))
         except PatroniError as exc:
             # Most often the member restarted already and its pod does not say so yet (Patroni checks
             # restart_pending itself); otherwise Patroni says why. Either way: re-plan on the next pass.
             log.info("%s/%s: restart of %s not done: %s", cluster.namespace, cluster.name, target.name, exc)
             result.message = f"restart of {target.name} not done by Patroni; retrying"
             return 0
-        return int(await self.events.record(body, "Normal", "Restarted", action.reason.replace(
+        return int(await self.events.record(p.body, "Normal", "Restarted", action.reason.replace(
             "restarting", "restarted", 1)))
 
-    async def _fast_failover(self, cluster: PostgresCluster, body: dict[str, Any], snapshot: Snapshot,
-                             instances: list[Instance]) -> int:
+    async def _fast_failover(self, p: ClusterPass, instances: list[Instance]) -> int:
+        cluster, snapshot = p.cluster, p.snapshot
         leader = snapshot.find("v1", "ConfigMap", leader_configmap_name(cluster.name))
         sync = snapshot.find("v1", "ConfigMap", sync_configmap_name(cluster.name))
         release = plan_lock_release(leader, instances, sync)
@@ -269,23 +283,23 @@ class DataPlane:
         log.warning("%s/%s: released the leader key of %s: %s", cluster.namespace, cluster.name,
                     release.holder, release.reason)
         recorded = await self.events.record(
-            body, "Warning", "FailoverStarted",
+            p.body, "Warning", "FailoverStarted",
             f"{release.reason}: released its leader key so a replica takes over without waiting for the ttl")
         return 1 + int(recorded)
 
-    async def _ensure_dynamic_config(self, cluster: PostgresCluster, body: dict[str, Any], snapshot: Snapshot,
-                                     instances: list[Instance]) -> int:
+    async def _ensure_dynamic_config(self, p: ClusterPass, instances: list[Instance]) -> int:
         """Keep Patroni's dynamic configuration as the spec says (orchestration.patroni_settings): read
         from the watched `<scope>-config` ConfigMap, PATCHed on the leader only when it differs (once per
         observed version of that ConfigMap). Patroni then reloads every member; what needs a restart
         shows up as pending_restart on the pods."""
+        cluster, snapshot = p.cluster, p.snapshot
         configmap = snapshot.find("v1", "ConfigMap", config_configmap_name(cluster.name))
         patch = dynamic_config_patch(configmap, dynamic_settings(cluster))
         primary = next((i for i in instances if i.role == ROLE_PRIMARY and i.ready and i.pod_ip
                         and not i.container_down and not i.terminating), None)
         if patch is None or primary is None:
             return 0
-        seen = ((cluster.namespace, cluster.name), str(_meta(configmap).get("resourceVersion") or ""))
+        seen = ((cluster.namespace, cluster.name), objects.resource_version(configmap) or "")
         if seen in self._config_patched:
             return 0
         try:
@@ -305,22 +319,21 @@ class DataPlane:
                  described)
         if not parameters and settings == ["primary_start_timeout"]:
             return 0  # the operator's own setting on an older cluster: nothing the user changed
-        recorded = await self.events.record(body, "Normal", "ConfigurationUpdated",
+        recorded = await self.events.record(p.body, "Normal", "ConfigurationUpdated",
                                             f"applied to every instance: {described}")
         return int(recorded)
 
-    async def _adopt_patroni_configmaps(self, cluster: PostgresCluster, snapshot: Snapshot) -> int:
+    async def _adopt_patroni_configmaps(self, p: ClusterPass) -> int:
         """Patroni creates its ConfigMaps without an owner; give them one (not as controller: they
         stay Patroni's) so the garbage collector removes them with the cluster."""
-        writes = 0
+        cluster, writes = p.cluster, 0
         wanted = {cluster.name + suffix for suffix in PATRONI_CONFIGMAP_SUFFIXES}
-        for cm in snapshot.of_kind("v1", "ConfigMap"):
-            meta = _meta(cm)
-            if meta.get("name") not in wanted or meta.get("ownerReferences"):
+        for cm in p.snapshot.of_kind("v1", "ConfigMap"):
+            if objects.name(cm) not in wanted or objects.owner_references(cm):
                 continue
             ref = {"apiVersion": API_VERSION, "kind": KIND, "name": cluster.name, "uid": cluster.uid}
             try:
-                await self.api.merge_patch(resource_for("v1", "ConfigMap"), str(meta["name"]),
+                await self.api.merge_patch(resource_for("v1", "ConfigMap"), objects.name(cm),
                                            cluster.namespace, {"metadata": {"ownerReferences": [ref]}})
             except ApiError as exc:
                 if not is_not_found(exc):

@@ -1,0 +1,85 @@
+"""Capabilities as rooms: each one's door into the cluster reconcile.
+
+A room is one capability (instances, credentials, storage, high availability; TLS, a pooler, roles
+and major upgrades add theirs). Its types live in `api/`, its pure builders in `specs/`,
+`orchestration/` or a package of its own; its module here holds what it does during a pass (data-plane
+steps, create-only writes, follow-up writes) and what it reports (a problem for the status and
+Events). The reconcile (`controller/reconcile.py`) runs every room through the same phases and knows no
+capability by name beyond the list in `ROOMS` order.
+
+May import: `pg_operator.api`, `specs`, `orchestration`, `patroni`, `objects`, and the controller's
+plumbing (`cache`, `kube_api`, `events`, `writes`). Never `controller.reconcile` or `controller.operator`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pg_operator.api.cluster import PostgresCluster
+from pg_operator.controller.cache import Snapshot
+
+# (reason, message): what keeps the cluster from its desired state, for the status and a Warning Event.
+Problem = tuple[str, str]
+ObjectId = tuple[str, str, str]  # (apiVersion, kind, name)
+
+
+@dataclass
+class ClusterPass:
+    """What one pass over one cluster knows and has done so far; every room reads and adds to it."""
+
+    body: dict[str, Any]  # the PostgresCluster as the cache holds it
+    cluster: PostgresCluster  # its parsed, validated form
+    snapshot: Snapshot  # the cluster's children and pods in the cache
+    statefulset: Mapping[str, Any] | None
+    writes: int = 0
+    problem: Problem | None = None  # the first one found is the one reported
+    replicas: int | None = None  # a StatefulSet size to apply now instead of spec.replicas
+    wanted: set[ObjectId] = field(default_factory=set)  # children the pass keeps; the rest is deleted
+
+    @property
+    def namespace(self) -> str:
+        return self.cluster.namespace
+
+    @property
+    def name(self) -> str:
+        return self.cluster.name
+
+    def report(self, problem: Problem | None) -> None:
+        if problem is not None and self.problem is None:
+            self.problem = problem
+
+
+class Room:
+    """One capability's door. Each hook is optional; a room overrides the ones it uses."""
+
+    async def act(self, p: ClusterPass) -> None:
+        """Data-plane steps on the running cluster, before any child is written."""
+
+    def children(self, p: ClusterPass) -> list[dict[str, Any]]:
+        """Desired child objects, server-side applied where they differ."""
+        return []
+
+    async def applied(
+        self, p: ClusterPass, desired: Mapping[str, Any], observed: Mapping[str, Any] | None
+    ) -> int:
+        """After one of this room's children was written: follow-up writes (Events) made."""
+        return 0
+
+    def holds_back(
+        self, p: ClusterPass, desired: Mapping[str, Any], observed: Mapping[str, Any] | None
+    ) -> bool:
+        """Whether a child must wait (not be written) this pass."""
+        return False
+
+    async def create(self, p: ClusterPass) -> int:
+        """Create-only children, sent with the first wave of writes; returns the writes made."""
+        return 0
+
+    async def settle(self, p: ClusterPass) -> int:
+        """Writes that follow the children (e.g. growing volumes); returns the writes made."""
+        return 0
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """The cluster is gone: drop what the room remembers of it."""

@@ -1,0 +1,73 @@
+"""The storage room: a StorageClass that does not exist is reported (the StatefulSet waits for it), and
+data volumes grow when spec.storage does (a refusal, e.g. a class without expansion, is reported)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from lightkube.core.exceptions import ApiError
+
+from pg_operator import objects
+from pg_operator.controller.cache import Snapshot
+from pg_operator.controller.kube_api import Api, resource_for
+from pg_operator.controller.rooms import ClusterPass, Problem, Room
+from pg_operator.controller.writes import WriteId, WriteMemo, canonical
+from pg_operator.specs import pvc_resizes
+
+log = logging.getLogger(__name__)
+
+
+def storage_class_problem(spec: Mapping[str, Any], snapshot: Snapshot) -> Problem | None:
+    name = spec.get("storageClassName")
+    if name and snapshot.storage_classes_known and name not in snapshot.storage_classes:
+        return (
+            "StorageClassNotFound",
+            f"spec.storageClassName names StorageClass {name!r}, which does not exist; "
+            "the StatefulSet is created once it does",
+        )
+    return None
+
+
+class StorageRoom(Room):
+    def __init__(self, api: Api, memo: WriteMemo) -> None:
+        self.api = api
+        self.memo = memo
+        # A refused PVC growth, by claim: (its resourceVersion, the patch, the problem). While the memo
+        # holds the patch back, the passes in between keep reporting it instead of flapping to Healthy.
+        self._resize_refused: dict[WriteId, tuple[str | None, str, Problem]] = {}
+
+    async def act(self, p: ClusterPass) -> None:
+        p.report(storage_class_problem(objects.spec(p.body), p.snapshot))
+
+    async def settle(self, p: ClusterPass) -> int:
+        writes = 0
+        for pvc_name, patch in pvc_resizes(p.cluster, p.snapshot.of_kind("v1", "PersistentVolumeClaim")):
+            ident = (p.namespace, "PersistentVolumeClaim", pvc_name, "resize")
+            rv = objects.resource_version(p.snapshot.find("v1", "PersistentVolumeClaim", pvc_name))
+            fingerprint = canonical(patch)
+            if self.memo.pending(ident, rv, fingerprint):
+                refused = self._resize_refused.get(ident)
+                if refused is not None and refused[:2] == (rv, fingerprint):
+                    p.report(refused[2])
+                continue
+            self._resize_refused.pop(ident, None)
+            log.info("growing PVC %s/%s", p.namespace, pvc_name)
+            writes += 1
+            try:
+                await self.api.merge_patch(
+                    resource_for("v1", "PersistentVolumeClaim"), pvc_name, p.namespace, patch
+                )
+            except ApiError as exc:
+                if exc.status.code not in (403, 422):
+                    raise
+                # e.g. the StorageClass does not allow expansion: retrying soon will not help; report it
+                refusal = (
+                    "StorageResizeRefused",
+                    f"PersistentVolumeClaim {pvc_name} cannot grow to spec.storage: {exc.status.message}",
+                )
+                self._resize_refused[ident] = (rv, fingerprint, refusal)
+                p.report(refusal)
+            self.memo.wrote(ident, rv, fingerprint)
+        return writes
