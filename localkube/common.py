@@ -59,16 +59,6 @@ def state_dir() -> Path:
     return Path(os.environ.get("PGOP_STATE", str(DEFAULT_STATE)))
 
 
-def read_versions() -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in (HERE / "versions.env").read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            out[key] = value
-    return out
-
-
 @dataclass
 class Context:
     """Where everything of one local cluster lives, and how its processes are run."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Callable
 
@@ -174,8 +173,3 @@ def stop(ctx: Context) -> None:
     for name in reversed(COMPONENTS):
         if ctx.stop_process(name):
             log(f"stopped {name}")
-
-
-def wipe(ctx: Context) -> None:
-    """Forget all cluster data (etcd) but keep certificates and the cache."""
-    shutil.rmtree(ctx.state / "etcd", ignore_errors=True)

@@ -214,7 +214,6 @@ def start(ctx: Context, pki: Pki) -> None:
     addons.start_dns(ctx)
 
 
-
 def prepare_host(ctx: Context) -> None:
     """Clear what an earlier node left (it may have died without `down`), then the kernel settings
     and cgroups the node needs; safe to repeat."""
