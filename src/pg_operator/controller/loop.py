@@ -1,19 +1,72 @@
-"""Drives reconciles: wake-ups in, per-cluster serialised passes out, retries and periodic resyncs."""
+"""The one runtime every reconciler runs on: wake-ups in, per-key serialised passes out, retries with
+capped exponential backoff and jitter, periodic resyncs, metrics.
+
+A reconciler is anything with `async reconcile(key) -> Outcome` (`Reconciler`); the loop knows nothing
+of what a key names. The cluster reconciler (controller/reconcile.py) runs on one loop, each backup
+reconciler (controller/backup_reconcilers) on a loop of its own, so a failing store or exec never
+holds up a cluster's own reconcile.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-
-from lightkube.core.exceptions import ApiError
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from pg_operator.controller.backoff import Backoff, jittered
-from pg_operator.controller.keys import ClusterKey
 from pg_operator.controller.metrics import Metrics
-from pg_operator.controller.reconcile import Outcome, Reconciler, namespace_terminating
 from pg_operator.controller.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+K_contra = TypeVar("K_contra", bound=Hashable, contravariant=True)
+
+
+class Outcome(Protocol):
+    """What one pass says about its key (read-only; reconcile.Outcome and `Result` are two)."""
+
+    @property
+    def writes(self) -> int:
+        """Requests that changed something (0: found as wanted)."""
+        ...
+
+    @property
+    def problem(self) -> object | None:
+        """Something only the user can fix (counted apart; the key is not retried for it)."""
+        ...
+
+    @property
+    def gone(self) -> bool:
+        """The object is gone: no resync for it."""
+        ...
+
+    @property
+    def requeue_after(self) -> float | None:
+        """Seconds until the next pass the key needs (a job to poll, a schedule), or None."""
+        ...
+
+    @property
+    def phase(self) -> str | None:
+        """A word for the log line of a pass that wrote, or None."""
+        ...
+
+
+@dataclass(frozen=True)
+class Result:
+    """An Outcome for reconcilers that need no more than these."""
+
+    writes: int = 0
+    problem: object | None = None
+    gone: bool = False
+    requeue_after: float | None = None
+    phase: str | None = None
+
+
+class Reconciler(Protocol[K_contra]):
+    async def reconcile(self, key: K_contra) -> Outcome: ...
 
 
 def result_label(outcome: Outcome) -> str:
@@ -22,73 +75,103 @@ def result_label(outcome: Outcome) -> str:
     return "changed" if outcome.writes else "noop"
 
 
-class ReconcileLoop:
+def key_text(key: Hashable) -> str:
+    return "/".join(str(part) for part in key) if isinstance(key, tuple) else str(key)
+
+
+def never_gives_up(exc: Exception) -> str | None:
+    return None
+
+
+class ReconcileLoop(Generic[K]):
+    """`name` starts the retry log line ("reconcile of ns/db failed …"). `gives_up(exc)` names why a
+    failure is final (the key is then dropped, counted "gone", not retried) or returns None. With
+    `metrics` the passes are counted in pg_operator_reconcile_total{result} and the queue depth is kept;
+    `resync_seconds` None: no periodic pass, only wake-ups and the outcomes' requeue_after."""
+
     def __init__(
         self,
-        reconciler: Reconciler,
-        metrics: Metrics,
+        reconciler: Reconciler[K],
+        metrics: Metrics | None = None,
         *,
+        name: str = "reconcile",
         workers: int = 8,
-        resync_seconds: float = 300.0,
+        resync_seconds: float | None = 300.0,
         backoff: Backoff | None = None,
         status_delay: float = 1.0,
+        gives_up: Callable[[Exception], str | None] = never_gives_up,
     ) -> None:
         self.reconciler = reconciler
         self.metrics = metrics
+        self.name = name
         self.workers = workers
         self.resync_seconds = resync_seconds
         self.backoff = backoff or Backoff()
         self.status_delay = status_delay
-        self.queue: WorkQueue[ClusterKey] = WorkQueue()
-        self.failures: dict[ClusterKey, int] = {}
+        self.gives_up = gives_up
+        self.queue: WorkQueue[K] = WorkQueue()
+        self.failures: dict[K, int] = {}
 
-    def wake(self, key: ClusterKey) -> None:
+    def _count(self, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.reconciles.labels(result=result).inc()
+
+    def _depth(self) -> None:
+        if self.metrics is not None:
+            self.metrics.queue_depth.set(len(self.queue))
+
+    def wake(self, key: K) -> None:
         self.queue.add(key)
-        self.metrics.queue_depth.set(len(self.queue))
+        self._depth()
 
-    def wake_soon(self, key: ClusterKey) -> None:
+    def wake_after(self, key: K, delay: float) -> None:
+        self.queue.add_after(key, delay)
+
+    def wake_soon(self, key: K) -> None:
         """For status-only news (pods, StatefulSet status): a burst of such events, e.g. instances
         becoming ready one by one, is folded into one pass and one status write."""
         self.queue.add_after(key, self.status_delay)
 
-    async def handle(self, key: ClusterKey) -> bool:
-        """One pass; True when it found the cluster converged (no write, no problem): the work queue
-        then puts its next pass ahead of a burst of new clusters."""
-        self.metrics.queue_depth.set(len(self.queue))
+    async def handle(self, key: K) -> bool:
+        """One pass; True when it found the key settled (no write, no problem, nothing to come back
+        for): the work queue then puts its next pass ahead of a burst of new keys."""
+        self._depth()
         try:
             outcome = await self.reconciler.reconcile(key)
         except asyncio.CancelledError:
             raise
-        except ApiError as exc:
-            if not namespace_terminating(exc):
+        except Exception as exc:
+            why = self.gives_up(exc)
+            if why is None:
                 self._failed(key, exc)
                 return False
-            # Its namespace is being deleted, the cluster with it: nothing to repair, nothing to retry.
-            log.info("not reconciling %s/%s: its namespace is being deleted", key[0], key[1])
+            # E.g. its namespace is being deleted, the object with it: nothing to repair or retry.
+            log.info("not reconciling %s: %s", key_text(key), why)
             self.failures.pop(key, None)
-            self.metrics.reconciles.labels(result="gone").inc()
-            return False
-        except Exception as exc:
-            self._failed(key, exc)
+            self._count("gone")
             return False
         self.failures.pop(key, None)
-        self.metrics.reconciles.labels(result=result_label(outcome)).inc()
+        self._count(result_label(outcome))
         if outcome.writes:
-            log.info("reconciled %s/%s: %d write(s), phase %r", key[0], key[1], outcome.writes, outcome.phase)
-        if not outcome.gone:
+            log.info("reconciled %s: %d write(s), phase %r", key_text(key), outcome.writes, outcome.phase)
+        if outcome.gone:
+            return False
+        if outcome.requeue_after is not None:
+            self.queue.add_after(key, outcome.requeue_after)
+        if self.resync_seconds is not None:
             self.queue.add_after(key, jittered(self.resync_seconds))
-        return not outcome.gone and outcome.writes == 0 and outcome.problem is None
+        return outcome.writes == 0 and outcome.problem is None and outcome.requeue_after is None
 
-    def _failed(self, key: ClusterKey, exc: Exception) -> None:
+    def _failed(self, key: K, exc: Exception) -> None:
         """Retry with capped exponential backoff and jitter."""
         failures = self.failures.get(key, 0) + 1
         self.failures[key] = failures
         delay = self.backoff.delay(failures)
-        self.metrics.reconciles.labels(result="error").inc()
+        self._count("error")
         log.warning(
-            "reconcile of %s/%s failed (%d in a row), retrying in %.1fs: %s: %s",
-            key[0],
-            key[1],
+            "%s of %s failed (%d in a row), retrying in %.1fs: %s: %s",
+            self.name,
+            key_text(key),
             failures,
             delay,
             type(exc).__name__,
@@ -98,3 +181,6 @@ class ReconcileLoop:
 
     async def run(self) -> None:
         await self.queue.run_workers(self.handle, self.workers)
+
+    def close(self) -> None:
+        self.queue.close()

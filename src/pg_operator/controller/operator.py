@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
+from lightkube.core.exceptions import ApiError
 
 from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.controller import cache_sync
@@ -30,12 +31,20 @@ from pg_operator.controller.lease import LeaseConfig, LeaseElector, LeaseLost
 from pg_operator.controller.loop import ReconcileLoop
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.pod_exec import PodExec
-from pg_operator.controller.reconcile import Reconciler
+from pg_operator.controller.reconcile import Reconciler, namespace_terminating
 from pg_operator.controller.wakeups import Wakeups, build_registry
 from pg_operator.specs import MANAGED_KINDS
 
 log = logging.getLogger(__name__)
 DEFAULT_LEASE_NAMESPACE = "pg-operator-system"
+
+
+def namespace_being_deleted(exc: Exception) -> str | None:
+    """The cluster loop's final failure: a write refused because the namespace is going, and the
+    cluster with it (reconcile.namespace_terminating)."""
+    if isinstance(exc, ApiError) and namespace_terminating(exc):
+        return "its namespace is being deleted"
+    return None
 
 
 def default_identity() -> str:
@@ -179,7 +188,8 @@ async def _lead(
 ) -> int:
     cache = Cache(kinds, gate)
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity))
-    controller = ReconcileLoop(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds)
+    controller = ReconcileLoop(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds,
+                               gives_up=namespace_being_deleted)  # fmt: skip
     backups = BackupController(api, cache, metrics, PodExec(load_config(), metrics), opts.identity,
                                retention_seconds=opts.backup_retention_seconds)  # fmt: skip
     registry = build_registry(Wakeups(controller, cache, backups), kinds)

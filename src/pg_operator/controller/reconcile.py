@@ -46,6 +46,7 @@ class Outcome:
     problem: Problem | None = None
     phase: str | None = None
     gone: bool = False
+    requeue_after: float | None = None  # the loop's Outcome protocol (loop.py); resyncs suffice here
 
 
 def status_patch(previous: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any]:
