@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pg_operator import objects
+from pg_operator.api.backup import BACKUP_KIND, SCHEDULED_BACKUP_KIND
 from pg_operator.api.constants import API_VERSION, KIND, PLURAL
 from pg_operator.controller.cache_sync import ListedKind, RelistPruner, SyncGate
 from pg_operator.controller.keys import ClusterKey, cluster_key_of_child, cluster_key_of_cluster
@@ -122,18 +124,18 @@ class Snapshot:
 
     def find(self, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
         for obj in self.of_kind(api_version, kind):
-            if (obj.get("metadata") or {}).get("name") == name:
+            if objects.name(obj) == name:
                 return obj
         return None
 
 
 def _uid(body: Mapping[str, Any]) -> str:
-    return str((body.get("metadata") or {}).get("uid") or "")
+    return objects.uid(body)
 
 
 def _version(packed: Packed) -> int:
     """An object's resourceVersion as a number, to tell the newer of two objects under one name."""
-    rv = str((packed.unpack().get("metadata") or {}).get("resourceVersion") or "")
+    rv = objects.resource_version(packed.unpack()) or ""
     return int(rv) if rv.isdigit() else -1
 
 
@@ -172,6 +174,11 @@ class _Store:
 
 CLUSTER_KIND = (API_VERSION, KIND)
 STORAGE_CLASS_KIND = ("storage.k8s.io/v1", "StorageClass")
+# The backup kinds, for the backup reconcilers: Backups by their cluster (namespace, spec.cluster),
+# ScheduledBackups by (namespace, name). Not listed by the sync gate: a missing backup CRD must not
+# keep the operator from syncing (kopf only warns about it).
+BACKUP_KIND_KEY = (API_VERSION, BACKUP_KIND)
+SCHEDULED_BACKUP_KIND_KEY = (API_VERSION, SCHEDULED_BACKUP_KIND)
 
 
 def listed_kinds(kinds: list[WatchedKind], child_label: str) -> list[ListedKind]:
@@ -192,6 +199,8 @@ class Cache:
         self._stores: dict[tuple[str, str], _Store] = {(k.api_version, k.kind): _Store() for k in kinds}
         self._stores[CLUSTER_KIND] = _Store()
         self._stores[STORAGE_CLASS_KIND] = _Store()
+        self._stores[BACKUP_KIND_KEY] = _Store()
+        self._stores[SCHEDULED_BACKUP_KIND_KEY] = _Store()
         # Told of every object that arrives, until it opens (None: a cache filled by hand, in tests).
         self.gate = gate
         self.pruner: RelistPruner | None = None  # told of relists once synced (operator._lead sets it)
@@ -219,7 +228,12 @@ class Cache:
         if (api_version, kind) == CLUSTER_KIND:
             store.put(uid, cluster_key_of_cluster(body), Packed.of(body))
         elif (api_version, kind) == STORAGE_CLASS_KIND:
-            store.put(uid, str((body.get("metadata") or {}).get("name") or ""), Packed.of(body))
+            store.put(uid, objects.name(body), Packed.of(body))
+        elif (api_version, kind) == BACKUP_KIND_KEY:
+            cluster = str((body.get("spec") or {}).get("cluster") or "")
+            store.put(uid, (cluster_key_of_cluster(body)[0], cluster) if cluster else None, Packed.of(body))
+        elif (api_version, kind) == SCHEDULED_BACKUP_KIND_KEY:
+            store.put(uid, cluster_key_of_cluster(body), Packed.of(body))
         else:
             key = cluster_key_of_child(body)
             store.put(uid, key, Packed.of(body) if key else None)
@@ -247,6 +261,15 @@ class Cache:
         # Two only while a deleted cluster's DELETED event trails its successor's ADDED (kopf handles
         # each object in a worker of its own): the newer one is the cluster.
         return max(found, key=_version).unpack() if len(found) > 1 else found[0].unpack()
+
+    def backups(self, key: ClusterKey) -> list[dict[str, Any]]:
+        """The Backups of one cluster."""
+        return self._unpacked(BACKUP_KIND_KEY, key)
+
+    def scheduled_backup(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        """A ScheduledBackup by (namespace, name); the newer while a recreated one's DELETED trails."""
+        found = self._stores[SCHEDULED_BACKUP_KIND_KEY].values(key)
+        return max(found, key=_version).unpack() if found else None
 
     def storage_classes(self) -> frozenset[str]:
         return frozenset(self._stores[STORAGE_CLASS_KIND].by_key)

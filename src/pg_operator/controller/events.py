@@ -9,6 +9,7 @@ from typing import Any
 
 from lightkube import codecs
 
+from pg_operator import objects
 from pg_operator.api.constants import API_VERSION, KIND
 from pg_operator.controller.kube_api import Api
 
@@ -20,7 +21,7 @@ def event_body(
     obj: dict[str, Any], event_type: str, reason: str, message: str, instance: str
 ) -> dict[str, Any]:
     """A core/v1 Event about one namespaced object of ours (a PostgresCluster unless it says otherwise)."""
-    meta = obj.get("metadata") or {}
+    meta = objects.meta(obj)
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "apiVersion": "v1",

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pg_operator import objects
 from pg_operator.orchestration.instances import Instance
 
 LEADER_ANNOTATION = "leader"
@@ -27,9 +28,7 @@ def leader_configmap_name(scope: str) -> str:
 
 
 def leader_holder(configmap: Mapping[str, Any] | None) -> str | None:
-    annotations = ((configmap or {}).get("metadata") or {}).get("annotations") or {}
-    holder = annotations.get(LEADER_ANNOTATION)
-    return str(holder) if holder else None
+    return objects.annotation(configmap, LEADER_ANNOTATION) or None
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ def sync_standbys(sync_configmap: Mapping[str, Any] | None, leader: str) -> froz
     """The synchronous standbys Patroni recorded for `leader` in its `<scope>-sync` key: None when the
     key does not name this leader (asynchronous replication), an empty set when synchronous mode is
     active for it but no standby is recorded yet (right after bootstrap: then Patroni promotes nobody)."""
-    annotations = ((sync_configmap or {}).get("metadata") or {}).get("annotations") or {}
+    annotations = objects.annotations(sync_configmap)
     if annotations.get("leader") != leader:
         return None
     return frozenset(n.strip() for n in str(annotations.get("sync_standby") or "").split(",") if n.strip())
@@ -78,7 +77,7 @@ def plan_lock_release(configmap: Mapping[str, Any] | None,
     if not any(i.viable_replica and i.name != holder and (allowed is None or i.name in allowed)
                for i in instances):
         return None
-    version = str(((configmap or {}).get("metadata") or {}).get("resourceVersion") or "")
+    version = objects.resource_version(configmap)
     if not version:
         return None
     return LockRelease(holder=holder, resource_version=version,

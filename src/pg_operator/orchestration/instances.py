@@ -8,7 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pg_operator import objects
 from pg_operator.api.constants import ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA
+
+# Patroni's role labels (older versions say master) and what they mean here.
+ROLES = {ROLE_PRIMARY: ROLE_PRIMARY, "master": ROLE_PRIMARY, ROLE_REPLICA: ROLE_REPLICA}
 
 POSTGRES_CONTAINER = "postgres"
 
@@ -115,32 +119,40 @@ def _container(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
     return {}
 
 
-def pending_restart_settings(meta: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """The settings waiting for a restart of this member, from the member data Patroni publishes as
-    JSON in the pod's `status` annotation (`pending_restart`, `pending_restart_reason`); None when
-    nothing waits."""
+def patroni_state(meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The member data Patroni publishes as JSON in the pod's `status` annotation (role, state,
+    timeline, xlog_location: the WAL position it wrote, or received/replayed as a replica,
+    pending_restart ...), from the pod's metadata; empty when absent or not a JSON object."""
     try:
-        state = json.loads((meta.get("annotations") or {}).get("status") or "{}")
+        state = json.loads(str((meta.get("annotations") or {}).get("status") or "{}"))
     except (TypeError, ValueError):
-        return None
-    if not isinstance(state, dict) or state.get("pending_restart") is not True:
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    return objects.condition_status(objects.status(pod), "Ready") == "True"
+
+
+def pod_role(pod: Mapping[str, Any]) -> str:
+    """primary or replica as Patroni labels the pod (older Patroni says master), else ""."""
+    return ROLES.get(objects.label(pod, ROLE_LABEL), "")
+
+
+def pending_restart_settings(meta: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The settings waiting for a restart of this member (`pending_restart`, `pending_restart_reason`
+    in Patroni's member data); None when nothing waits."""
+    state = patroni_state(meta)
+    if state.get("pending_restart") is not True:
         return None
     reason = state.get("pending_restart_reason")
     return tuple(sorted(str(k) for k in reason)) if isinstance(reason, dict) else ()
 
 
-def _ready(pod: Mapping[str, Any]) -> bool:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
-
-
 def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | None = None) -> Instance:
-    meta = pod.get("metadata") or {}
-    name = str(meta.get("name", ""))
-    label = (meta.get("labels") or {}).get(ROLE_LABEL, "")
-    role = {ROLE_PRIMARY: ROLE_PRIMARY, "master": ROLE_PRIMARY, ROLE_REPLICA: ROLE_REPLICA}.get(label, "")
+    meta = objects.meta(pod)
+    name = objects.name(pod)
+    role = pod_role(pod)
     status = _container(pod, "status")
     state = status.get("state") or {}
     down = bool(status) and ("terminated" in state or (
@@ -150,11 +162,11 @@ def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | No
         ordinal=_ordinal(name),
         image=_container(pod, "spec").get("image"),
         role=role,
-        ready=_ready(pod),
+        ready=pod_ready(pod),
         terminating=bool(meta.get("deletionTimestamp")),
         created=_parse_time(meta.get("creationTimestamp")),
         container_down=down,
-        pod_ip=str((pod.get("status") or {}).get("podIP") or ""),
+        pod_ip=str(objects.status(pod).get("podIP") or ""),
         member=(members or {}).get(name),
         pending_restart=pending_restart_settings(meta),
     )

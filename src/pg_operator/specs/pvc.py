@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pg_operator import objects
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import DATA_VOLUME
 from pg_operator.api.quantity import parse_quantity
@@ -14,8 +15,8 @@ from pg_operator.specs import names
 
 
 def _is_data_pvc(cluster: PostgresCluster, pvc: Mapping[str, Any]) -> bool:
-    meta = pvc.get("metadata") or {}
-    if meta.get("namespace", cluster.namespace) != cluster.namespace or meta.get("deletionTimestamp"):
+    meta = objects.meta(pvc)
+    if meta.get("namespace", cluster.namespace) != cluster.namespace or objects.deleting(pvc):
         return False
     pattern = rf"{re.escape(DATA_VOLUME)}-{re.escape(names.statefulset(cluster))}-[0-9]+"
     return re.fullmatch(pattern, str(meta.get("name", ""))) is not None
@@ -30,7 +31,7 @@ def pvc_resizes(
     for pvc in pvcs:
         if not _is_data_pvc(cluster, pvc):
             continue
-        requested = ((pvc.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
+        requested = (objects.spec(pvc).get("resources") or {}).get("requests", {}).get("storage")
         if requested is not None and parse_quantity(requested) >= wanted:
             continue
         patch = {"spec": {"resources": {"requests": {"storage": cluster.spec.storage}}}}

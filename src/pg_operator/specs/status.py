@@ -4,14 +4,20 @@ status only when it differs."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from pg_operator import objects
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import CLUSTER_LABEL, ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA
-from pg_operator.orchestration.instances import pending_restart_settings
+from pg_operator.orchestration.instances import (
+    ROLES,
+    patroni_state,
+    pending_restart_settings,
+    pod_ready,
+    pod_role,
+)
 from pg_operator.specs.backup_status import carried_conditions, carried_fields
 from pg_operator.specs.labels import selector_labels
 
@@ -19,20 +25,10 @@ PHASE_CREATING = "Creating"
 PHASE_HEALTHY = "Healthy"
 PHASE_UPDATING = "Updating"
 
-_ROLES = {ROLE_PRIMARY: ROLE_PRIMARY, "master": ROLE_PRIMARY, ROLE_REPLICA: ROLE_REPLICA}
-
-
 def _timestamp(now: datetime) -> str:
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _is_ready(pod: Mapping[str, Any]) -> bool:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
 
 
 # status.instances[].lagBytes is rounded down to whole MiB: exact byte counts move with every WAL write
@@ -40,24 +36,14 @@ def _is_ready(pod: Mapping[str, Any]) -> bool:
 LAG_REPORT_GRANULARITY = 1024 * 1024
 
 
-def _patroni_state(meta: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Patroni publishes each member's state as JSON in the pod's `status` annotation (role, state,
-    timeline, xlog_location: the WAL position it wrote, or received/replayed as a replica)."""
-    try:
-        state = json.loads((meta.get("annotations") or {}).get("status") or "{}")
-    except (ValueError, TypeError):
-        return {}
-    return state if isinstance(state, dict) else {}
-
-
 def _patroni_timeline(meta: Mapping[str, Any]) -> int | None:
     """The timeline changes only on promotion, so reporting it costs no extra status writes."""
-    timeline = _patroni_state(meta).get("timeline")
+    timeline = patroni_state(meta).get("timeline")
     return timeline if isinstance(timeline, int) and not isinstance(timeline, bool) else None
 
 
 def _wal_position(meta: Mapping[str, Any]) -> int | None:
-    position = _patroni_state(meta).get("xlog_location")
+    position = patroni_state(meta).get("xlog_location")
     return position if isinstance(position, int) and not isinstance(position, bool) else None
 
 
@@ -65,25 +51,20 @@ def replication_lag(cluster_name: str, pods: Sequence[Mapping[str, Any]]) -> dic
     """Bytes each replica is behind the primary, from the WAL positions Patroni published on the pods
     (the same data Patroni's /cluster computes its lag from; no request). Only replicas whose position
     and whose primary's position are both known; a replica ahead of a stale sample counts 0."""
-    def role(meta: Mapping[str, Any]) -> str:
-        return _ROLES.get((meta.get("labels") or {}).get(ROLE_LABEL, ""), "")
-
-    live = [p.get("metadata") or {} for p in pods]
-    live = [m for m in live if (m.get("labels") or {}).get(CLUSTER_LABEL) == cluster_name
-            and not m.get("deletionTimestamp")]
-    primaries = [m for m in live if role(m) == ROLE_PRIMARY]
+    live = [p for p in pods if objects.label(p, CLUSTER_LABEL) == cluster_name and not objects.deleting(p)]
+    primaries = [p for p in live if pod_role(p) == ROLE_PRIMARY]
     if len(primaries) != 1:
         return {}  # none, or two during a failover: no single reference to measure against
-    head = _wal_position(primaries[0])
+    head = _wal_position(objects.meta(primaries[0]))
     if head is None:
         return {}
     lag: dict[str, int] = {}
-    for meta in live:
-        if role(meta) != ROLE_REPLICA:
+    for pod in live:
+        if pod_role(pod) != ROLE_REPLICA:
             continue
-        position = _wal_position(meta)
+        position = _wal_position(objects.meta(pod))
         if position is not None:
-            lag[str(meta.get("name", ""))] = max(0, head - position)
+            lag[objects.name(pod)] = max(0, head - position)
     return lag
 
 
@@ -91,17 +72,16 @@ def _instances(cluster: PostgresCluster, pods: Sequence[Mapping[str, Any]]) -> l
     lag = replication_lag(cluster.name, pods)
     instances = []
     for pod in pods:
-        meta = pod.get("metadata") or {}
-        labels = meta.get("labels") or {}
+        meta = objects.meta(pod)
         # Terminating pods are on their way out and no longer count, whatever their labels still say.
-        if labels.get(CLUSTER_LABEL) != cluster.name or meta.get("deletionTimestamp"):
+        if objects.label(pod, CLUSTER_LABEL) != cluster.name or objects.deleting(pod):
             continue
-        role = labels.get(ROLE_LABEL)
+        role = objects.label(pod, ROLE_LABEL)
         instance = {
-            "name": str(meta.get("name", "")),
-            "role": _ROLES.get(role, role) if role else "unknown",
-            "ready": _is_ready(pod),
-            "_revision": labels.get("controller-revision-hash"),
+            "name": objects.name(pod),
+            "role": ROLES.get(role, role) if role else "unknown",
+            "ready": pod_ready(pod),
+            "_revision": objects.labels(pod).get("controller-revision-hash"),
         }
         timeline = _patroni_timeline(meta)
         if timeline is not None:

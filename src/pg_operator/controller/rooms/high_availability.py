@@ -98,7 +98,9 @@ class HighAvailabilityRoom(Room):
         self.api = api
         self.events = events
         self._session: aiohttp.ClientSession | None = None
-        self._config_patched: set[tuple[tuple[str, str], str]] = set()
+        # The version of each cluster's `<scope>-config` ConfigMap we last PATCHed Patroni at: once per
+        # observed version, so a pass before Patroni wrote it back does not PATCH again.
+        self._config_patched: dict[tuple[str, str], str] = {}
 
     async def close(self) -> None:
         if self._session is not None:
@@ -108,6 +110,9 @@ class HighAvailabilityRoom(Room):
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession()
         return self._session
+
+    def forget(self, key: tuple[str, str]) -> None:
+        self._config_patched.pop(key, None)
 
     async def act(self, p: ClusterPass) -> None:
         if p.statefulset is None:
@@ -299,8 +304,8 @@ class HighAvailabilityRoom(Room):
                         and not i.container_down and not i.terminating), None)
         if patch is None or primary is None:
             return 0
-        seen = ((cluster.namespace, cluster.name), objects.resource_version(configmap) or "")
-        if seen in self._config_patched:
+        key, version = (cluster.namespace, cluster.name), objects.resource_version(configmap) or ""
+        if self._config_patched.get(key) == version:
             return 0
         try:
             await patch_config(self.session(), primary.pod_ip, patch, patroni_auth(snapshot, cluster))
@@ -308,9 +313,7 @@ class HighAvailabilityRoom(Room):
             log.warning("%s/%s: could not update Patroni's dynamic configuration: %s", cluster.namespace,
                         cluster.name, exc)
             return 0
-        if len(self._config_patched) > 4096:
-            self._config_patched.clear()
-        self._config_patched.add(seen)
+        self._config_patched[key] = version
         # Names only: a parameter's value is the user's business and stays out of logs and Events.
         settings = sorted(k for k in patch if k != "postgresql")
         parameters = changed_parameter_names(patch)

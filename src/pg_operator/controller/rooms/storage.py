@@ -36,23 +36,27 @@ class StorageRoom(Room):
         self.memo = memo
         # A refused PVC growth, by claim: (its resourceVersion, the patch, the problem). While the memo
         # holds the patch back, the passes in between keep reporting it instead of flapping to Healthy.
-        self._resize_refused: dict[WriteId, tuple[str | None, str, Problem]] = {}
+        self._resize_refused: dict[tuple[str, str], dict[WriteId, tuple[str | None, str, Problem]]] = {}
+
+    def forget(self, key: tuple[str, str]) -> None:
+        self._resize_refused.pop(key, None)
 
     async def act(self, p: ClusterPass) -> None:
         p.report(storage_class_problem(objects.spec(p.body), p.snapshot))
 
     async def settle(self, p: ClusterPass) -> int:
         writes = 0
+        refusals = self._resize_refused.setdefault((p.namespace, p.name), {})
         for pvc_name, patch in pvc_resizes(p.cluster, p.snapshot.of_kind("v1", "PersistentVolumeClaim")):
             ident = (p.namespace, "PersistentVolumeClaim", pvc_name, "resize")
             rv = objects.resource_version(p.snapshot.find("v1", "PersistentVolumeClaim", pvc_name))
             fingerprint = canonical(patch)
             if self.memo.pending(ident, rv, fingerprint):
-                refused = self._resize_refused.get(ident)
+                refused = refusals.get(ident)
                 if refused is not None and refused[:2] == (rv, fingerprint):
                     p.report(refused[2])
                 continue
-            self._resize_refused.pop(ident, None)
+            refusals.pop(ident, None)
             log.info("growing PVC %s/%s", p.namespace, pvc_name)
             writes += 1
             try:
@@ -67,7 +71,7 @@ class StorageRoom(Room):
                     "StorageResizeRefused",
                     f"PersistentVolumeClaim {pvc_name} cannot grow to spec.storage: {exc.status.message}",
                 )
-                self._resize_refused[ident] = (rv, fingerprint, refusal)
+                refusals[ident] = (rv, fingerprint, refusal)
                 p.report(refusal)
             self.memo.wrote(ident, rv, fingerprint)
         return writes
