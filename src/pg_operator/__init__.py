@@ -1,1 +1,12 @@
-"""pg-operator: run PostgreSQL clusters on Kubernetes from one custom resource."""
+"""pg-operator: run PostgreSQL clusters on Kubernetes from one custom resource.
+
+Layers, each importing only from the ones above it (tests/unit/test_import_layers.py checks):
+  leaves          objects (reads of raw Kubernetes objects), images (major → image), api.constants
+  api/            the custom resources' types and validation; the CRDs are generated from them
+  specs/, backup/, orchestration/, patroni/, instance/
+                  pure builders and decisions per capability (specs may wire the others into pods), the
+                  Patroni REST client, and the instance pod's entrypoint
+  controller/     everything that talks to the API server: the watch cache, the reconcile loop, the
+                  capability rooms and the backup reconcilers
+  cli/            the `pg-operator` command
+"""

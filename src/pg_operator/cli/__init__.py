@@ -1,1 +1,4 @@
-"""See docs/contracts.md (binding interfaces) and docs/helper-rules.md before changing this package."""
+"""The `pg-operator` command: `run` (the operator), `manifests` (generate or check the CRDs).
+
+May import every package; nothing imports it.
+"""

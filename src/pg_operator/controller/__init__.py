@@ -1,1 +1,7 @@
-"""See docs/contracts.md (binding interfaces) and docs/helper-rules.md before changing this package."""
+"""The operator process: kopf embedded behind a Lease, the watch cache (`cache`, `cache_sync`), the
+work loop (`loop`, `workqueue`, `backoff`), the cluster reconcile (`reconcile`) and its capability
+rooms (`rooms/`), the backup reconcilers (`backup_reconcilers/`), writes (`writes`, `diff`,
+`kube_api`), Events, metrics and health endpoints.
+
+May import every package but `cli`; nothing below it imports the controller.
+"""

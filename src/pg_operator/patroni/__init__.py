@@ -1,1 +1,3 @@
-"""Talking to Patroni's REST API in the instance pods (port 8008)."""
+"""Patroni's REST API in the instance pods (port 8008): cluster view, switchover, restart, dynamic
+configuration. May import `api`; never `controller`.
+"""

@@ -1,6 +1,9 @@
-"""Desired state: pure functions from a cluster to the objects it needs, and its status. No I/O.
+"""Desired state: pure functions from a cluster to the objects it needs (RBAC, configuration,
+Services, the StatefulSet and its pods, the disruption budget, Secrets), volume growth, and the
+cluster's status. No I/O; equal input gives equal output.
 
-See docs/contracts.md (binding interfaces) and docs/helper-rules.md before changing this package.
+May import `api`, `objects`, `images` and the capability packages whose pieces it wires into pods
+(`backup`, `orchestration`); never `controller`.
 """
 
 from pg_operator.specs.children import CHILD_KINDS, MANAGED_KINDS, desired_children
