@@ -12,7 +12,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -23,19 +22,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from backup_harness import (
-    Harness,
-    Postgres,
-    as_user,
-    etcd_server,
-    free_port,
-    patroni_venv,
-    stop_process,
-    wait_until,
-)
-
+from harness.local_postgres import Harness, Postgres, as_user, etcd_server, patroni_venv
+from harness.net import free_port
+from harness.processes import stop_process
+from harness.waiting import wait_until
 from pg_operator.backup import catalog, instance_hook
 from pg_operator.backup.archiving import ArchiveSettings, archiving_parameters
 from pg_operator.backup.barman import (
@@ -46,7 +36,6 @@ from pg_operator.backup.barman import (
     base_backup_argv,
     check_wal_archive_argv,
     delete_backup_argv,
-    retention_delete_argv,
     wal_archive_argv,
     wal_restore_argv,
 )
@@ -354,8 +343,10 @@ def test_retention_deletes_the_oldest_and_keeps_the_latest(harness: Harness, sce
     assert oldest_wal_before not in remaining
     assert all(Path(k).name.split(".")[0] >= second_begin for k in remaining)
 
-    # barman's own policy, in the words RetentionPolicy gives it: keeps only the newest.
-    ok(h, retention_delete_argv(store, RetentionPolicy(keep_last=1).barman_policy()))
+    # keepLast 1, applied as the operator does (its own decision, one delete per backup): only the newest.
+    records = catalog.records(json.loads(ok(h, backup_list_argv(store))))
+    for backup_id in obsolete_backups(records, RetentionPolicy(keep_last=1), now):
+        ok(h, delete_backup_argv(store, backup_id))
     assert [b["backup_name"] for b in backups(h, store)] == ["base-3"]
     # And never the last one, whatever the window says.
     (last,) = backups(h, store)

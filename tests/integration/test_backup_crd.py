@@ -18,9 +18,10 @@ import pytest
 import yaml
 
 from conftest import REPO, Kube
-from pg_operator.api.backup import backup_crd, scheduled_backup_crd
+from pg_operator.api.backup import BACKUP, SCHEDULED_BACKUP
+from pg_operator.api.cluster import POSTGRES_CLUSTER
 from pg_operator.api.constants import GROUP
-from pg_operator.api.crd import crd
+from pg_operator.api.crd import build
 from pg_operator.backup.archiving import ARCHIVING_PARAMETERS
 
 KINDS = {
@@ -47,7 +48,7 @@ def renamed(definition: dict[str, Any], kind: str) -> dict[str, Any]:
 
 def cluster_crd() -> dict[str, Any]:
     """The generated PostgresCluster CRD (with the backup fields), under its throwaway kind."""
-    definition = crd()
+    definition = build(POSTGRES_CLUSTER)
     # The scale subresource needs nothing renamed; the printer columns and schema stay as generated.
     return renamed(definition, KINDS["PostgresCluster"])
 
@@ -55,8 +56,8 @@ def cluster_crd() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def crds(kube: Kube) -> Iterator[None]:
     definitions = [
-        renamed(backup_crd(), KINDS["Backup"]),
-        renamed(scheduled_backup_crd(), KINDS["ScheduledBackup"]),
+        renamed(build(BACKUP), KINDS["Backup"]),
+        renamed(build(SCHEDULED_BACKUP), KINDS["ScheduledBackup"]),
         cluster_crd(),
     ]
     names = [f"crd/{d['metadata']['name']}" for d in definitions]

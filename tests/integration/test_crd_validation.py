@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pg_operator.api.cluster import PostgresCluster, PostgresClusterSpec
-from pg_operator.api.manifests import render_crd
+from pg_operator.api.cluster import POSTGRES_CLUSTER, PostgresCluster, PostgresClusterSpec
+from pg_operator.api.manifests import render
 from pg_operator.specs import ClusterPasswords, build_secrets, compute_status, desired_children
 from pg_operator.specs.statefulset import statefulset
 
@@ -69,7 +69,7 @@ def api(kube: Any) -> Iterator[Api]:
         "--field-manager=pg-operator-tests",
         "-f",
         "-",
-        input=render_crd(),
+        input=render(POSTGRES_CLUSTER),
     )
     kube.kubectl(
         "wait", "--for=condition=Established", "crd/postgresclusters.db.example.com", "--timeout=60s"

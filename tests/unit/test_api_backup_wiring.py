@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from pg_operator.api.backup import ROOT_BACKUP_RULES
-from pg_operator.api.cluster import OPERATOR_OWNED_PARAMETERS, PostgresCluster
-from pg_operator.api.crd import crd
+from pg_operator.api.cluster import OPERATOR_OWNED_PARAMETERS, POSTGRES_CLUSTER, PostgresCluster
+from pg_operator.api.crd import build
 from pg_operator.api.manifests import rendered_files
 from pg_operator.backup.archiving import ARCHIVING_PARAMETERS
 
@@ -86,7 +86,7 @@ def test_archiving_parameters_are_operator_owned(parameter: str) -> None:
 
 
 def test_crd_carries_backup_recovery_and_the_root_rules() -> None:
-    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema = build(POSTGRES_CLUSTER)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     spec = schema["properties"]["spec"]["properties"]
     assert spec["backup"]["required"] == ["s3"] and "default" not in spec["backup"]
     assert "recovery" in spec["bootstrap"]["properties"]
@@ -102,3 +102,6 @@ def test_the_manifests_command_writes_every_crd() -> None:
     files = rendered_files()
     assert set(files) == {"postgresclusters.yaml", "backups.yaml", "scheduledbackups.yaml"}
     assert all("python -m pg_operator.api.manifests" in text.splitlines()[0] for text in files.values())
+    # Each header names the module the kind's models are in.
+    assert files["postgresclusters.yaml"].startswith("# Generated from src/pg_operator/api/cluster.py ")
+    assert files["backups.yaml"].startswith("# Generated from src/pg_operator/api/backup.py ")

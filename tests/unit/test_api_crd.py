@@ -11,11 +11,15 @@ import yaml
 from pydantic import BaseModel
 
 from pg_operator.api import manifests
-from pg_operator.api.cluster import PostgresClusterSpec
-from pg_operator.api.crd import SchemaError, crd, structural_schema
+from pg_operator.api.cluster import POSTGRES_CLUSTER, PostgresClusterSpec
+from pg_operator.api.crd import SchemaError, build, structural_schema
 from pg_operator.images import SUPPORTED_MAJORS
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def crd() -> dict[str, Any]:
+    return build(POSTGRES_CLUSTER)
 
 
 def version() -> dict[str, Any]:
@@ -44,7 +48,7 @@ def rules(schema: dict[str, Any]) -> list[str]:
 
 def test_committed_crd_matches_the_models() -> None:
     committed = (REPO / "deploy" / "crd" / "postgresclusters.yaml").read_text(encoding="utf-8")
-    assert committed == manifests.render_crd(), (
+    assert committed == manifests.render(POSTGRES_CLUSTER), (
         "deploy/crd is stale: run `python -m pg_operator.api.manifests`"
     )
     assert manifests.drift() == []
@@ -63,8 +67,8 @@ def test_check_mode_reports_drift(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_rendering_is_deterministic_and_parses_back() -> None:
-    text = manifests.render_crd()
-    assert text == manifests.render_crd()
+    text = manifests.render(POSTGRES_CLUSTER)
+    assert text == manifests.render(POSTGRES_CLUSTER)
     assert yaml.safe_load(text) == crd()
 
 

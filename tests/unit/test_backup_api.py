@@ -1,4 +1,5 @@
-"""The backup API models and their CRDs: validation naming the field, defaults, committed CRDs in sync."""
+"""The backup API models and their CRDs: validation naming the field, defaults; the backup package's values
+built from them; the pod's barman-cloud environment."""
 
 from __future__ import annotations
 
@@ -9,19 +10,19 @@ import pytest
 from pydantic import ValidationError
 
 from pg_operator.api.backup import (
+    BACKUP,
     ROOT_BACKUP_RULES,
+    SCHEDULED_BACKUP,
     BackupConfiguration,
+    BackupSpec,
     RecoveryBootstrap,
-    backup_crd,
-    parse_backup,
-    parse_scheduled_backup,
-    pod_env,
+    ScheduledBackupSpec,
     recovery_conflict,
-    rendered_backup_files,
-    scheduled_backup_crd,
-    write_backup_manifests,
 )
+from pg_operator.api.crd import build
 from pg_operator.backup.barman import archive_command
+from pg_operator.backup.from_spec import archive_settings, recovery_source, recovery_target, retention_policy
+from pg_operator.specs.backup_pod import pod_env
 
 REPO = Path(__file__).resolve().parents[2]
 S3: dict[str, Any] = {"bucket": "backups", "path": "prod", "endpointURL": "http://minio:9000",
@@ -44,7 +45,7 @@ def test_backup_configuration_defaults_and_settings() -> None:
     )
     assert cfg.retention is None
     assert cfg.s3.credentials.access_key_id_key == "ACCESS_KEY_ID"
-    settings = cfg.archive_settings("orders-db", bin_dir="/opt/b")
+    settings = archive_settings(cfg, "orders-db", bin_dir="/opt/b")
     assert settings.store.destination_url == "s3://backups/prod" and settings.store.server_name == "orders-db"
     assert "http://minio:9000" in archive_command(settings.store)
 
@@ -71,16 +72,15 @@ def test_bad_backup_configuration(change: dict[str, Any], field: str) -> None:
 
 def test_retention_policy() -> None:
     cfg = BackupConfiguration.model_validate({"s3": S3, "retention": {"recoveryWindow": "4w"}})
-    assert (
-        cfg.retention is not None and cfg.retention.policy().barman_policy() == "RECOVERY WINDOW OF 4 WEEKS"
-    )
+    assert cfg.retention is not None
+    assert retention_policy(cfg.retention).barman_policy() == "RECOVERY WINDOW OF 4 WEEKS"
 
 
 def test_recovery_bootstrap() -> None:
     source = {"clusterName": "orders-db", "s3": S3}
     rec = RecoveryBootstrap.model_validate({"source": source, "targetTime": "2026-12-01T08:00:00Z"})
-    assert rec.target().postgres_time == "2026-12-01 08:00:00.000000+00"
-    assert rec.source_store().server_name == "orders-db"
+    assert recovery_target(rec).postgres_time == "2026-12-01 08:00:00.000000+00"
+    assert recovery_source(rec).server_name == "orders-db"
     assert "at most one" in errors(
         RecoveryBootstrap, {"source": source, "targetTime": "2026-12-01T08:00:00Z", "targetLSN": "0/1"}
     )
@@ -100,23 +100,12 @@ def test_recovery_conflict() -> None:
     assert recovery_conflict("orders-db", None, rec) is None
 
 
-def test_backup_and_scheduled_backup_objects() -> None:
-    assert (
-        parse_backup({"metadata": {"name": "nightly-1"}, "spec": {"cluster": "orders-db"}}).cluster
-        == "orders-db"
-    )
-    with pytest.raises(ValueError, match="reserved"):
-        parse_backup({"metadata": {"name": "latest"}, "spec": {"cluster": "orders-db"}})
-    with pytest.raises(ValueError, match=r"spec\.cluster"):
-        parse_backup({"metadata": {"name": "b"}, "spec": {"cluster": "Orders"}})
-    sched = parse_scheduled_backup(
-        {"metadata": {"name": "s"}, "spec": {"cluster": "a", "schedule": "0 3 * * *"}}
-    )
+def test_backup_and_scheduled_backup_specs() -> None:
+    assert BackupSpec.model_validate({"cluster": "orders-db"}).cluster == "orders-db"
+    assert "cluster" in errors(BackupSpec, {"cluster": "Orders"})
+    sched = ScheduledBackupSpec.model_validate({"cluster": "a", "schedule": "0 3 * * *"})
     assert not sched.suspend and not sched.immediate
-    with pytest.raises(ValueError, match=r"spec\.schedule"):
-        parse_scheduled_backup(
-            {"metadata": {"name": "s"}, "spec": {"cluster": "a", "schedule": "5-1 * * * *"}}
-        )
+    assert "runs backwards" in errors(ScheduledBackupSpec, {"cluster": "a", "schedule": "5-1 * * * *"})
 
 
 def test_pod_env() -> None:
@@ -138,26 +127,19 @@ def test_pod_env() -> None:
 
 
 def test_crds() -> None:
-    for crd, kind in ((backup_crd(), "Backup"), (scheduled_backup_crd(), "ScheduledBackup")):
+    for crd, kind in ((build(BACKUP), "Backup"), (build(SCHEDULED_BACKUP), "ScheduledBackup")):
         version = crd["spec"]["versions"][0]
         assert crd["spec"]["names"]["kind"] == kind and version["subresources"] == {"status": {}}
         schema = version["schema"]["openAPIV3Schema"]
         assert schema["required"] == ["spec"]
         assert "default" not in str(schema["properties"]["status"])
-    sched = scheduled_backup_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    sched = build(SCHEDULED_BACKUP)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert sched["properties"]["suspend"]["default"] is False
     assert len(sched["properties"]["schedule"]["x-kubernetes-validations"]) == 2
     assert "self.metadata.name" in ROOT_BACKUP_RULES[0]["rule"]
-
-
-def test_committed_crds_are_in_sync(tmp_path: Path) -> None:
-    for name, text in rendered_backup_files().items():
-        committed = REPO / "deploy" / "crd" / name
-        assert committed.read_text(encoding="utf-8") == text, (
-            f"{committed} is stale: regenerate with pg_operator.api.backup.write_backup_manifests"
-        )
-    written = write_backup_manifests(tmp_path)
-    assert sorted(p.name for p in written) == ["backups.yaml", "scheduledbackups.yaml"]
+    backup_schema = build(BACKUP)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    backup_root = backup_schema["x-kubernetes-validations"]
+    assert "'latest'" in backup_root[0]["rule"] and "[0-9]{8}T[0-9]{6}" in backup_root[0]["rule"]
 
 
 def test_catalog_status_keys_are_backup_status_fields() -> None:

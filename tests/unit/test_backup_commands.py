@@ -10,7 +10,6 @@ import pytest
 from pg_operator.backup import barman, catalog
 from pg_operator.backup.archiving import ArchiveSettings, archiving_parameters, merge, patroni_fragment
 from pg_operator.backup.failures import classify
-from pg_operator.backup.pod import barman_env
 from pg_operator.backup.recovery import (
     RecoveryTarget,
     bootstrap_command,
@@ -18,6 +17,7 @@ from pg_operator.backup.recovery import (
     recovery_conflict,
     recovery_settings,
 )
+from pg_operator.specs.backup_pod import barman_env
 
 STORE = barman.ObjectStore(
     bucket="backups",
@@ -69,7 +69,6 @@ def test_no_credentials_in_any_argv() -> None:
         barman.wal_archive_argv(STORE), barman.wal_restore_argv(STORE), barman.backup_list_argv(STORE),
         barman.base_backup_argv(STORE, name="b", host="h", port=1, user="postgres"),
         barman.delete_backup_argv(STORE, "20261201T030000"),
-        barman.retention_delete_argv(STORE, "REDUNDANCY 2"),
         barman.restore_argv(STORE, "/data"), barman.check_wal_archive_argv(STORE),
     ]  # fmt: skip
     for argv in argvs:

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from pg_operator.api.schedule import SCHEDULE_PATTERN, parse
 from pg_operator.backup import cron
 
 UTC = dt.UTC
@@ -75,7 +76,7 @@ def test_last_run() -> None:
 )
 def test_bad_schedules_name_the_field(schedule: str, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
-        cron.parse(schedule)
+        parse(schedule)
 
 
 @pytest.mark.parametrize(
@@ -91,17 +92,17 @@ def test_bad_schedules_name_the_field(schedule: str, message: str) -> None:
     ],
 )
 def test_pattern_accepts_what_parse_accepts(schedule: str) -> None:
-    cron.parse(schedule)
-    assert re.match(cron.SCHEDULE_PATTERN, schedule)
+    parse(schedule)
+    assert re.match(SCHEDULE_PATTERN, schedule)
 
 
 @pytest.mark.parametrize(
     "schedule", ["61 * * * *", "0 24 * * *", "0 0 0 * *", "0 0 * 13 *", "0 0 * * 8", "0 3 * *", "0 3 * * MON"]
 )
 def test_pattern_refuses_what_parse_refuses(schedule: str) -> None:
-    assert not re.match(cron.SCHEDULE_PATTERN, schedule)
+    assert not re.match(SCHEDULE_PATTERN, schedule)
     with pytest.raises(ValueError):
-        cron.parse(schedule)
+        parse(schedule)
 
 
 class TestDecide:

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
-from pg_operator.api.backup import BackupConfiguration, RecoveryBootstrap, instance_backup_section
+from pg_operator.api.backup import BackupConfiguration, RecoveryBootstrap
 from pg_operator.backup.barman import archive_command
+from pg_operator.backup.from_spec import archive_settings
 from pg_operator.backup.instance_hook import apply
+from pg_operator.specs.backup_pod import instance_backup_section
 
 S3: dict[str, Any] = {"bucket": "backups", "path": "prod", "endpointURL": "http://minio:9000",
                       "credentials": {"secretName": "s3"}}  # fmt: skip
@@ -38,7 +40,7 @@ def test_archiving_only() -> None:
     assert params["hot_standby"] == "on" and params["archive_mode"] == "on"
     assert params["max_slot_wal_keep_size"] == "5GB"
     assert params["archive_command"] == archive_command(
-        backup.archive_settings("orders-db", bin_dir="/opt/b").store
+        archive_settings(backup, "orders-db", bin_dir="/opt/b").store
     )
     assert "orders-db %f %p" in config["postgresql"]["recovery_conf"]["restore_command"]
     assert config["bootstrap"] == PATRONI["bootstrap"]

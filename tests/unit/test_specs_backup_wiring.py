@@ -150,12 +150,26 @@ def test_instance_yaml_recovery_section_holds_no_credentials() -> None:
     assert "s3-creds" not in text and "old-creds" not in text and "ACCESS" not in text
 
 
-def test_instance_config_refuses_a_bad_backup_section() -> None:
+def test_a_bad_backup_section_is_refused() -> None:
     base = instance_yaml(cluster(backup={"s3": S3}))
-    with pytest.raises(ValueError, match="backup"):
-        InstanceConfig.model_validate({**base, "backup": {"archive": {"store": "nope"}}})
+    # Its shape by the model both ends share; its contents when the entrypoint applies it.
     with pytest.raises(ValueError, match="unknown keys extra"):
         InstanceConfig.model_validate({**base, "backup": {"extra": {}}})
+    with pytest.raises(ValueError, match=r"backup\.archive: expected a mapping"):
+        InstanceConfig.model_validate({**base, "backup": {"archive": "nope"}})
+    settings = InstanceConfig.model_validate({**base, "backup": {"archive": {"store": "nope"}}})
+    with pytest.raises(ValueError, match=r"instance\.yaml: backup\.store: required mapping"):
+        pc.render_patroni_config(
+            pod=pod_environment(ENV), instance=settings.model_dump(by_alias=True, mode="json"),
+            credentials=CREDS, os_user="postgres", post_bootstrap="pb",
+        )  # fmt: skip
+    bad_bucket = {"store": {**base["backup"]["archive"]["store"], "bucket": "Bad_Bucket"}}
+    settings = InstanceConfig.model_validate({**base, "backup": {"archive": bad_bucket}})
+    with pytest.raises(ValueError, match=r"backup\.s3\.bucket"):
+        pc.render_patroni_config(
+            pod=pod_environment(ENV), instance=settings.model_dump(by_alias=True, mode="json"),
+            credentials=CREDS, os_user="postgres", post_bootstrap="pb",
+        )  # fmt: skip
 
 
 # --- the Patroni config -------------------------------------------------------------------------------------

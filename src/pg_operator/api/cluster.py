@@ -4,7 +4,7 @@ Each constraint lives twice on purpose, from one definition: as JSON-schema keyw
 CRD (so the API server refuses bad input before the operator sees it) and as pydantic validation (so
 `PostgresCluster.from_obj` refuses the same input with an error naming the field, should the schema ever
 be bypassed). Rules that compare with the previous object (growth, immutability) exist only in CEL.
-`api/crd.py` turns `PostgresClusterSpec` and `PostgresClusterStatus` into the CRD's structural schema.
+`POSTGRES_CLUSTER` describes the kind for `api/crd.py`, which builds its CRD.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 
 from pg_operator.api.backup import (
     ROOT_BACKUP_RULES,
@@ -33,7 +32,17 @@ from pg_operator.api.backup import (
     RecoveryBootstrap,
     recovery_conflict,
 )
+from pg_operator.api.constants import KIND, PLURAL, SHORT
+from pg_operator.api.crd import CustomResource
 from pg_operator.api.quantity import QUANTITY_PATTERN, parse_quantity
+from pg_operator.api.schema import (
+    MAX_NAME_LENGTH,
+    NAME_PATTERN,
+    SpecModel,
+    StatusModel,
+    rule,
+    validations,
+)
 from pg_operator.images import SUPPORTED_MAJORS
 
 # --- values the schema and CEL rules are built from -----------------------------------------------------
@@ -41,10 +50,6 @@ from pg_operator.images import SUPPORTED_MAJORS
 MAX_REPLICAS = 5
 MAX_SYNC_STANDBYS = 4
 STORAGE_PATTERN = r"^[1-9][0-9]*Gi$"
-# Room for the longest derived name: the StatefulSet's controller-revision-hash label "<name>-<10 chars>"
-# and Service names "<name>-rw" must stay within 63 characters, and Services need a DNS-1035 label.
-MAX_NAME_LENGTH = 50
-NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 # PostgreSQL settings that Patroni and the operator set themselves; a user value would break replication,
 # failover, archiving or the pod layout. Compared case-insensitively, as PostgreSQL does. The archiving
@@ -120,15 +125,6 @@ def _cel_list(values: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
-def _rule(rule: str, message: str, **extra: str) -> dict[str, str]:
-    """One entry of x-kubernetes-validations; `fieldPath` and `reason` may be given in extra."""
-    return {"rule": rule, "message": message, **extra}
-
-
-def _validations(*rules: dict[str, str]) -> dict[str, Any]:
-    return {"x-kubernetes-validations": list(rules)}
-
-
 # --- shared field types ---------------------------------------------------------------------------------
 
 
@@ -156,13 +152,7 @@ Quantity = Annotated[
 Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN, min_length=1, max_length=63)]
 
 
-class _SpecModel(BaseModel):
-    # camelCase on the wire, snake_case in Python; unknown fields are an error (the API server prunes
-    # them, so one here means a bug or a bypassed schema).
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
-
-
-def _nested(cls: type[_SpecModel], description: str, **extra: Any) -> Any:
+def _nested(cls: type[SpecModel], description: str, **extra: Any) -> Any:
     """A sub-object that may be omitted. Its schema default is the whole default object (not `{}`): the
     API server checks a default against the object's CEL rules as it stands, before nested defaults."""
     default = cls().model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -174,12 +164,12 @@ def _nested(cls: type[_SpecModel], description: str, **extra: Any) -> Any:
 # --- spec -----------------------------------------------------------------------------------------------
 
 
-class ResourceRequests(_SpecModel):
+class ResourceRequests(SpecModel):
     cpu: Quantity = Field("250m", description="CPU each instance requests.")
     memory: Quantity = Field("512Mi", description="Memory each instance requests.")
 
 
-class ResourceLimits(_SpecModel):
+class ResourceLimits(SpecModel):
     cpu: Quantity | None = Field(
         None, description="CPU limit. Unset by default: CPU throttling hurts PostgreSQL latency."
     )
@@ -189,7 +179,7 @@ class ResourceLimits(_SpecModel):
 
 
 _REQUESTS_WITHIN_LIMITS = tuple(
-    _rule(
+    rule(
         f"!has(self.limits.{res}) || !has(self.requests.{res}) || "
         f"quantity(string(self.requests.{res})).compareTo(quantity(string(self.limits.{res}))) <= 0",
         f"resources.requests.{res} must not exceed resources.limits.{res}",
@@ -199,8 +189,8 @@ _REQUESTS_WITHIN_LIMITS = tuple(
 )
 
 
-class Resources(_SpecModel):
-    model_config = ConfigDict(json_schema_extra=_validations(*_REQUESTS_WITHIN_LIMITS))
+class Resources(SpecModel):
+    model_config = ConfigDict(json_schema_extra=validations(*_REQUESTS_WITHIN_LIMITS))
 
     requests: ResourceRequests = _nested(ResourceRequests, "Resources each instance requests.")
     limits: ResourceLimits = _nested(ResourceLimits, "Resource limits of each instance.")
@@ -220,14 +210,14 @@ class Resources(_SpecModel):
 # is enough for PostgreSQL's case-insensitive names.
 _PARAMETER_RULES = (
     *(
-        _rule(
+        rule(
             f"!('{p}' in self)",
             f"postgresql.parameters: {p} is set by the operator and cannot be overridden",
             reason="FieldValueForbidden",
         )
         for p in OPERATOR_OWNED_PARAMETERS
     ),
-    _rule(
+    rule(
         f"self.all(k, k.matches('{PARAMETER_NAME_PATTERN}'))",
         "postgresql.parameters: names are lower-case PostgreSQL setting names, e.g. shared_buffers "
         "or auto_explain.log_min_duration",
@@ -235,7 +225,7 @@ _PARAMETER_RULES = (
 )
 
 
-class Postgresql(_SpecModel):
+class Postgresql(SpecModel):
     parameters: dict[str, Annotated[str, StringConstraints(max_length=MAX_PARAMETER_VALUE_LENGTH)]] = Field(
         default_factory=dict,
         max_length=MAX_PARAMETERS,
@@ -243,7 +233,7 @@ class Postgresql(_SpecModel):
             'postgresql.conf settings, as strings (e.g. shared_buffers: 256MB, max_connections: "200"). '
             "Settings the operator owns (port, wal_level, archive_command, ...) are refused."
         ),
-        json_schema_extra=_validations(*_PARAMETER_RULES),
+        json_schema_extra=validations(*_PARAMETER_RULES),
     )
     allowed_cidrs: list[Annotated[str, StringConstraints(max_length=64)]] = Field(
         default_factory=lambda: list(DEFAULT_ALLOWED_CIDRS),
@@ -253,7 +243,7 @@ class Postgresql(_SpecModel):
         description="Networks allowed to connect with a password (pg_hba); defaults to the pod network.",
         json_schema_extra={
             "default": list(DEFAULT_ALLOWED_CIDRS),
-            **_validations(_rule("self.all(c, isCIDR(c))", "postgresql.allowedCIDRs: each entry is a CIDR")),
+            **validations(rule("self.all(c, isCIDR(c))", "postgresql.allowedCIDRs: each entry is a CIDR")),
         },
     )
 
@@ -281,7 +271,7 @@ class Postgresql(_SpecModel):
         return cidrs
 
 
-class Affinity(_SpecModel):
+class Affinity(SpecModel):
     pod_anti_affinity: Literal["preferred", "required", "none"] = Field(
         "preferred",
         description=(
@@ -297,22 +287,22 @@ class Affinity(_SpecModel):
     )
 
 
-class Toleration(_SpecModel):
+class Toleration(SpecModel):
     """Lets the instances run on tainted nodes (e.g. nodes reserved for databases)."""
 
     model_config = ConfigDict(
-        json_schema_extra=_validations(
-            _rule(
+        json_schema_extra=validations(
+            rule(
                 "has(self.key) || self.operator == 'Exists'",
                 "tolerations: a toleration without a key must use operator Exists (it tolerates every taint)",
                 fieldPath=".operator",
             ),
-            _rule(
+            rule(
                 "self.operator != 'Exists' || !has(self.value)",
                 "tolerations: a toleration with operator Exists takes no value",
                 fieldPath=".value",
             ),
-            _rule(
+            rule(
                 "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
                 "tolerations: tolerationSeconds only applies to effect NoExecute",
                 fieldPath=".tolerationSeconds",
@@ -347,7 +337,7 @@ class Toleration(_SpecModel):
         return self
 
 
-class Synchronous(_SpecModel):
+class Synchronous(SpecModel):
     number: int = Field(
         0,
         ge=0,
@@ -363,15 +353,15 @@ class Synchronous(_SpecModel):
     )
 
 
-class InitDB(_SpecModel):
+class InitDB(SpecModel):
     model_config = ConfigDict(
-        json_schema_extra=_validations(
-            _rule(
+        json_schema_extra=validations(
+            rule(
                 f"!(self.database in {_cel_list(RESERVED_DATABASES)})",
                 f"bootstrap.initdb.database must not be one of {', '.join(RESERVED_DATABASES)}",
                 fieldPath=".database",
             ),
-            _rule(
+            rule(
                 f"!(self.owner in {_cel_list(RESERVED_ROLES)}) && !self.owner.startsWith('pg_')",
                 f"bootstrap.initdb.owner must not start with pg_ or be one of {', '.join(RESERVED_ROLES)}",
                 fieldPath=".owner",
@@ -395,7 +385,7 @@ class InitDB(_SpecModel):
         return self
 
 
-class Bootstrap(_SpecModel):
+class Bootstrap(SpecModel):
     initdb: InitDB = _nested(
         InitDB,
         "The application database and owner. A new cluster: initdb, then both are created. With recovery: "
@@ -412,10 +402,10 @@ class Bootstrap(_SpecModel):
     )
 
 
-class Patroni(_SpecModel):
+class Patroni(SpecModel):
     model_config = ConfigDict(
-        json_schema_extra=_validations(
-            _rule(
+        json_schema_extra=validations(
+            rule(
                 "self.loopWait + 2 * self.retryTimeout <= self.ttl",
                 "patroni: loopWait + 2 * retryTimeout must not exceed ttl",
                 fieldPath=".ttl",
@@ -440,12 +430,12 @@ class Patroni(_SpecModel):
 
 
 _SPEC_RULES = (
-    _rule(
+    rule(
         "!has(self.synchronous) || self.synchronous.number < self.replicas",
         "synchronous.number must be less than replicas: each synchronous standby is another instance",
         fieldPath=".synchronous.number",
     ),
-    _rule(
+    rule(
         "has(self.storageClassName) == has(oldSelf.storageClassName) && "
         "(!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",
         "storageClassName is immutable: existing volumes cannot move to another storage class in place",
@@ -455,10 +445,10 @@ _SPEC_RULES = (
 )
 
 
-class PostgresClusterSpec(_SpecModel):
+class PostgresClusterSpec(SpecModel):
     """The desired state of a PostgreSQL cluster."""
 
-    model_config = ConfigDict(json_schema_extra=_validations(*_SPEC_RULES))
+    model_config = ConfigDict(json_schema_extra=validations(*_SPEC_RULES))
 
     replicas: int = Field(
         ge=1,
@@ -469,8 +459,8 @@ class PostgresClusterSpec(_SpecModel):
         description="PostgreSQL major version.",
         json_schema_extra={
             "enum": list(SUPPORTED_MAJORS),
-            **_validations(
-                _rule(
+            **validations(
+                rule(
                     "self == oldSelf",
                     "version is immutable until a major-upgrade path exists",
                     reason="FieldValueForbidden",
@@ -482,8 +472,8 @@ class PostgresClusterSpec(_SpecModel):
         pattern=STORAGE_PATTERN,
         max_length=12,
         description="Size of each instance's data volume, in Gi (e.g. 20Gi). May grow, never shrink.",
-        json_schema_extra=_validations(
-            _rule(
+        json_schema_extra=validations(
+            rule(
                 "int(self.split('Gi')[0]) >= int(oldSelf.split('Gi')[0])",
                 "storage may grow but never shrink",
                 messageExpression="'storage may grow but never shrink: ' + oldSelf + ' -> ' + self",
@@ -524,8 +514,8 @@ class PostgresClusterSpec(_SpecModel):
     bootstrap: Bootstrap = _nested(
         Bootstrap,
         "How the cluster's data is created. Applied once, at creation; immutable.",
-        **_validations(
-            _rule(
+        **validations(
+            rule(
                 "self == oldSelf",
                 "bootstrap is applied once, when the cluster is created, and cannot change",
                 reason="FieldValueForbidden",
@@ -570,11 +560,7 @@ class PostgresClusterSpec(_SpecModel):
 # --- status ---------------------------------------------------------------------------------------------
 
 
-class _StatusModel(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
-
-
-class Condition(_StatusModel):
+class Condition(StatusModel):
     # The last three are the backup reconcilers' (controller/backup_reconcilers; specs/backup_status.py
     # keeps them).
     type: Literal[
@@ -587,7 +573,7 @@ class Condition(_StatusModel):
     last_transition_time: str = Field(json_schema_extra={"format": "date-time"})
 
 
-class InstanceStatus(_StatusModel):
+class InstanceStatus(StatusModel):
     name: str
     role: str = Field(description="primary, replica, or unknown while Patroni has not labelled the pod.")
     ready: bool
@@ -603,7 +589,7 @@ class InstanceStatus(_StatusModel):
     )
 
 
-class ArchivingStatus(_StatusModel):
+class ArchivingStatus(StatusModel):
     primary: str | None = Field(None, description="Instance whose pg_stat_archiver this is.")
     last_archived_wal: str | None = Field(None, alias="lastArchivedWAL")
     last_archived_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
@@ -614,13 +600,13 @@ class ArchivingStatus(_StatusModel):
     last_failed_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
 
 
-class BackupClusterStatus(_StatusModel):
+class BackupClusterStatus(StatusModel):
     archiving: ArchivingStatus | None = Field(None, description="WAL archiving as the primary reports it.")
     last_successful_backup: str | None = Field(None, description="Name of the newest completed Backup.")
     last_successful_backup_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
 
 
-class PostgresClusterStatus(_StatusModel):
+class PostgresClusterStatus(StatusModel):
     """What the operator observed; written only when it changes."""
 
     phase: str = Field("", description="One readable word or sentence: Creating, Healthy, Scaling 3 → 5, ...")
@@ -729,9 +715,43 @@ def _matches(pattern: str, value: str) -> bool:
 
 # Rules at the root of the CRD schema: names derived from metadata.name must stay valid (NAME_RULE); a
 # restored cluster must not archive into its source's path (ROOT_BACKUP_RULES, api/backup.py).
-NAME_RULE = _rule(
+NAME_RULE = rule(
     f"self.metadata.name.size() <= {MAX_NAME_LENGTH} && self.metadata.name.matches('{NAME_PATTERN}')",
     f"metadata.name must be a DNS label of at most {MAX_NAME_LENGTH} characters starting with a letter "
     "(Services and pods are named after it)",
 )
 ROOT_RULES: tuple[dict[str, str], ...] = (NAME_RULE, *ROOT_BACKUP_RULES)
+
+PRINTER_COLUMNS: tuple[dict[str, Any], ...] = (
+    {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas", "description": "Desired instances"},
+    {
+        "name": "Ready",
+        "type": "integer",
+        "jsonPath": ".status.readyReplicas",
+        "description": "Ready instances",
+    },
+    {"name": "Primary", "type": "string", "jsonPath": ".status.currentPrimary", "description": "Primary pod"},
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Version", "type": "string", "jsonPath": ".spec.version", "priority": 1},
+    {"name": "Storage", "type": "string", "jsonPath": ".spec.storage", "priority": 1},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+)
+
+POSTGRES_CLUSTER = CustomResource(
+    kind=KIND,
+    plural=PLURAL,
+    short=SHORT,
+    description="A PostgreSQL cluster: a primary and streaming replicas managed by Patroni.",
+    spec=PostgresClusterSpec,
+    status=PostgresClusterStatus,
+    columns=PRINTER_COLUMNS,
+    root_rules=ROOT_RULES,
+    # `kubectl scale pgc/<name> --replicas=N`, validated like any spec change.
+    subresources={
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        }
+    },
+)

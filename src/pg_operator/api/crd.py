@@ -1,20 +1,21 @@
-"""The PostgresCluster CustomResourceDefinition, generated from the pydantic models.
+"""CustomResourceDefinitions generated from the pydantic models: one builder for every kind.
 
 pydantic emits JSON Schema (2020-12) with `$defs`/`$ref`, `anyOf: [X, null]` for optional fields and
 titles; the API server wants a structural schema: every node typed, no references, no nullable unions,
 defaults and value validations inline. `structural_schema` does that conversion, keeping the CEL rules
-(`x-kubernetes-validations`) and other `x-kubernetes-*` markers the models carry.
+(`x-kubernetes-validations`) and other `x-kubernetes-*` markers the models carry. `build` wraps a kind's
+schemas in its CRD from a `CustomResource`, the small description each kind's module gives.
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
-from pg_operator.api.cluster import ROOT_RULES, PostgresClusterSpec, PostgresClusterStatus
-from pg_operator.api.constants import API_VERSION, CRD_NAME, GROUP, KIND, PLURAL, SHORT, SINGULAR, VERSION
+from pg_operator.api.constants import GROUP, VERSION
 
 # JSON-schema keywords a structural schema may carry as they are.
 _KEPT = frozenset(
@@ -134,56 +135,68 @@ def structural_schema(model: type[BaseModel], *, defaults: bool = True) -> dict[
     return out if defaults else _without_defaults(out)
 
 
-def _openapi_schema() -> dict[str, Any]:
-    return {
+@dataclass(frozen=True)
+class CustomResource:
+    """What tells one kind's CRD from another's: its names, models, root rules, columns, subresources."""
+
+    kind: str
+    plural: str
+    short: str
+    description: str
+    spec: type[BaseModel]
+    status: type[BaseModel]
+    columns: tuple[dict[str, Any], ...]
+    # Rules on the whole object (they need metadata.name): x-kubernetes-validations of the root.
+    root_rules: tuple[dict[str, str], ...] = ()
+    # Beyond `status`, e.g. `scale`.
+    subresources: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.plural}.{GROUP}"
+
+    @property
+    def source(self) -> str:
+        """The file its models are in, relative to the repository (for the generated file's header)."""
+        return "src/" + self.spec.__module__.replace(".", "/") + ".py"
+
+
+def _openapi_schema(kind: CustomResource) -> dict[str, Any]:
+    schema: dict[str, Any] = {
         "type": "object",
-        "description": "A PostgreSQL cluster: a primary and streaming replicas managed by Patroni.",
+        "description": kind.description,
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
-            "spec": structural_schema(PostgresClusterSpec),
-            "status": structural_schema(PostgresClusterStatus, defaults=False),
+            "spec": structural_schema(kind.spec),
+            "status": structural_schema(kind.status, defaults=False),
         },
         "required": ["spec"],
-        "x-kubernetes-validations": [dict(rule) for rule in ROOT_RULES],
     }
+    if kind.root_rules:
+        schema["x-kubernetes-validations"] = [dict(r) for r in kind.root_rules]
+    return schema
 
 
-PRINTER_COLUMNS: list[dict[str, Any]] = [
-    {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas", "description": "Desired instances"},
-    {
-        "name": "Ready",
-        "type": "integer",
-        "jsonPath": ".status.readyReplicas",
-        "description": "Ready instances",
-    },
-    {"name": "Primary", "type": "string", "jsonPath": ".status.currentPrimary", "description": "Primary pod"},
-    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-    {"name": "Version", "type": "string", "jsonPath": ".spec.version", "priority": 1},
-    {"name": "Storage", "type": "string", "jsonPath": ".spec.storage", "priority": 1},
-    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-]
-
-
-def crd() -> dict[str, Any]:
-    """The whole CustomResourceDefinition object."""
+def build(kind: CustomResource) -> dict[str, Any]:
+    """The whole CustomResourceDefinition object of one kind."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": CRD_NAME,
+            "name": kind.name,
             "labels": {"app.kubernetes.io/name": "pg-operator", "app.kubernetes.io/component": "crd"},
         },
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": [SHORT],
+                "kind": kind.kind,
+                "listKind": f"{kind.kind}List",
+                "plural": kind.plural,
+                "singular": kind.kind.lower(),
+                "shortNames": [kind.short],
                 "categories": ["pg-operator"],
             },
             "versions": [
@@ -191,21 +204,13 @@ def crd() -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "schema": {"openAPIV3Schema": _openapi_schema()},
-                    "subresources": {
-                        "status": {},
-                        # `kubectl scale pgc/<name> --replicas=N`, validated like any spec change.
-                        "scale": {
-                            "specReplicasPath": ".spec.replicas",
-                            "statusReplicasPath": ".status.replicas",
-                            "labelSelectorPath": ".status.selector",
-                        },
-                    },
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": _openapi_schema(kind)},
+                    "subresources": {"status": {}, **kind.subresources},
+                    "additionalPrinterColumns": [dict(c) for c in kind.columns],
                 }
             ],
         },
     }
 
 
-__all__ = ["API_VERSION", "PRINTER_COLUMNS", "SchemaError", "crd", "structural_schema"]
+__all__ = ["CustomResource", "SchemaError", "build", "structural_schema"]

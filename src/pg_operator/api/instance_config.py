@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, field_validator
 
 from pg_operator.api.constants import (
     CLUSTER_LABEL,
@@ -24,48 +23,45 @@ from pg_operator.api.constants import (
     ROLE_LABEL,
     SUPERUSER,
 )
+from pg_operator.api.schema import SpecModel
 
 INSTANCE_CONFIG_PATH = Path(CONFIG_MOUNT) / INSTANCE_CONFIG_KEY
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
-
-
-class Labels(_Model):
+class Labels(SpecModel):
     cluster_label: str = CLUSTER_LABEL  # on every pod, value = cluster name; Patroni's member selector
     role_label: str = ROLE_LABEL  # Patroni sets it to "primary" / "replica"
 
 
-class PostgresqlSettings(_Model):
+class PostgresqlSettings(SpecModel):
     port: int = PG_PORT
     parameters: dict[str, str] = Field(default_factory=dict)  # user's postgresql.conf settings, validated
     allowed_cidrs: list[str] = Field(alias="allowedCIDRs")  # password (scram) access in pg_hba
 
 
-class BootstrapSettings(_Model):
+class BootstrapSettings(SpecModel):
     database: str
     owner: str
 
 
-class SynchronousSettings(_Model):
+class SynchronousSettings(SpecModel):
     number: int  # 0 = asynchronous
     data_durability: Literal["required", "preferred"]  # required → Patroni synchronous_mode_strict
 
 
-class PatroniSettings(_Model):
+class PatroniSettings(SpecModel):
     ttl: int
     loop_wait: int
     retry_timeout: int
     port: int = PATRONI_PORT
 
 
-class Users(_Model):
+class Users(SpecModel):
     superuser: str = SUPERUSER
     replication: str = REPLICATION_USER
 
 
-class InstanceConfig(_Model):
+class InstanceConfig(SpecModel):
     cluster: str  # Patroni scope; its DCS ConfigMaps are <cluster>-config, -leader, -failover, -sync
     namespace: str
     pg_major: str
@@ -76,24 +72,21 @@ class InstanceConfig(_Model):
     synchronous: SynchronousSettings
     patroni: PatroniSettings
     # Archiving and a restore (pg_operator.backup.instance_hook: {archive: …, recovery: …}); absent when the
-    # cluster has neither. Plain camelCase mappings, checked by the same parsers the entrypoint applies.
+    # cluster has neither. Plain camelCase mappings: their contents are checked by the parsers that read
+    # them (instance_hook.apply, when the entrypoint renders Patroni's config), only their shape here.
     backup: dict[str, Any] | None = None
 
     @field_validator("backup")
     @classmethod
     def _backup_section(cls, backup: dict[str, Any] | None) -> dict[str, Any] | None:
-        from pg_operator.backup.archiving import ArchiveSettings
-        from pg_operator.backup.instance_hook import RecoveryPlan
-
         if backup is None:
             return None
         unknown = sorted(set(backup) - {"archive", "recovery"})
         if unknown:
             raise ValueError(f"backup: unknown keys {', '.join(unknown)} (expected archive, recovery)")
-        if backup.get("archive") is not None:
-            ArchiveSettings.from_mapping(backup["archive"])
-        if backup.get("recovery") is not None:
-            RecoveryPlan.from_mapping(backup["recovery"])
+        for key in ("archive", "recovery"):
+            if backup.get(key) is not None and not isinstance(backup[key], dict):
+                raise ValueError(f"backup.{key}: expected a mapping")
         return backup
 
     def to_yaml(self) -> str:

@@ -13,27 +13,27 @@ from pathlib import Path
 
 import yaml
 
-from pg_operator.api.backup import rendered_backup_files
-from pg_operator.api.constants import PLURAL
-from pg_operator.api.crd import crd
+from pg_operator.api.backup import BACKUP, SCHEDULED_BACKUP
+from pg_operator.api.cluster import POSTGRES_CLUSTER
+from pg_operator.api.crd import CustomResource, build
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_CRD_DIR = REPO_ROOT / "deploy" / "crd"
-CRD_FILE_NAME = f"{PLURAL}.yaml"
 COMMAND = "python -m pg_operator.api.manifests"
+# Every kind the operator serves, each written to deploy/crd/<plural>.yaml.
+KINDS: tuple[CustomResource, ...] = (POSTGRES_CLUSTER, BACKUP, SCHEDULED_BACKUP)
 
-_HEADER = f"# Generated from src/pg_operator/api/cluster.py by `{COMMAND}`. Do not edit.\n"
 
-
-def render_crd() -> str:
-    """The CRD as YAML text: sorted keys, fixed width, so equal models give byte-equal files."""
-    body = yaml.safe_dump(crd(), sort_keys=True, width=120, allow_unicode=True, default_flow_style=False)
-    return _HEADER + body
+def render(kind: CustomResource) -> str:
+    """One kind's CRD as YAML text: sorted keys, fixed width, so equal models give byte-equal files."""
+    crd = build(kind)
+    body = yaml.safe_dump(crd, sort_keys=True, width=120, allow_unicode=True, default_flow_style=False)
+    return f"# Generated from {kind.source} by `{COMMAND}`. Do not edit.\n" + body
 
 
 def rendered_files() -> dict[str, str]:
-    """File name (within the CRD directory) → content: the PostgresCluster CRD and the backup kinds'."""
-    return {CRD_FILE_NAME: render_crd(), **rendered_backup_files()}
+    """File name (within the CRD directory) → content, for every kind."""
+    return {f"{kind.plural}.yaml": render(kind) for kind in KINDS}
 
 
 def write_manifests(out_dir: Path = DEFAULT_CRD_DIR) -> list[Path]:

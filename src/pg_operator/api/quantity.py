@@ -49,9 +49,3 @@ def parse_quantity(value: str | int) -> Fraction:
         number *= Fraction(10) ** int(match.group(2))
     return number * _SUFFIX[match.group(3) or ""]
 
-
-def gibibytes(value: str) -> int:
-    """The number in a "<n>Gi" storage size, the only form spec.storage accepts."""
-    if not value.endswith("Gi") or not value[:-2].isdigit():
-        raise ValueError(f"not a whole number of Gi: {value!r}")
-    return int(value[:-2])

@@ -17,15 +17,8 @@ from pg_operator.backup.catalog import parse_time
 from pg_operator.backup.failures import Failure
 from pg_operator.backup.lifecycle import reason_of
 
-# One psql line: the columns below, '|'-separated, then the number of segments waiting.
-ARCHIVER_COLUMNS = (
-    "archived_count",
-    "last_archived_wal",
-    "last_archived_time",
-    "failed_count",
-    "last_failed_wal",
-    "last_failed_time",
-)
+# One psql line: pg_stat_archiver's counts, WALs and times, '|'-separated, then the number of segments
+# waiting.
 ARCHIVER_QUERY = (
     "SELECT archived_count, coalesce(last_archived_wal, ''), "
     "coalesce(to_char(last_archived_time AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), ''), "

@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pg_operator.api.backup import (
+    ARCHIVE_TIMEOUT_PATTERN,
+    DEFAULT_ARCHIVE_TIMEOUT,
+    DEFAULT_WAL_MAX_KEEP_SIZE,
+    WAL_SIZE_PATTERN,
+)
 from pg_operator.backup.barman import ObjectStore, archive_command, restore_command
-
-# A PostgreSQL size with a unit (max_slot_wal_keep_size is in MB when given without one).
-WAL_SIZE_PATTERN = "^[1-9][0-9]{0,6}(MB|GB|TB)$"
-ARCHIVE_TIMEOUT_PATTERN = "^[1-9][0-9]{0,4}(s|min)$"
-DEFAULT_ARCHIVE_TIMEOUT = "60s"
-DEFAULT_WAL_MAX_KEEP_SIZE = "10GB"
 
 # The settings this fragment owns (on top of those Patroni owns); user values for them are refused.
 ARCHIVING_PARAMETERS: tuple[str, ...] = (

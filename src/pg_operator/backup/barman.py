@@ -14,10 +14,20 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-Compression = Literal["gzip", "bzip2", "snappy", "none"]
-COMPRESSIONS: tuple[str, ...] = ("gzip", "bzip2", "snappy", "none")
+from pg_operator.api.backup import (
+    BACKUP_ID_PATTERN,
+    BUCKET_PATTERN,
+    COMPRESSIONS,
+    PATH_PATTERN,
+    RESERVED_BACKUP_NAMES,
+    ArchiveLocation,
+    Compression,
+    destination_url,
+)
+from pg_operator.api.schema import NAME_PATTERN
+
 _COMPRESSION_FLAG = {"gzip": ["--gzip"], "bzip2": ["--bzip2"], "snappy": ["--snappy"], "none": []}
 
 # Where the image installs barman-cloud (images/postgres/recipe.sh, its venv).
@@ -33,14 +43,6 @@ CHECKSUM_ENV: dict[str, str] = {
     "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
     "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
 }
-
-BUCKET_PATTERN = "^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
-PATH_PATTERN = "^([A-Za-z0-9._-]+/)*[A-Za-z0-9._-]*$"
-SERVER_NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
-# barman refuses these as backup names (they are shortcuts for backup IDs), and a name shaped like a
-# backup ID would be read as one.
-RESERVED_BACKUP_NAMES: tuple[str, ...] = ("first", "last", "latest", "oldest", "last-failed", "auto")
-BACKUP_ID_PATTERN = "^[0-9]{8}T[0-9]{6}$"
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,8 @@ class ObjectStore:
             raise ValueError(
                 f"backup.s3.path: {self.path!r} may hold only letters, digits, '.', '_', '-', '/'"
             )
-        if not re.match(SERVER_NAME_PATTERN, self.server_name):
+        # barman's server name is the cluster's name.
+        if not re.match(NAME_PATTERN, self.server_name):
             raise ValueError(f"server name {self.server_name!r} is not a DNS label")
         if self.endpoint_url is not None and not re.match(r"^https?://[^\s/]+(/\S*)?$", self.endpoint_url):
             raise ValueError(f"backup.s3.endpointURL: {self.endpoint_url!r} must be an http(s) URL")
@@ -73,8 +76,11 @@ class ObjectStore:
 
     @property
     def destination_url(self) -> str:
-        path = self.path.strip("/")
-        return f"s3://{self.bucket}/{path}" if path else f"s3://{self.bucket}"
+        return destination_url(self.bucket, self.path)
+
+    @property
+    def location(self) -> ArchiveLocation:
+        return ArchiveLocation(self.bucket, self.path, self.server_name, self.endpoint_url)
 
     @property
     def prefix(self) -> str:
@@ -250,13 +256,6 @@ def delete_backup_argv(store: ObjectStore, backup_id: str) -> list[str]:
     """Delete one backup, and the WAL no remaining backup needs."""
     return [_tool(store, "barman-cloud-backup-delete"), *_connection(store), "--backup-id", backup_id,
             store.destination_url, store.server_name]  # fmt: skip
-
-
-def retention_delete_argv(store: ObjectStore, barman_policy: str) -> list[str]:
-    """Let barman apply the policy itself (`RetentionPolicy.barman_policy()`): it deletes obsolete
-    backups and the WAL older than the oldest one kept."""
-    return [_tool(store, "barman-cloud-backup-delete"), *_connection(store), "--retention-policy",
-            barman_policy, store.destination_url, store.server_name]  # fmt: skip
 
 
 def restore_argv(

@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from pg_operator.api.backup import BACKUP_ID_PATTERN, LSN_PATTERN, archive_conflict, parse_rfc3339
 from pg_operator.backup.barman import (
     ACCESS_KEY_ENV,
     REGION_ENV,
@@ -25,11 +26,6 @@ from pg_operator.backup.barman import (
     restore_command,
 )
 
-LSN_PATTERN = "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"
-# RFC 3339 with an explicit offset: a recovery target without a zone would be read in the server's zone.
-RFC3339_PATTERN = (
-    "^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
-)
 BOOTSTRAP_METHOD = "pgop_restore"
 # The source's credentials sit in the pod under these prefixed names (the cluster's own destination uses
 # the plain AWS_* ones); commands that read the source map them back for their own process only.
@@ -49,19 +45,6 @@ def _with_source_env(command: str, *, session_token: bool) -> str:
     return f"{assignments} {command}"
 
 
-def parse_rfc3339(value: str) -> dt.datetime:
-    """An RFC 3339 time with a zone, as an aware datetime; ValueError naming targetTime otherwise."""
-    if not re.match(RFC3339_PATTERN, value):
-        raise ValueError(
-            f"recovery.targetTime: {value!r} must be RFC 3339 with a zone, e.g. 2026-12-01T08:30:00Z"
-        )
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("z", "Z").replace("t", "T"))
-    except ValueError:
-        raise ValueError(f"recovery.targetTime: {value!r} is not a real date and time") from None
-    return parsed
-
-
 @dataclass(frozen=True)
 class RecoveryTarget:
     """Where recovery stops: a time, an LSN, or (neither) the end of the archive."""
@@ -77,7 +60,7 @@ class RecoveryTarget:
             parse_rfc3339(self.time)
         if self.lsn is not None and not re.match(LSN_PATTERN, self.lsn):
             raise ValueError(f"recovery.targetLSN: {self.lsn!r} must look like 0/3000060")
-        if self.backup_id is not None and not re.match(r"^[0-9]{8}T[0-9]{6}$", self.backup_id):
+        if self.backup_id is not None and not re.match(BACKUP_ID_PATTERN, self.backup_id):
             raise ValueError(
                 f"recovery.backupID: {self.backup_id!r} must be a barman backup ID like 20261201T083000"
             )
@@ -91,21 +74,9 @@ class RecoveryTarget:
 
 
 def recovery_conflict(source: ObjectStore, own: ObjectStore | None) -> str | None:
-    """Why the new cluster's archive would collide with the source's, or None when it cannot."""
-    if own is None:
-        return None
-    same = (
-        own.bucket == source.bucket
-        and own.path.strip("/") == source.path.strip("/")
-        and own.server_name == source.server_name
-        and (own.endpoint_url or "") == (source.endpoint_url or "")
-    )
-    if same:
-        return (
-            "bootstrap.recovery: the new cluster would archive into the source's path "
-            f"({source.destination_url}/{source.server_name}); give it another name, bucket or path"
-        )
-    return None
+    """Why the new cluster's archive would collide with the source's, or None when it cannot (the API's
+    rule, `api.backup.archive_conflict`, on the stores' locations)."""
+    return archive_conflict(source.location, own.location if own is not None else None)
 
 
 def recovery_settings(

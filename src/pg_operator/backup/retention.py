@@ -8,14 +8,13 @@ completed backup is never deleted, so a cluster always keeps one restore point.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-RECOVERY_WINDOW_PATTERN = "^[1-9][0-9]{0,3}[dwm]$"
+from pg_operator.api.backup import check_retention
+
 _UNITS = {"d": ("DAYS", 1), "w": ("WEEKS", 7), "m": ("MONTHS", 31)}
-MAX_KEEP_LAST = 1000
 
 
 @dataclass(frozen=True)
@@ -24,15 +23,7 @@ class RetentionPolicy:
     keep_last: int | None = None
 
     def __post_init__(self) -> None:
-        if (self.recovery_window is None) == (self.keep_last is None):
-            raise ValueError("retention: set exactly one of recoveryWindow and keepLast")
-        if self.recovery_window is not None and not re.match(RECOVERY_WINDOW_PATTERN, self.recovery_window):
-            raise ValueError(
-                f"retention.recoveryWindow: {self.recovery_window!r} must be a number of days, weeks or "
-                "months such as 7d, 4w or 3m"
-            )
-        if self.keep_last is not None and not 1 <= self.keep_last <= MAX_KEEP_LAST:
-            raise ValueError(f"retention.keepLast: {self.keep_last} must be between 1 and {MAX_KEEP_LAST}")
+        check_retention(self.recovery_window, self.keep_last)
 
     @property
     def window(self) -> dt.timedelta | None:

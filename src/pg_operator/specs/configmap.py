@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pg_operator.api.backup import instance_backup_section
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import INSTANCE_CONFIG_KEY
 from pg_operator.api.instance_config import (
@@ -16,6 +15,7 @@ from pg_operator.api.instance_config import (
 )
 from pg_operator.orchestration.patroni_settings import desired_dynamic_settings
 from pg_operator.specs import names
+from pg_operator.specs.backup_pod import instance_backup_section
 from pg_operator.specs.labels import COMPONENT_CONFIG, child_metadata
 
 

@@ -10,7 +10,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pg_operator.api.backup import instance_backup_section, pod_env
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import (
     CONFIG_MOUNT,
@@ -28,6 +27,7 @@ from pg_operator.api.constants import (
 )
 from pg_operator.images import default_image
 from pg_operator.specs import names
+from pg_operator.specs.backup_pod import instance_backup_section, pod_env
 from pg_operator.specs.labels import COMPONENT_INSTANCE, child_labels, child_metadata, selector_labels
 
 # Fields the API server refuses to change after creation: taken from the live object when there is one.

@@ -1,0 +1,107 @@
+"""What the instance pods need for backups: environment variables for barman-cloud, taken from the
+credentials Secret with `secretKeyRef`, so the values never pass through the operator, a ConfigMap, argv
+or a log (PostgreSQL, hence archive_command / restore_command, and Patroni's bootstrap command inherit
+the container's environment); and instance.yaml's `backup` section, the store and settings without
+credentials.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pg_operator.api.backup import BackupConfiguration, RecoveryBootstrap
+from pg_operator.backup.barman import (
+    ACCESS_KEY_ENV,
+    CHECKSUM_ENV,
+    DEFAULT_BIN_DIR,
+    REGION_ENV,
+    SECRET_KEY_ENV,
+    SESSION_TOKEN_ENV,
+)
+from pg_operator.backup.from_spec import archive_settings, recovery_source, recovery_target
+from pg_operator.backup.instance_hook import RecoveryPlan, section
+from pg_operator.backup.recovery import SOURCE_ENV_PREFIX
+
+
+def _secret_env(name: str, secret: str, key: str, *, optional: bool = False) -> dict[str, Any]:
+    ref: dict[str, Any] = {"name": secret, "key": key}
+    if optional:
+        ref["optional"] = True
+    return {"name": name, "valueFrom": {"secretKeyRef": ref}}
+
+
+def barman_env(
+    *,
+    secret_name: str,
+    access_key_id_key: str,
+    secret_access_key_key: str,
+    session_token_key: str | None = None,
+    region: str | None = None,
+    prefix: str = "",
+    optional: bool = False,
+) -> list[dict[str, Any]]:
+    """EnvVar objects for the postgres container (sorted by name, so the pod template is stable).
+    `prefix` (recovery.SOURCE_ENV_PREFIX) names the recovery source's set; the checksum settings are
+    given once, unprefixed, by the caller's own set or `checksum_env()`. `optional`: the pod starts even
+    when the Secret or key is missing (the variable is then unset)."""
+    env = [
+        _secret_env(prefix + ACCESS_KEY_ENV, secret_name, access_key_id_key, optional=optional),
+        _secret_env(prefix + SECRET_KEY_ENV, secret_name, secret_access_key_key, optional=optional),
+    ]
+    if not prefix:
+        env += checksum_env()
+    if session_token_key:
+        env.append(_secret_env(prefix + SESSION_TOKEN_ENV, secret_name, session_token_key, optional=optional))
+    if region:
+        env.append({"name": prefix + REGION_ENV, "value": region})
+    return sorted(env, key=lambda e: str(e["name"]))
+
+
+def checksum_env() -> list[dict[str, Any]]:
+    return [{"name": k, "value": v} for k, v in CHECKSUM_ENV.items()]
+
+
+def pod_env(
+    backup: BackupConfiguration | None, recovery: RecoveryBootstrap | None = None
+) -> list[dict[str, Any]]:
+    """The postgres container's barman-cloud environment: the cluster's own destination as AWS_*, a
+    recovery source as PGOP_SOURCE_AWS_* (the restore commands map it back for their own process), all by
+    secretKeyRef. The source's references are optional: the pod template keeps them for the cluster's
+    life (bootstrap is immutable), and only the first bootstrap reads them, so deleting the source's
+    Secret after the restore must not keep later pods from starting."""
+    env: list[dict[str, Any]] = []
+    sets = [(backup.s3, "") if backup is not None else None,
+            (recovery.source.s3, SOURCE_ENV_PREFIX) if recovery is not None else None]  # fmt: skip
+    for s3, prefix in filter(None, sets):
+        c = s3.credentials
+        env += barman_env(
+            secret_name=c.secret_name,
+            access_key_id_key=c.access_key_id_key,
+            secret_access_key_key=c.secret_access_key_key,
+            session_token_key=c.session_token_key,
+            region=s3.region,
+            prefix=prefix,
+            optional=bool(prefix),
+        )
+    if backup is None and env:
+        env += checksum_env()
+    return sorted(env, key=lambda e: str(e["name"]))
+
+
+def instance_backup_section(
+    cluster_name: str,
+    backup: BackupConfiguration | None,
+    recovery: RecoveryBootstrap | None,
+    *,
+    bin_dir: str = DEFAULT_BIN_DIR,
+) -> dict[str, Any] | None:
+    """instance.yaml's `backup` value for a cluster (InstanceConfig.backup); None without either."""
+    archive = archive_settings(backup, cluster_name, bin_dir=bin_dir) if backup is not None else None
+    plan = None
+    if recovery is not None:
+        plan = RecoveryPlan(
+            source=recovery_source(recovery, bin_dir=bin_dir),
+            target=recovery_target(recovery),
+            session_token=recovery.source.s3.credentials.session_token_key is not None,
+        )
+    return section(archive, plan)
