@@ -21,7 +21,7 @@ from pg_operator.backup.lifecycle import after_poll, before_start, reason_of
 from pg_operator.backup.placement import Placement, choose_instance, primary_pod
 from pg_operator.backup.scheduling import backup_name, schedule_pass
 from pg_operator.backup.store_cleanup import FINALIZER, RELEASE_ANNOTATION, decide_finalizer
-from pg_operator.controller.backup_reconcilers.controller import merged_conditions
+from pg_operator.controller.backup_reconcilers.cluster_status import merged_conditions
 from pg_operator.controller.pod_exec import ExecError, exec_url, exit_status_of
 
 T0 = dt.datetime(2026, 12, 1, 8, 0, 0, tzinfo=dt.UTC)

@@ -21,7 +21,7 @@ from lightkube.core.exceptions import ApiError
 
 from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.controller import cache_sync
-from pg_operator.controller.backup_reconcilers.controller import BackupController
+from pg_operator.controller.backup_reconcilers.loops import BackupLoops
 from pg_operator.controller.cache import Cache, WatchedKind, listed_kinds, watched_kinds
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.health import HealthServer, HealthState
@@ -190,8 +190,8 @@ async def _lead(
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity))
     controller = ReconcileLoop(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds,
                                gives_up=namespace_being_deleted)  # fmt: skip
-    backups = BackupController(api, cache, metrics, PodExec(load_config(), metrics), opts.identity,
-                               retention_seconds=opts.backup_retention_seconds)  # fmt: skip
+    backups = BackupLoops(api, cache, metrics, PodExec(load_config(), metrics), opts.identity,
+                          retention_seconds=opts.backup_retention_seconds)  # fmt: skip
     registry = build_registry(Wakeups(controller, cache, backups), kinds)
     kopf_stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -257,7 +257,7 @@ async def _lead(
     syncing.cancel()
     pruning.cancel()
     workers.cancel()
-    controller.queue.close()
+    controller.close()
     backup_workers.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await backup_workers

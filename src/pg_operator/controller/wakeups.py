@@ -9,9 +9,14 @@ import kopf
 
 from pg_operator.api.backup import BACKUP_PLURAL, SCHEDULED_BACKUP_PLURAL
 from pg_operator.api.constants import CLUSTER_LABEL, GROUP, PLURAL, ROLE_LABEL, VERSION
-from pg_operator.controller.backup_reconcilers.controller import BackupController
+from pg_operator.controller.backup_reconcilers.loops import BackupLoops
 from pg_operator.controller.cache import Cache, WatchedKind
-from pg_operator.controller.keys import cluster_key_of_child, cluster_key_of_cluster, owning_cluster_name
+from pg_operator.controller.keys import (
+    ClusterKey,
+    cluster_key_of_child,
+    cluster_key_of_cluster,
+    owning_cluster_name,
+)
 from pg_operator.controller.kopf_diffbase import change_detecting_handlers
 from pg_operator.controller.kube_api import kopf_login
 from pg_operator.controller.loop import ReconcileLoop
@@ -53,11 +58,11 @@ class Wakeups:
     """Maps every watched event to the cluster to reconcile, filtering noise from pods and PVCs."""
 
     def __init__(
-        self, controller: ReconcileLoop, cache: Cache, backups: BackupController | None = None
+        self, controller: ReconcileLoop[ClusterKey], cache: Cache, backups: BackupLoops | None = None
     ) -> None:
         self.controller = controller
         self.cache = cache
-        self.backups = backups  # the backup controller's own queue (controller/backup_reconcilers)
+        self.backups = backups  # the backup reconcilers' own loops (controller/backup_reconcilers)
         self._seen: dict[str, tuple[Any, ...]] = {}
 
     def on_cluster(self, body: Mapping[str, Any], event_type: str | None) -> None:
@@ -91,6 +96,16 @@ class Wakeups:
             return
         self.controller.wake(key)
 
+    def on_backup(self, body: Mapping[str, Any], event_type: str | None) -> None:
+        self.cache.observe(body, event_type)
+        if self.backups is not None:
+            self.backups.on_backup(body, event_type)
+
+    def on_scheduled_backup(self, body: Mapping[str, Any], event_type: str | None) -> None:
+        self.cache.observe(body, event_type)
+        if self.backups is not None:
+            self.backups.on_scheduled_backup(body, event_type)
+
     def on_storage_class(self, body: Mapping[str, Any], event_type: str | None) -> None:
         self.cache.observe(body, event_type)
         name = (body.get("metadata") or {}).get("name")
@@ -122,15 +137,14 @@ def build_registry(wakeups: Wakeups, kinds: list[WatchedKind]) -> kopf.OperatorR
             kind.group, kind.version, kind.plural, id=kind.handler_id, labels=labelled, registry=registry
         )(child_event)
     if wakeups.backups is not None:
-        # Backups and ScheduledBackups go to the backup controller only; a missing CRD leaves kopf
-        # warning that the resource is unresolved, the rest of the operator unaffected.
-        backups = wakeups.backups
+        # Backups and ScheduledBackups go to the cache and the backup reconcilers only; a missing CRD
+        # leaves kopf warning that the resource is unresolved, the rest of the operator unaffected.
 
         async def backup_event(body: kopf.Body, type: str | None, **_: Any) -> None:
-            backups.on_backup(body, type)
+            wakeups.on_backup(body, type)
 
         async def scheduled_backup_event(body: kopf.Body, type: str | None, **_: Any) -> None:
-            backups.on_scheduled_backup(body, type)
+            wakeups.on_scheduled_backup(body, type)
 
         kopf.on.event(GROUP, VERSION, BACKUP_PLURAL, id="wake_backup", registry=registry)(backup_event)
         kopf.on.event(GROUP, VERSION, SCHEDULED_BACKUP_PLURAL, id="wake_scheduledbackup", registry=registry)(

@@ -83,28 +83,6 @@ def _delete_prefix(access: StoreAccess) -> int:
     return deleted
 
 
-def _count_prefix(access: StoreAccess) -> int:
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    try:
-        client = _client(access)
-        total = 0
-        for page in client.get_paginator("list_objects_v2").paginate(
-            Bucket=access.bucket, Prefix=access.prefix
-        ):
-            total += len(page.get("Contents") or ())
-        return total
-    except ClientError as exc:
-        error = exc.response.get("Error") or {}
-        raise StoreError(f"{error.get('Code')}: {error.get('Message') or exc}") from None
-    except BotoCoreError as exc:
-        raise StoreError(f"{type(exc).__name__}: {exc}") from None
-
-
 async def delete_prefix(access: StoreAccess) -> int:
     """In a thread: boto3 is blocking."""
     return await asyncio.to_thread(_delete_prefix, access)
-
-
-async def count_prefix(access: StoreAccess) -> int:
-    return await asyncio.to_thread(_count_prefix, access)

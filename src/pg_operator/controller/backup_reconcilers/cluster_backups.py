@@ -1,0 +1,225 @@
+"""A cluster's backup side: the object-store finalizer, continuous archiving (pg_stat_archiver on the
+primary, the store itself when archiving fails), retention, and the backup conditions and
+`status.backup` they give. Keyed like the cluster, (namespace, name).
+
+Clusters without `spec.backup` cost nothing but a look at the cached object (no exec, no request),
+unless stale backup conditions must be cleared once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pg_operator import objects
+from pg_operator.api.backup import BackupConfiguration
+from pg_operator.api.constants import CLUSTER_LABEL
+from pg_operator.backup.archive_health import (
+    ARCHIVER_QUERY,
+    ArchiverStats,
+    archiving_condition,
+    archiving_summary,
+    last_backup_condition,
+    parse_archiver_line,
+)
+from pg_operator.backup.barman import ObjectStore, backup_list_argv
+from pg_operator.backup.failures import Failure, classify
+from pg_operator.backup.placement import primary_pod
+from pg_operator.backup.store_cleanup import decide_finalizer
+from pg_operator.controller.backoff import Backoff
+from pg_operator.controller.backup_reconcilers.cluster_status import ClusterWrites, Ours
+from pg_operator.controller.backup_reconcilers.retention_enforcement import Retention
+from pg_operator.controller.backup_reconcilers.shared import PSQL, Notices, again, backup_config, store_of
+from pg_operator.controller.backup_reconcilers.store_finalizer import StoreFinalizer
+from pg_operator.controller.cache import Cache
+from pg_operator.controller.keys import ClusterKey
+from pg_operator.controller.kube_api import Api
+from pg_operator.controller.loop import Result
+from pg_operator.controller.metrics import Metrics
+from pg_operator.controller.pod_exec import ExecError, PodExec
+from pg_operator.specs.backup_status import BACKUP_CONDITION_TYPES, BACKUP_STATUS_KEY
+
+log = logging.getLogger(__name__)
+
+# The last probe of a cluster's pods: (primary, stats, store failure, monotonic time).
+Probe = tuple[str | None, ArchiverStats | None, Failure | None, float]
+
+
+class ClusterBackupReconciler:
+    def __init__(
+        self,
+        api: Api,
+        cache: Cache,
+        metrics: Metrics,
+        pod_exec: PodExec,
+        notices: Notices,
+        *,
+        backoff: Backoff,
+        clock: Callable[[], dt.datetime],
+        archive_check_seconds: float = 30.0,
+        retention_seconds: float = 600.0,
+        min_probe_seconds: float = 10.0,
+    ) -> None:
+        self.cache = cache
+        self.metrics = metrics
+        self.exec = pod_exec
+        self.notices = notices
+        self.clock = clock
+        self.archive_check_seconds = archive_check_seconds
+        self.retention_seconds = retention_seconds
+        self.min_probe_seconds = min_probe_seconds
+        self.writes = ClusterWrites(api, clock)
+        self.finalizer = StoreFinalizer(api, self.writes, notices, backoff)
+        self.retention = Retention(api, cache, pod_exec, notices, clock)
+        self._retention_at: dict[ClusterKey, float] = {}
+        self._probes: dict[ClusterKey, Probe] = {}
+
+    def retention_due(self, key: ClusterKey) -> None:
+        """A backup of the cluster completed: retention runs on its next pass."""
+        self._retention_at.pop(key, None)
+
+    def _forget(self, key: ClusterKey) -> None:
+        self.metrics.forget_archive(key)
+        self._probes.pop(key, None)
+        self._retention_at.pop(key, None)
+        self.notices.forget(key)
+
+    async def reconcile(self, key: ClusterKey) -> Result:
+        namespace, name = key
+        body = self.cache.cluster(key)
+        if body is None:
+            self._forget(key)
+            return Result(gone=True)
+        snapshot = self.cache.snapshot(key)
+        pods = [p for p in snapshot.of_kind("v1", "Pod") if objects.label(p, CLUSTER_LABEL) == name]
+        decision = decide_finalizer(
+            body,
+            statefulset_exists=snapshot.find("apps/v1", "StatefulSet", name) is not None,
+            pods_left=len(pods),
+            now=self.clock(),
+        )
+        if decision.action != "none":
+            return again(await self.finalizer.step(key, body, decision.action, decision.why))
+        try:
+            config = backup_config(body)
+        except ValueError as exc:
+            log.info("cluster %s/%s: spec.backup invalid, skipping backups: %s", namespace, name, exc)
+            return again(None)
+        if config is None:
+            await self.writes.status(body, {t: None for t in BACKUP_CONDITION_TYPES}, None)
+            self.metrics.forget_archive(key)
+            return again(None)
+        primary = primary_pod(pods, name)
+        stats, store_failure = await self._archiving(key, primary, store_of(body, config), config)
+        archiving = archiving_condition(stats, store_failure=store_failure, primary=primary)
+        ours: Ours = {"ContinuousArchiving": archiving.as_tuple(), "BackupStoreCleanup": None}
+        mine = self.cache.backups(key)
+        last = last_backup_condition(mine)
+        if last is not None:
+            ours["LastBackupSucceeded"] = last
+        await self.writes.status(body, ours, self._summary(body, stats, primary, mine) or None)
+        if archiving.status == "False" and archiving.reason != "NothingArchivedYet":
+            await self.notices.once(
+                key, body, "Warning", archiving.reason, f"ContinuousArchiving: {archiving.message}"
+            )
+        elif archiving.status == "True" and self.notices.sent(key, "Warning"):
+            self.notices.reset(key, "Warning")
+            await self.notices.post(body, "Normal", "ArchivingResumed", archiving.message)
+        return again(self.archive_check_seconds)
+
+    @staticmethod
+    def _summary(
+        body: dict[str, Any], stats: ArchiverStats | None, primary: str | None, mine: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        summary: dict[str, Any] = {}
+        if stats is not None:
+            summary["archiving"] = archiving_summary(stats, primary)
+        elif (objects.status(body).get(BACKUP_STATUS_KEY) or {}).get("archiving"):
+            summary["archiving"] = body["status"][BACKUP_STATUS_KEY]["archiving"]
+        done = [b for b in mine if objects.status(b).get("phase") == "Completed"]
+        if done:
+            newest = max(done, key=lambda b: str(objects.status(b).get("stoppedAt") or ""))
+            summary["lastSuccessfulBackup"] = objects.name(newest)
+            summary["lastSuccessfulBackupTime"] = objects.status(newest).get("stoppedAt")
+        return summary
+
+    async def _archiving(
+        self, key: ClusterKey, primary: str | None, store: ObjectStore, config: BackupConfiguration
+    ) -> tuple[ArchiverStats | None, Failure | None]:
+        """The last probe when it is recent, its primary the same and no retention is due (woken again
+        soon by a status write or a pod event: the pod is not asked again); else a new probe."""
+        clock = time.monotonic()
+        cached = self._probes.get(key)
+        due_retention = config.retention is not None and (
+            self.clock().timestamp() - self._retention_at.get(key, 0.0) >= self.retention_seconds
+        )
+        if (
+            cached is not None
+            and cached[0] == primary
+            and clock - cached[3] < self.min_probe_seconds
+            and not due_retention
+        ):
+            return cached[1], cached[2]
+        stats, store_failure = await self._probe(key, primary, store, config, due_retention)
+        self._probes[key] = (primary, stats, store_failure, clock)
+        return stats, store_failure
+
+    async def _probe(
+        self,
+        key: ClusterKey,
+        primary: str | None,
+        store: ObjectStore,
+        config: BackupConfiguration,
+        due_retention: bool,
+    ) -> tuple[ArchiverStats | None, Failure | None]:
+        """pg_stat_archiver on the primary; the store itself (backup-list) when archiving fails or
+        retention is due; retention when due."""
+        namespace, name = key
+        if primary is None:
+            return None, None
+        stats: ArchiverStats | None = None
+        try:
+            stats = await self._archiver_stats(namespace, primary)
+        except (ExecError, ValueError) as exc:
+            log.info("cluster %s/%s: pg_stat_archiver unreadable on %s: %s", namespace, name, primary, exc)
+        if stats is not None and stats.last_archived_time is not None:
+            self.metrics.set_last_archived(key, stats.last_archived_time.timestamp())
+        store_failure: Failure | None = None
+        if due_retention:  # attempted now; a failing store is not listed on every wake-up for it
+            self._retention_at[key] = self.clock().timestamp()
+        # The store is asked too when nothing was archived yet: a broken store is reported before
+        # the first segment is even complete.
+        if stats is None or stats.failing or stats.archived_count == 0 or due_retention:
+            listing, store_failure = await self._list_backups(namespace, primary, store)
+            if listing is not None and due_retention and config.retention is not None:
+                body = self.cache.cluster(key) or {"metadata": {"name": name, "namespace": namespace}}
+                if await self.retention.enforce(body, primary, store, config, listing):
+                    self._retention_at[key] = self.clock().timestamp()
+        return stats, store_failure
+
+    async def _archiver_stats(self, namespace: str, pod: str) -> ArchiverStats:
+        result = await self.exec.run(namespace, pod, [*PSQL, "-F", "|", "-c", ARCHIVER_QUERY], seconds=30)
+        if result.exit_status != 0:
+            raise ExecError(f"psql exited {result.exit_status}: {result.stderr.strip()[-300:]}")
+        return parse_archiver_line(result.stdout.strip().splitlines()[-1])
+
+    async def _list_backups(
+        self, namespace: str, pod: str, store: ObjectStore
+    ) -> tuple[dict[str, Any] | None, Failure | None]:
+        """barman-cloud-backup-list in the pod: the catalog for retention, and a probe of the store (its
+        failure, classified, says why archiving fails)."""
+        try:
+            result = await self.exec.run(namespace, pod, backup_list_argv(store), seconds=120)
+        except ExecError as exc:
+            log.info("backup list in %s/%s failed: %s", namespace, pod, exc)
+            return None, None
+        if result.exit_status != 0:
+            return None, classify(result.exit_status, result.output)
+        try:
+            return json.loads(result.stdout), None
+        except ValueError:
+            return None, classify(1, result.output)

@@ -1,0 +1,135 @@
+"""The object-store finalizer's steps (decided by backup.store_cleanup.decide_finalizer): add it, stop a
+deleted cluster's instances, empty its prefix in the store from this process, release it."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Secret
+
+from pg_operator import objects
+from pg_operator.api.backup import BackupConfiguration
+from pg_operator.backup.barman import ObjectStore
+from pg_operator.backup.failures import classify
+from pg_operator.backup.store_cleanup import finalizers_with, finalizers_without
+from pg_operator.controller.backoff import Backoff
+from pg_operator.controller.backup_reconcilers.cluster_status import ClusterWrites
+from pg_operator.controller.backup_reconcilers.shared import Notices, backup_config, store_of
+from pg_operator.controller.backup_reconcilers.store import StoreAccess, StoreError, delete_prefix
+from pg_operator.controller.keys import ClusterKey
+from pg_operator.controller.kube_api import Api, is_not_found
+
+log = logging.getLogger(__name__)
+
+
+async def store_access(
+    api: Api, namespace: str, config: BackupConfiguration, store: ObjectStore
+) -> StoreAccess:
+    """The store's address and the credentials from the user's Secret (read for the call, never kept)."""
+    creds = config.s3.credentials
+    try:
+        secret = await api.get(Secret, creds.secret_name, namespace)
+    except ApiError as exc:
+        raise StoreError(f"credentials Secret {creds.secret_name}: {exc.status.message}") from None
+    data = secret.data or {}
+
+    def value(key: str | None) -> str | None:
+        if key is None or key not in data:
+            return None
+        return base64.b64decode(data[key]).decode()
+
+    key_id, secret_key = value(creds.access_key_id_key), value(creds.secret_access_key_key)
+    if not key_id or not secret_key:
+        raise StoreError(
+            f"credentials Secret {creds.secret_name} lacks {creds.access_key_id_key} or "
+            f"{creds.secret_access_key_key}"
+        )
+    return StoreAccess(
+        bucket=store.bucket,
+        prefix=store.prefix,
+        endpoint_url=store.endpoint_url,
+        region=store.region,
+        access_key_id=key_id,
+        secret_access_key=secret_key,
+        session_token=value(creds.session_token_key),
+    )
+
+
+class StoreFinalizer:
+    def __init__(self, api: Api, writes: ClusterWrites, notices: Notices, backoff: Backoff) -> None:
+        self.api = api
+        self.writes = writes
+        self.notices = notices
+        self.backoff = backoff
+
+    async def step(self, key: ClusterKey, body: Mapping[str, Any], action: str, why: str) -> float | None:
+        """One step; seconds until the next pass, or None."""
+        namespace, name = key
+        meta = objects.meta(body)
+        if action == "add":
+            await self.writes.finalizers(body, finalizers_with(meta))
+            return 1.0
+        if action in ("remove", "release-by-hand"):
+            await self.writes.finalizers(body, finalizers_without(meta))
+            if action == "release-by-hand":
+                await self.notices.post(
+                    body, "Warning", "BackupStoreReleased", f"finalizer released by hand: {why}"
+                )
+            return None if objects.deleting(body) else 1.0
+        if action == "stop-pods":
+            log.info(
+                "cluster %s/%s deleted with onDelete=delete: stopping its instances first", namespace, name
+            )
+            try:
+                await self.api.delete("apps/v1", "StatefulSet", name, namespace)
+            except ApiError as exc:
+                if not is_not_found(exc):
+                    raise
+            await self.writes.cleanup_condition(body, ("False", "StoppingInstances", why))
+            return 2.0
+        if action == "wait-pods":
+            await self.writes.cleanup_condition(body, ("False", "StoppingInstances", why))
+            return 3.0
+        return await self._delete_store(key, body)
+
+    async def _delete_store(self, key: ClusterKey, body: Mapping[str, Any]) -> float | None:
+        namespace, name = key
+        config = backup_config(body)
+        assert config is not None
+        store = store_of(body, config)
+        try:
+            deleted = await delete_prefix(await store_access(self.api, namespace, config, store))
+        except StoreError as exc:
+            text = str(exc)
+            if not text.startswith("NoSuchBucket"):
+                return await self._store_failed(key, body, store, text)
+            deleted = 0
+            log.info(
+                "cluster %s/%s: bucket %s does not exist; nothing to delete", namespace, name, store.bucket
+            )
+        where = f"{store.destination_url}/{store.prefix}"
+        await self.notices.post(
+            body, "Normal", "BackupStoreDeleted", f"deleted {deleted} object(s) under {where}"
+        )
+        await self.writes.finalizers(body, finalizers_without(objects.meta(body)))
+        return None
+
+    async def _store_failed(
+        self, key: ClusterKey, body: Mapping[str, Any], store: ObjectStore, text: str
+    ) -> float:
+        failure = classify(1, text, secrets=())
+        # The first step of the backoff every time, as before the reconcilers were split: the pass
+        # itself succeeds (it reports and asks to come back), so no run of failures builds up.
+        delay = self.backoff.delay(1)
+        message = (
+            f"cannot delete the cluster's objects under {store.destination_url}/{store.prefix}: "
+            f"{failure.message}; retrying in {delay:.0f} s. To give up and keep them, annotate the "
+            "cluster with db.example.com/release-backup-store=true"
+        )
+        await self.writes.cleanup_condition(body, ("False", failure.reason, message))
+        await self.notices.once(key, body, "Warning", f"BackupStoreCleanup{failure.reason}", message)
+        return delay
