@@ -28,7 +28,6 @@ KNOWN_FIELDS = {
 
 
 @dataclass
-
 class ImageSpec:
     """One image.json, validated."""
 
