@@ -1,10 +1,16 @@
-"""Retry delays and the per-cluster work queue (serialisation, coalescing, delayed adds)."""
+"""Retry delays, the per-key work queue (serialisation, coalescing, delayed adds) and the loop that
+drives every reconciler on them (retries, final failures, requeues, resyncs, metrics)."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from pg_operator.controller.backoff import Backoff, jittered
+from pg_operator.controller.loop import Outcome, ReconcileLoop, Result, result_label
+from pg_operator.controller.metrics import Metrics
+from pg_operator.controller.reconcile import Outcome as ClusterOutcome
 from pg_operator.controller.workqueue import WorkQueue
 
 
@@ -77,3 +83,93 @@ async def test_delayed_add_fires_and_earlier_time_wins() -> None:
     assert q.pending_delay("k") is None
     q.close()
     task.cancel()
+
+
+# --- the generic ReconcileLoop: retries, final failures, requeues, resyncs, metrics ------------------
+
+
+class Scripted:
+    """A reconciler that plays back a script of outcomes (an exception is raised)."""
+
+    def __init__(self, *script: Result | Exception) -> None:
+        self.script = list(script)
+        self.keys: list[tuple[str, str]] = []
+
+    async def reconcile(self, key: tuple[str, str]) -> Result:
+        self.keys.append(key)
+        step = self.script.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+
+def counted(metrics: Metrics, result: str) -> float:
+    return float(metrics.reconciles.labels(result=result)._value.get())
+
+
+KEY = ("ns", "db")
+
+
+async def test_failures_retry_with_growing_backoff_and_a_success_resets_the_count() -> None:
+    metrics = Metrics()
+    reconciler = Scripted(RuntimeError("one"), RuntimeError("two"), Result(writes=2), Result())
+    loop = ReconcileLoop(reconciler, metrics, backoff=Backoff(base=10.0, cap=60.0, jitter=0.0))
+    assert await loop.handle(KEY) is False
+    assert loop.failures[KEY] == 1 and loop.queue.pending_delay(KEY) == pytest.approx(10.0, abs=0.1)
+    assert await loop.handle(KEY) is False
+    assert loop.failures[KEY] == 2 and loop.queue.pending_delay(KEY) == pytest.approx(10.0, abs=0.1)
+    assert await loop.handle(KEY) is False  # wrote: not settled
+    assert KEY not in loop.failures
+    assert await loop.handle(KEY) is True  # found as wanted
+    assert [counted(metrics, r) for r in ("error", "changed", "noop")] == [2, 1, 1]
+
+
+async def test_the_second_failure_waits_twice_as_long() -> None:
+    loop = ReconcileLoop(Scripted(RuntimeError("x"), RuntimeError("x")),
+                         backoff=Backoff(base=1.0, cap=60.0, jitter=0.0), resync_seconds=None)  # fmt: skip
+    await loop.handle(KEY)
+    first = loop.queue.pending_delay(KEY)
+    loop.queue = type(loop.queue)()  # forget the pending retry, so the next delay shows alone
+    await loop.handle(KEY)
+    assert first == pytest.approx(1.0, abs=0.1)
+    assert loop.queue.pending_delay(KEY) == pytest.approx(2.0, abs=0.1)
+
+
+async def test_a_final_failure_is_counted_gone_and_not_retried() -> None:
+    metrics = Metrics()
+
+    def gives_up(exc: Exception) -> str | None:
+        return "its namespace is being deleted" if "going" in str(exc) else None
+
+    loop = ReconcileLoop(Scripted(RuntimeError("namespace going")), metrics, gives_up=gives_up)
+    assert await loop.handle(KEY) is False
+    assert loop.queue.pending_delay(KEY) is None and KEY not in loop.failures
+    assert counted(metrics, "gone") == 1 and counted(metrics, "error") == 0
+
+
+async def test_requeue_after_resync_and_gone() -> None:
+    resyncing = ReconcileLoop(Scripted(Result(), Result(gone=True)), resync_seconds=100.0)
+    await resyncing.handle(KEY)
+    assert 89 < (resyncing.queue.pending_delay(KEY) or 0) < 111  # jittered resync
+    resyncing.queue = type(resyncing.queue)()
+    await resyncing.handle(KEY)
+    assert resyncing.queue.pending_delay(KEY) is None  # gone: no resync
+
+    polling = ReconcileLoop(Scripted(Result(requeue_after=5.0), Result()), resync_seconds=None)
+    assert await polling.handle(KEY) is False  # coming back for something: not settled
+    assert polling.queue.pending_delay(KEY) == pytest.approx(5.0, abs=0.1)
+    polling.queue = type(polling.queue)()
+    assert await polling.handle(KEY) is True
+    assert polling.queue.pending_delay(KEY) is None  # no resync, nothing asked for
+
+
+async def test_a_problem_is_counted_apart_and_not_settled() -> None:
+    metrics = Metrics()
+    loop = ReconcileLoop(Scripted(Result(problem="bad spec")), metrics)
+    assert await loop.handle(KEY) is False
+    assert counted(metrics, "problem") == 1 and KEY not in loop.failures
+
+
+def test_the_cluster_reconcilers_outcome_is_a_loop_outcome() -> None:
+    outcome: Outcome = ClusterOutcome(writes=1, phase="Running")
+    assert (outcome.writes, outcome.requeue_after, result_label(outcome)) == (1, None, "changed")
