@@ -7,6 +7,7 @@ from typing import Any
 
 import kopf
 
+from pg_operator import objects
 from pg_operator.api.backup import BACKUP_PLURAL, SCHEDULED_BACKUP_PLURAL
 from pg_operator.api.constants import CLUSTER_LABEL, GROUP, PLURAL, ROLE_LABEL, VERSION
 from pg_operator.controller.backup_reconcilers.loops import BackupLoops
@@ -23,34 +24,25 @@ from pg_operator.controller.loop import ReconcileLoop
 from pg_operator.orchestration.instances import pending_restart_settings
 
 
-def _ready(status: Mapping[str, Any]) -> str:
-    for cond in status.get("conditions") or ():
-        if cond.get("type") == "Ready":
-            return str(cond.get("status"))
-    return ""
-
-
 def relevance(body: Mapping[str, Any]) -> tuple[Any, ...]:
     """The part of a pod or PVC that status, resizing and restarts depend on; other changes (Patroni's
     annotations every loop) do not wake the cluster."""
-    meta = body.get("metadata") or {}
-    status = body.get("status") or {}
-    spec = body.get("spec") or {}
+    status = objects.status(body)
     if body.get("kind") == "PersistentVolumeClaim":
         return (
-            str(((spec.get("resources") or {}).get("requests") or {}).get("storage")),
+            str(((objects.spec(body).get("resources") or {}).get("requests") or {}).get("storage")),
             status.get("phase"),
             str((status.get("capacity") or {}).get("storage")),
-            meta.get("deletionTimestamp") is not None,
+            objects.deleting(body),
         )
     return (
         status.get("phase"),
-        _ready(status),
-        (meta.get("labels") or {}).get(ROLE_LABEL),
-        meta.get("deletionTimestamp") is not None,
+        objects.condition_status(status, "Ready"),
+        objects.label(body, ROLE_LABEL),
+        objects.deleting(body),
         status.get("podIP"),
         # A settings change waiting for a restart of this instance (orchestration.rollout.plan_restart).
-        pending_restart_settings(meta),
+        pending_restart_settings(objects.meta(body)),
     )
 
 
@@ -78,7 +70,7 @@ class Wakeups:
             return
         kind = body.get("kind")
         if kind in ("Pod", "PersistentVolumeClaim"):
-            uid = str((body.get("metadata") or {}).get("uid"))
+            uid = objects.uid(body)
             if event_type == "DELETED":
                 self._seen.pop(uid, None)
             else:
@@ -108,10 +100,10 @@ class Wakeups:
 
     def on_storage_class(self, body: Mapping[str, Any], event_type: str | None) -> None:
         self.cache.observe(body, event_type)
-        name = (body.get("metadata") or {}).get("name")
+        name = objects.name(body)
         for key in self.cache.cluster_keys():
             cluster = self.cache.cluster(key) or {}
-            if (cluster.get("spec") or {}).get("storageClassName") == name:
+            if objects.spec(cluster).get("storageClassName") == name:
                 self.controller.wake(key)
 
 

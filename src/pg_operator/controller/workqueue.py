@@ -1,4 +1,5 @@
-"""Per-cluster work queue: one reconcile at a time per key, many keys concurrently, wake-ups coalesced.
+"""Per-key work queue (a cluster, a Backup …; controller/loop.py drives one per reconciler): one pass at a
+time per key, many keys concurrently, wake-ups coalesced.
 
 Semantics (like client-go's workqueue):
 - `add(key)` marks the key dirty. A dirty key that is not being processed sits in the queue once,

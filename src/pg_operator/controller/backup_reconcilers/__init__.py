@@ -1,3 +1,4 @@
-"""The controller side of backups: Backups, ScheduledBackups, retention, the archiving and backup
-conditions of a cluster, and the object-store finalizer. Its own work queue, so a failure here never
-holds up a cluster's own reconcile."""
+"""The controller side of backups, one reconciler per kind: Backups (backups.py), ScheduledBackups
+(scheduled_backups.py) and a cluster's backup side (cluster_backups.py: archiving and backup conditions,
+retention, the object-store finalizer). Each runs on a ReconcileLoop of its own (loops.py), so a failure
+here never holds up a cluster's own reconcile."""
