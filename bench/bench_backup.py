@@ -34,10 +34,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "integration")]
+sys.path.insert(0, str(REPO / "tests"))  # the test harness
 
-from backup_harness import Harness, Postgres  # noqa: E402
-
+from harness.local_postgres import Harness, Postgres  # noqa: E402
 from pg_operator.backup.archiving import ArchiveSettings, archiving_parameters  # noqa: E402
 from pg_operator.backup.barman import ObjectStore, backup_list_argv, backup_show_argv, base_backup_argv  # noqa: E402
 from pg_operator.backup.catalog import backup_status  # noqa: E402

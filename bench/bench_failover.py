@@ -24,21 +24,15 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "e2e"), str(REPO)]
+sys.path[:0] = [str(REPO / "tests"), str(REPO)]
 
 from localkube.common import Context  # noqa: E402
-from pgcluster import (  # noqa: E402
-    Partition,
-    Writer,
-    get_json,
-    healthy,
-    kill_container,
-    pod_netns,
-    status,
-    wait_until,
-)
 
-from conftest import OPERATOR_NAMESPACE, Kube, install_operator  # noqa: E402
+from harness.deployed_operator import OPERATOR_NAMESPACE, install_operator  # noqa: E402
+from harness.kube import get_json  # noqa: E402
+from harness.local_cluster import Kube  # noqa: E402
+from harness.pgcluster import Partition, Writer, healthy, kill_container, pod_netns, status  # noqa: E402
+from harness.waiting import wait_until  # noqa: E402
 
 NS, NAME = "bench-failover", "bench-db"
 KINDS = ("sigkill", "pod_delete", "switchover", "sigkill_patroni_only", "partition")

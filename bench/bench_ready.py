@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "e2e"), str(REPO)]
+sys.path[:0] = [str(REPO / "tests"), str(REPO)]
 
 from localkube.common import Context  # noqa: E402
-from pgcluster import get_json  # noqa: E402
 
-from conftest import Kube, install_operator  # noqa: E402
+from harness.deployed_operator import install_operator  # noqa: E402
+from harness.kube import get_json  # noqa: E402
+from harness.local_cluster import Kube  # noqa: E402
 
 NS, NAME = "bench-ready", "ready-db"
 SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}

@@ -24,27 +24,18 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests"))  # the test harness (it puts the repo root on sys.path for localkube)
 
-from bench_reconcile_scale import (  # noqa: E402
-    RoleLabeller,
-    create_clusters,
-    ensure_namespace,
-    progress,
-    ready_clusters,
-)
 from lightkube import Client, KubeConfig  # noqa: E402
 from lightkube.resources.core_v1 import Namespace  # noqa: E402
-from test_operator_harness import (  # noqa: E402
-    OPERATOR_NS,
-    ExternalKube,
-    PvProvisioner,
-    free_port,
-    install_operator_identity,
-    wait_until,
-)
+from scale.clusters import RoleLabeller, create_clusters, ensure_namespace, ready_clusters  # noqa: E402
+from scale.measure import progress  # noqa: E402
 
+from harness.kube import ExternalKube  # noqa: E402
+from harness.net import free_port  # noqa: E402
+from harness.operator_process import OPERATOR_NS, install_operator_identity  # noqa: E402
+from harness.pv_provisioner import PvProvisioner  # noqa: E402
+from harness.waiting import wait_until  # noqa: E402
 from pg_operator.controller import cache as observe  # noqa: E402
 from pg_operator.controller.operator import Options, run  # noqa: E402
 from pg_operator.controller.wakeups import Wakeups  # noqa: E402

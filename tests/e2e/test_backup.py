@@ -8,186 +8,37 @@ Event while the cluster keeps serving.
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import json
-import os
-import sys
 import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
-from pgcluster import connect_app, get_json, status, wait_serving, wait_until
 
-from conftest import Kube
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from backup_harness import S3Server, s3_server
-
-BRIDGE_HOST = os.environ.get("PGOP_E2E_HOST_IP", "10.244.0.1")  # the host, as pods see it
-BUCKET = "e2e-backups"
-SMALL = {"requests": {"cpu": "100m", "memory": "384Mi"}}
-
-
-@dataclass
-class Moto:
-    """The integration tests' moto server (authentication on), listening on every address of this
-    (private) network namespace so the pods reach it at the host side of the pod bridge."""
-
-    server: S3Server = field(repr=False)
-
-    @property
-    def port(self) -> int:
-        return self.server.port
-
-    @property
-    def access_key_id(self) -> str:
-        return self.server.access_key_id
-
-    @property
-    def secret_access_key(self) -> str:
-        return self.server.secret_access_key
-
-    @property
-    def pod_endpoint(self) -> str:
-        return f"http://{BRIDGE_HOST}:{self.port}"
-
-    def client(self) -> Any:
-        return self.server.client()
-
-    def keys(self, prefix: str) -> list[str]:
-        return self.server.keys(BUCKET, prefix)
-
-
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
-    os.environ.setdefault("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")
-    os.environ.setdefault("AWS_RESPONSE_CHECKSUM_VALIDATION", "when_required")
-    with s3_server(tmp_path_factory.mktemp("moto"), bind="0.0.0.0", user="e2e") as server:  # noqa: S104
-        server_ = Moto(server)
-        server_.client().create_bucket(Bucket=BUCKET)
-        yield server_
-
-
-@pytest.fixture(scope="module")
-def ns(operator: Kube, moto: Moto) -> Iterator[str]:
-    name = f"bk-{uuid.uuid4().hex[:6]}"
-    operator.kubectl("create", "namespace", name)
-    for secret_name, secret_key in (("s3-creds", moto.secret_access_key), ("s3-wrong", "not-the-secret-key")):
-        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret_name, "namespace": name},
-                "data": {"ACCESS_KEY_ID": base64.b64encode(moto.access_key_id.encode()).decode(),
-                         "ACCESS_SECRET_KEY": base64.b64encode(secret_key.encode()).decode()}}  # fmt: skip
-        operator.kubectl("apply", "-f", "-", input=json.dumps(body))
-    yield name
-    # Clusters whose store is gone must not hold the namespace: release them by hand first.
-    for item in get_json(operator, "pgc", "-n", name)["items"]:
-        operator.kubectl("annotate", "pgc", item["metadata"]["name"], "-n", name,
-                         "db.example.com/release-backup-store=true", "--overwrite", check=False)  # fmt: skip
-    operator.kubectl("delete", "namespace", name, "--ignore-not-found", timeout=300)
-
-
-def s3(
-    moto: Moto,
-    *,
-    bucket: str = BUCKET,
-    endpoint: str | None = None,
-    secret: str = "s3-creds",  # noqa: S107
-) -> dict[str, Any]:
-    return {"endpointURL": endpoint or moto.pod_endpoint, "bucket": bucket, "path": "e2e",
-            "credentials": {"secretName": secret}}  # fmt: skip
-
-
-def cluster(name: str, ns: str, replicas: int, **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"replicas": replicas, "version": "16", "storage": "1Gi", "resources": SMALL,
-                     **spec}}  # fmt: skip
-
-
-def apply(kube: Kube, obj: dict[str, Any]) -> None:
-    kube.kubectl("apply", "-f", "-", input=json.dumps(obj))
-
-
-def condition(kube: Kube, ns: str, name: str, type_: str) -> dict[str, Any]:
-    for cond in status(kube, ns, name).get("conditions") or ():
-        if cond.get("type") == type_:
-            return dict(cond)
-    return {}
-
-
-def wait_condition(
-    kube: Kube, ns: str, name: str, type_: str, want: str, reason: str | None, timeout: float
-) -> dict[str, Any]:
-    def ok() -> dict[str, Any] | None:
-        cond = condition(kube, ns, name, type_)
-        if cond.get("status") == want and (reason is None or cond.get("reason") == reason):
-            return cond
-        return None
-
-    try:
-        return dict(wait_until(f"{name} {type_}={want}/{reason}", ok, timeout, 3))
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; last: {condition(kube, ns, name, type_)}") from None
-
-
-def backup(kube: Kube, ns: str, name: str) -> dict[str, Any]:
-    return dict(get_json(kube, "backups.db.example.com", name, "-n", ns))
-
-
-def wait_backup(kube: Kube, ns: str, name: str, timeout: float) -> dict[str, Any]:
-    def finished() -> dict[str, Any] | None:
-        st = backup(kube, ns, name).get("status") or {}
-        return st if st.get("phase") in ("Completed", "Failed") else None
-
-    return dict(wait_until(f"Backup {name} to finish", finished, timeout, 3))
-
-
-def events(kube: Kube, ns: str, kind: str, name: str) -> list[dict[str, Any]]:
-    sel = f"involvedObject.kind={kind},involvedObject.name={name}"
-    return list(get_json(kube, "events", "-n", ns, "--field-selector", sel)["items"])
-
-
-def rows(kube: Kube, ns: str, name: str) -> list[int]:
-    with connect_app(kube, ns, name) as conn:
-        return [r[0] for r in conn.execute("SELECT id FROM items ORDER BY id").fetchall()]
-
-
-def superuser_sql(kube: Kube, ns: str, pod: str, sql: str) -> str:
-    """SQL as the superuser over the pod's Unix socket (what the operator's own execs do)."""
-    res = kube.kubectl("exec", pod, "-n", ns, "-c", "postgres", "--",
-                       "psql", "-h", "/var/run/postgresql", "-U", "postgres", "-AtX", "-c", sql)  # fmt: skip
-    return str(res.stdout).strip()
-
-
-def archived_after_switch(kube: Kube, ns: str, name: str, timeout: float = 120) -> str:
-    """Switch WAL on the primary and wait until the operator reports that segment archived."""
-    primary = str(status(kube, ns, name)["currentPrimary"])
-    segment = superuser_sql(kube, ns, primary, "SELECT pg_walfile_name(pg_current_wal_lsn())")
-    superuser_sql(kube, ns, primary, "SELECT pg_switch_wal()")
-
-    def archived() -> bool:
-        last = ((status(kube, ns, name).get("backup") or {}).get("archiving") or {}).get(
-            "lastArchivedWAL"
-        ) or ""
-        return bool(last) and last[:8] >= segment[:8] and last[8:] >= segment[8:]
-
-    wait_until(f"{name} to archive {segment}", archived, timeout, 3)
-    return segment
-
+from harness.e2e_backup import (
+    BRIDGE_HOST,
+    Moto,
+    archived_after_switch,
+    backup_cluster,
+    rows,
+    s3,
+    status_condition,
+    wait_backup,
+    wait_condition,
+)
+from harness.kube import apply_objects, events, get_json
+from harness.local_cluster import Kube
+from harness.objects import backup, scheduled_backup
+from harness.pgcluster import connect_app, status, wait_serving
+from harness.waiting import wait_until
 
 # --- the source cluster ---------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def source(operator: Kube, ns: str, moto: Moto) -> str:
-    apply(
-        operator,
-        cluster("src-db", ns, 2, backup={"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "delete"}),
-    )
+    store = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "delete"}
+    apply_objects(operator, backup_cluster("src-db", ns, 2, backup=store))
     wait_serving(operator, ns, "src-db", 2, 900)
     return "src-db"
 
@@ -212,9 +63,7 @@ def test_scheduled_backup_completes_on_a_replica(operator: Kube, ns: str, source
         return any(st.get("replication_state") == "streaming" for st in states)
 
     wait_until("a replica streaming from the primary", streaming_replica, 180, 2)
-    apply(operator, {"apiVersion": "db.example.com/v1alpha1", "kind": "ScheduledBackup",
-                     "metadata": {"name": "nightly", "namespace": ns},
-                     "spec": {"cluster": source, "schedule": "0 3 * * *", "immediate": True}})  # fmt: skip
+    apply_objects(operator, scheduled_backup("nightly", ns, source, "0 3 * * *", immediate=True))
     name = wait_until(
         "the immediate Backup",
         lambda: (
@@ -261,7 +110,8 @@ def test_restore_to_a_point_in_time(
     operator: Kube, ns: str, source: str, moto: Moto, history: dict[str, Any]
 ) -> None:
     before = moto.keys(f"e2e/{source}/")
-    apply(operator, cluster("pitr-db", ns, 1, bootstrap=recovery(moto, source, targetTime=history["target"])))
+    target = recovery(moto, source, targetTime=history["target"])
+    apply_objects(operator, backup_cluster("pitr-db", ns, 1, bootstrap=target))
     wait_serving(operator, ns, "pitr-db", 1, 900)
     assert rows(operator, ns, "pitr-db") == list(range(1, 101))
     assert set(before) <= set(moto.keys(f"e2e/{source}/"))  # the source's archive is left as it was
@@ -271,7 +121,7 @@ def test_restore_to_the_latest_point(
     operator: Kube, ns: str, source: str, moto: Moto, history: dict[str, Any]
 ) -> None:
     own = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "keep"}
-    apply(operator, cluster("latest-db", ns, 1, bootstrap=recovery(moto, source), backup=own))
+    apply_objects(operator, backup_cluster("latest-db", ns, 1, bootstrap=recovery(moto, source), backup=own))
     wait_serving(operator, ns, "latest-db", 1, 900)
     assert rows(operator, ns, "latest-db") == list(range(1, 201))
     wait_condition(operator, ns, "latest-db", "ContinuousArchiving", "True", "Archiving", 240)
@@ -314,23 +164,22 @@ def test_archiving_continues_from_the_new_primary_after_a_failover(
 def test_a_broken_store_is_reported_and_the_cluster_keeps_serving(
     operator: Kube, ns: str, moto: Moto, name: str, store: dict[str, str], reason: str
 ) -> None:
-    apply(operator, cluster(name, ns, 1, backup={"s3": s3(moto, **store), "archiveTimeout": "10s"}))
+    broken = {"s3": s3(moto, **store), "archiveTimeout": "10s"}
+    apply_objects(operator, backup_cluster(name, ns, 1, backup=broken))
     wait_serving(operator, ns, name, 1, 900)
     with connect_app(operator, ns, name) as conn:
         conn.execute("CREATE TABLE t (id int)")
         conn.execute("INSERT INTO t SELECT generate_series(1, 50)")
     cond = wait_condition(operator, ns, name, "ContinuousArchiving", "False", reason, 300)
     assert "piling up" in cond["message"] or reason in cond["reason"]
-    once = {"name": f"{name}-once", "namespace": ns}
-    apply(operator, {"apiVersion": "db.example.com/v1alpha1", "kind": "Backup", "metadata": once,
-                     "spec": {"cluster": name}})  # fmt: skip
+    apply_objects(operator, backup(f"{name}-once", ns, name))
     st = wait_backup(operator, ns, f"{name}-once", 300)
     assert st["phase"] == "Failed" and st["error"].startswith(reason), st
     wait_condition(operator, ns, name, "LastBackupSucceeded", "False", reason, 60)
     warned = {e["reason"] for e in events(operator, ns, "PostgresCluster", name) if e["type"] == "Warning"}
     assert reason in warned and "BackupFailed" in warned, warned
     # Nothing lost, no crash loop: the cluster serves, its rows are there, its container never restarted.
-    assert condition(operator, ns, name, "Ready")["status"] == "True"
+    assert status_condition(operator, ns, name, "Ready")["status"] == "True"
     with connect_app(operator, ns, name) as conn:
         assert conn.execute("SELECT count(*) FROM t").fetchone() == (50,)
     pod = get_json(operator, "pod", f"{name}-0", "-n", ns)

@@ -15,16 +15,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import test_backup
-from pgcluster import connect_app, get_json, status, wait_serving, wait_until
-from test_backup import Moto, apply, archived_after_switch, backup, cluster, events, rows, s3, wait_backup
 
-from conftest import OPERATOR_NAMESPACE, Kube
+from harness.deployed_operator import OPERATOR_NAMESPACE
+from harness.e2e_backup import Moto, archived_after_switch, backup_cluster, get_backup, rows, s3, wait_backup
+from harness.kube import apply_objects, events, get_json
+from harness.local_cluster import Kube
+from harness.objects import backup
+from harness.pgcluster import connect_app, status, wait_serving
+from harness.waiting import wait_until
 from pg_operator.backup.barman import ObjectStore, backup_list_argv
-
-# The store and the namespace (with its credentials Secrets) of the backup e2e module, as fixtures here.
-moto = test_backup.moto
-ns = test_backup.ns
 
 NAME = "ret-db"
 INTERVAL_FLAG = "--backup-retention-interval=20s"
@@ -64,8 +63,7 @@ def store_ids(moto: Moto, prefix: str) -> set[str]:
 
 
 def take_backup(kube: Kube, ns: str, name: str) -> dict[str, Any]:
-    apply(kube, {"apiVersion": "db.example.com/v1alpha1", "kind": "Backup",
-                 "metadata": {"name": name, "namespace": ns}, "spec": {"cluster": NAME}})  # fmt: skip
+    apply_objects(kube, backup(name, ns, NAME))
     st = wait_backup(kube, ns, name, 600)
     assert st["phase"] == "Completed", st
     return st
@@ -95,7 +93,7 @@ def history(operator: Kube, ns: str, moto: Moto, short_retention: None) -> dict[
     """Three Backups one after the other, rows written between them, and the store as it was before the
     third (nothing for retention to remove yet)."""
     spec = {"s3": s3(moto), "archiveTimeout": "10s", "retention": {"keepLast": 2}}
-    apply(operator, cluster(NAME, ns, 1, backup=spec))
+    apply_objects(operator, backup_cluster(NAME, ns, 1, backup=spec))
     wait_serving(operator, ns, NAME, 1, 900)
     insert(operator, ns, 1, 50)
     first = take_backup(operator, ns, "ret-1")
@@ -147,8 +145,8 @@ def test_keep_last_two_removes_the_oldest_backup_its_wal_and_its_record(
     assert {b["status"] for b in listed} == {"DONE"}
 
     # The records: the removed one's Backup is gone, the kept ones are Completed; Events say why.
-    assert backup(operator, ns, "ret-2")["status"]["phase"] == "Completed"
-    assert backup(operator, ns, "ret-3")["status"]["phase"] == "Completed"
+    assert get_backup(operator, ns, "ret-2")["status"]["phase"] == "Completed"
+    assert get_backup(operator, ns, "ret-3")["status"]["phase"] == "Completed"
     messages = {(e["reason"], e["message"]) for e in events(operator, ns, "PostgresCluster", NAME)}
     assert any(r == "BackupDeleted" and first["backupID"] in m for r, m in messages), messages
     assert any(r == "BackupRecordDeleted" and "ret-1" in m for r, m in messages), messages
@@ -163,7 +161,7 @@ def test_a_point_in_time_restore_replays_the_kept_wal(
     # archived after it, all of which retention had to keep.
     source = {"clusterName": NAME, "s3": s3(moto)}
     recovery = {"recovery": {"source": source, "targetTime": history["target"]}}
-    apply(operator, cluster("ret-restored", ns, 1, bootstrap=recovery))
+    apply_objects(operator, backup_cluster("ret-restored", ns, 1, bootstrap=recovery))
     wait_serving(operator, ns, "ret-restored", 1, 900)
     assert rows(operator, ns, "ret-restored") == list(range(1, 151))
 
@@ -183,6 +181,6 @@ def test_the_periodic_pass_applies_a_tightened_policy(
                lambda: not backup_exists(operator, ns, "ret-2"), 120, 2)  # fmt: skip
     print(json.dumps({"measure": "periodic retention after a policy change",
                       "seconds": round(time.monotonic() - started, 1)}), flush=True)  # fmt: skip
-    assert backup(operator, ns, "ret-3")["status"]["phase"] == "Completed"
+    assert get_backup(operator, ns, "ret-3")["status"]["phase"] == "Completed"
     assert not {s for s in segments(moto.keys(f"e2e/{NAME}/")) if s < third["beginWal"]}
     assert second["backupID"] not in {b["backup_id"] for b in listed_in_pod(operator, ns, moto)}

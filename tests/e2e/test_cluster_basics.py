@@ -5,9 +5,12 @@ application connecting with the `<name>-app` Secret."""
 from __future__ import annotations
 
 import psycopg
-from pgcluster import connect_app, get_json, secret, service_ip, status, wait_serving, wait_until
 
-from conftest import EXAMPLE, EXAMPLE_NAMESPACE, Kube
+from harness.deployed_operator import EXAMPLE, EXAMPLE_NAMESPACE
+from harness.kube import get_json
+from harness.local_cluster import Kube
+from harness.pgcluster import connect_app, secret, service_ip, status, wait_serving
+from harness.waiting import wait_until
 
 NS, NAME = EXAMPLE_NAMESPACE, EXAMPLE
 

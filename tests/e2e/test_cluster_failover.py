@@ -11,18 +11,18 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from pgcluster import (
+
+from harness.kube import get_json
+from harness.local_cluster import Kube
+from harness.pgcluster import (
     Writer,
-    get_json,
     healthy,
     kill_container,
     secret,
     serving_cluster,
     status,
-    wait_until,
 )
-
-from conftest import Kube
+from harness.waiting import wait_until
 
 NS, NAME = "ha-sync", "sync-db"
 

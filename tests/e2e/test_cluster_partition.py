@@ -15,20 +15,20 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from pgcluster import (
+
+from harness.kube import get_json
+from harness.local_cluster import Kube
+from harness.pgcluster import (
     Partition,
     Writer,
-    get_json,
     healthy,
     pod_netns,
     secret,
     serving_cluster,
     sql_in_netns,
     status,
-    wait_until,
 )
-
-from conftest import Kube
+from harness.waiting import wait_until
 
 NS, NAME = "ha-partition", "part-db"
 TTL, LOOP_WAIT, RETRY_TIMEOUT = 20, 5, 5  # the API's defaults, spelled out so the figures can be read

@@ -7,9 +7,11 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from pgcluster import Writer, connect_app, get_json, healthy, serving_cluster, wait_until
 
-from conftest import Kube
+from harness.kube import get_json
+from harness.local_cluster import Kube
+from harness.pgcluster import Writer, connect_app, healthy, serving_cluster
+from harness.waiting import wait_until
 from pg_operator.images import image_for
 
 NS, NAME = "rollout", "upgrade-db"

@@ -14,9 +14,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from pgcluster import Writer, get_json, healthy, secret, serving_cluster, wait_until
 
-from conftest import Kube
+from harness.kube import get_json
+from harness.local_cluster import Kube
+from harness.pgcluster import Writer, healthy, secret, serving_cluster
+from harness.waiting import wait_until
 
 NS, NAME = "settings", "settings-db"
 

@@ -20,7 +20,8 @@ from localkube.common import NODE_NAME, POD_CIDR, RUN_DIR
 from localkube.images.containerd import ensure_images
 from localkube.teardown import leftovers
 
-from conftest import LOCALKUBE, ClusterManager, Kube
+from harness.local_cluster import ClusterManager, Kube
+from harness.paths import LOCALKUBE
 
 BASE_IMAGE = "localkube.local/base:bookworm"
 # A TCP greeter on port 8080 that says which pod answered: python3 of the base image, stdlib only.

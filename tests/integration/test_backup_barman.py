@@ -12,7 +12,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -23,19 +22,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from backup_harness import (
-    Harness,
-    Postgres,
-    as_user,
-    etcd_server,
-    free_port,
-    patroni_venv,
-    stop_process,
-    wait_until,
-)
-
+from harness.local_postgres import Harness, Postgres, as_user, etcd_server, patroni_venv
+from harness.net import free_port
+from harness.processes import stop_process
+from harness.waiting import wait_until
 from pg_operator.backup import catalog, instance_hook
 from pg_operator.backup.archiving import ArchiveSettings, archiving_parameters
 from pg_operator.backup.barman import (

@@ -7,34 +7,26 @@ Event, retried; released by hand with the annotation)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from backup_harness import S3Server, free_port, s3_server
-from test_operator_harness import (
-    REPO,
-    OperatorEnv,
-    OperatorProcess,
-    apply,
-    condition,
-    get_json,
-    get_or_none,
-    make_namespace,
-    operator_env,
-    postgres_cluster,
-    start_operator,
-    wait_until,
-)
 
+from harness.kube import apply, condition, events, get_json, get_or_none, make_namespace
+from harness.net import free_port
+from harness.objects import cluster, s3_credentials_secret, scheduled_backup
+from harness.operator_process import OperatorEnv, OperatorProcess, OperatorSpec
+from harness.s3 import S3Server, s3_server
+from harness.waiting import wait_until
 from pg_operator.backup.store_cleanup import FINALIZER, RELEASE_ANNOTATION
 
-__all__ = ["operator_env"]  # the fixture, imported so pytest sees it
-
 BUCKET = "it-backups"
+# The backup kinds exist before the operator starts (it resolves its resources once, at start).
+OPERATOR = OperatorSpec("backups", ("--resync-seconds", "30"),
+                        crds=("deploy/crd/backups.yaml", "deploy/crd/scheduledbackups.yaml"),
+                        log_must_not_contain=("Traceback",))  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -44,31 +36,8 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def operator(operator_env: OperatorEnv) -> Iterator[OperatorProcess]:
-    kube = operator_env.kube
-    # The backup kinds exist before the operator starts (it resolves its resources once, at start).
-    kube.kubectl("apply", "--server-side", "--force-conflicts",
-                 "-f", str(REPO / "deploy" / "crd" / "backups.yaml"),
-                 "-f", str(REPO / "deploy" / "crd" / "scheduledbackups.yaml"))  # fmt: skip
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                 "crd/backups.db.example.com", "crd/scheduledbackups.db.example.com")  # fmt: skip
-    proc = start_operator(operator_env, "backups", "--resync-seconds", "30")
-    proc.wait_leader()
-    yield proc
-    code = proc.stop()
-    log = proc.log_text()
-    assert code == 0, f"operator did not stop cleanly:\n{log[-3000:]}"
-    assert "Traceback" not in log, log[-5000:]
-
-
 def secret(namespace: str, s3: S3Server, *, secret_key: str | None = None) -> dict[str, Any]:
-    def b64(v: str) -> str:
-        return base64.b64encode(v.encode()).decode()
-
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds", "namespace": namespace},
-            "data": {"ACCESS_KEY_ID": b64(s3.access_key_id),
-                     "ACCESS_SECRET_KEY": b64(secret_key or s3.secret_access_key)}}  # fmt: skip
+    return s3_credentials_secret("s3-creds", namespace, s3.access_key_id, secret_key or s3.secret_access_key)
 
 
 def backup_spec(endpoint: str, on_delete: str) -> dict[str, Any]:
@@ -84,11 +53,6 @@ def put_objects(s3: S3Server, cluster: str) -> list[str]:
     for key in keys:
         s3.client().put_object(Bucket=BUCKET, Key=key, Body=b"x" * 100)
     return keys
-
-
-def events(kube: Any, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
-    selector = f"involvedObject.kind={kind},involvedObject.name={name}"
-    return list(get_json(kube, "events", "-n", namespace, "--field-selector", selector)["items"])
 
 
 def cluster_obj(kube: Any, namespace: str, name: str) -> Any:
@@ -108,9 +72,7 @@ def test_scheduled_backup_creates_backups_on_its_schedule(
 ) -> None:
     kube = operator_env.kube
     ns = make_namespace(kube, "sched")
-    apply(kube, {"apiVersion": "db.example.com/v1alpha1", "kind": "ScheduledBackup",
-                 "metadata": {"name": "every-minute", "namespace": ns},
-                 "spec": {"cluster": "nosuch", "schedule": "* * * * *", "immediate": True}})  # fmt: skip
+    apply(kube, scheduled_backup("every-minute", ns, "nosuch", "* * * * *", immediate=True))
     sb = get_json(kube, "scheduledbackups.db.example.com", "every-minute", "-n", ns)
 
     def backups() -> list[dict[str, Any]]:
@@ -166,7 +128,7 @@ def test_on_delete_delete_empties_the_prefix_and_releases_the_finalizer(
     kube = operator_env.kube
     ns = make_namespace(kube, "ondel")
     apply(kube, secret(ns, s3))
-    apply(kube, postgres_cluster("gone-db", ns, replicas=1, backup=backup_spec(s3.endpoint, "delete")))
+    apply(kube, cluster("gone-db", ns, replicas=1, backup=backup_spec(s3.endpoint, "delete")))
     mine = put_objects(s3, "gone-db")
     others = [*put_objects(s3, "other-db"), "it/gone-db-2/base/x"]
     s3.client().put_object(Bucket=BUCKET, Key=others[-1], Body=b"y")
@@ -190,7 +152,7 @@ def test_on_delete_keep_leaves_the_store_alone(
     kube = operator_env.kube
     ns = make_namespace(kube, "onkeep")
     apply(kube, secret(ns, s3))
-    apply(kube, postgres_cluster("kept-db", ns, replicas=1, backup=backup_spec(s3.endpoint, "keep")))
+    apply(kube, cluster("kept-db", ns, replicas=1, backup=backup_spec(s3.endpoint, "keep")))
     mine = put_objects(s3, "kept-db")
     wait_until("the StatefulSet", lambda: get_or_none(kube, "statefulset", "kept-db", "-n", ns), 30)
     time.sleep(3)  # a few backup passes
@@ -209,7 +171,7 @@ def test_a_failing_store_is_reported_retried_and_can_be_released_by_hand(
     ns = make_namespace(kube, "onfail")
     endpoint = f"http://127.0.0.1:{free_port()}" if case == "unreachable" else s3.endpoint
     apply(kube, secret(ns, s3, secret_key="wrong-secret-key" if case == "bad-credentials" else None))
-    apply(kube, postgres_cluster("stuck-db", ns, replicas=1, backup=backup_spec(endpoint, "delete")))
+    apply(kube, cluster("stuck-db", ns, replicas=1, backup=backup_spec(endpoint, "delete")))
     mine = put_objects(s3, "stuck-db")
     wait_until("the finalizer", lambda: FINALIZER in finalizers(kube, ns, "stuck-db"), 30)
     kube.kubectl("delete", "postgrescluster", "stuck-db", "-n", ns, "--wait=false")

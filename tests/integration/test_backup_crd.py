@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import REPO, Kube
+from harness.local_cluster import Kube
+from harness.paths import REPO
 from pg_operator.api.backup import BACKUP, SCHEDULED_BACKUP
 from pg_operator.api.cluster import POSTGRES_CLUSTER
 from pg_operator.api.constants import GROUP

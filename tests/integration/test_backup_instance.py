@@ -5,7 +5,7 @@ secretKeyRef resolved from a local stand-in of the Secret), against a real S3 se
 requests) and the kwok profile's API server as Patroni's DCS.
 
 Only the host-specific parts differ from a pod: ports, directories, and PGOP_BARMAN_BIN_DIR (the
-barman-cloud venv of tests/integration/backup_harness.py instead of the image's /opt/pg-operator/bin).
+barman-cloud venv of tests/harness/local_postgres.py instead of the image's /opt/pg-operator/bin).
 
 Checked: WAL of the source arrives under <path>/<source>/wals/; a base backup; a second cluster with
 `spec.bootstrap.recovery` to a point in time has exactly the rows before it, is on timeline 2, archives
@@ -30,26 +30,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import backup_harness as bh
 import psycopg
 import pytest
-from test_instance_patroni import (  # noqa: F401 (patroni_python, postgresql_16, run_user: fixtures)
+
+from harness import local_postgres
+from harness.kube import apply_objects
+from harness.local_cluster import Kube
+from harness.net import free_ports
+from harness.paths import REPO
+from harness.patroni_instance import (
     RUNTIME,
     Instance,
-    apply,
     become_subreaper,
-    free_ports,
     instance_rbac,
-    patroni_python,
     pod_object,
-    postgresql_16,
     reaping,
-    run_user,
     service_account_kubeconfig,
-    wait_until,
 )
-
-from conftest import REPO, Kube
+from harness.s3 import REGION, S3Server, s3_server
+from harness.waiting import wait_until
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.instance_config import InstanceConfig
 from pg_operator.backup.barman import base_backup_argv
@@ -66,12 +65,12 @@ USERS = {"superuser": "postgres", "replication": "replicator", "app": "app", "pa
 class Clusters:
     """Everything of one test: the namespace, the S3 server, the instances started, the secret values."""
 
-    def __init__(self, kube: Kube, work: Path, s3: bh.S3Server, python: Path, pg_home: Path,
+    def __init__(self, kube: Kube, work: Path, s3: S3Server, python: Path, pg_home: Path,
                  user: pwd.struct_passwd) -> None:  # fmt: skip
         self.kube, self.work, self.s3 = kube, work, s3
         self.python, self.pg_home, self.user = python, pg_home, user
         self.ns = f"bkinst-{uuid.uuid4().hex[:6]}"
-        self.barman_bin = bh.barman_venv()
+        self.barman_bin = local_postgres.barman_venv()
         self.instances: list[Instance] = []
         self.clusters: list[PostgresCluster] = []
         # The Secrets the pods would reference: (secret name, key) → value.
@@ -80,7 +79,7 @@ class Clusters:
         self.passwords: dict[str, dict[str, str]] = {}
 
     def s3_spec(self) -> dict[str, Any]:
-        return {"endpointURL": self.s3.endpoint, "bucket": BUCKET, "path": PATH, "region": bh.REGION,
+        return {"endpointURL": self.s3.endpoint, "bucket": BUCKET, "path": PATH, "region": REGION,
                 "credentials": {"secretName": "s3"}}  # fmt: skip
 
     def secret_values(self) -> list[str]:
@@ -115,7 +114,7 @@ class Clusters:
             (root / "secrets" / role).mkdir(parents=True)
             (root / "secrets" / role / "username").write_text(username)
             (root / "secrets" / role / "password").write_text(self.passwords[name][role])
-        apply(self.kube, *instance_rbac(self.ns, name), pod_object(self.ns, name, pod))
+        apply_objects(self.kube, *instance_rbac(self.ns, name), pod_object(self.ns, name, pod))
         kubeconfig = root / "kubeconfig"
         kubeconfig.write_text(json.dumps(service_account_kubeconfig(self.kube, self.ns, f"{name}-instance")))
         env = {
@@ -132,7 +131,7 @@ class Clusters:
             "PGOP_PG_BIN_DIR": str(self.pg_home / "bin"), "PGOP_LISTEN_HOST": "127.0.0.1",
             "PGOP_BARMAN_BIN_DIR": str(self.barman_bin),
         }  # fmt: skip
-        argv = bh.as_user(self.user, [str(self.python), "-m", "pg_operator.instance"])
+        argv = local_postgres.as_user(self.user, [str(self.python), "-m", "pg_operator.instance"])
         inst = Instance(pod, pg_port, api_port, root, env, argv)
         subprocess.run(["chown", "-R", f"{self.user.pw_uid}:{self.user.pw_gid}", str(root)], check=True)
         def running() -> bool:
@@ -182,7 +181,7 @@ class Clusters:
 
 @pytest.fixture
 def clusters(
-    kube: Kube, postgresql_16: Path, patroni_python: Path, run_user: pwd.struct_passwd  # noqa: F811
+    kube: Kube, postgresql_16: Path, patroni_python: Path, run_user: pwd.struct_passwd
 ) -> Iterator[Clusters]:
     become_subreaper()
     work = RUNTIME / f"backup-{uuid.uuid4().hex[:6]}"
@@ -190,7 +189,7 @@ def clusters(
     failed = True
     with contextlib.ExitStack() as stack:
         stack.enter_context(reaping())
-        s3 = stack.enter_context(bh.s3_server(work))
+        s3 = stack.enter_context(s3_server(work))
         s3.client().create_bucket(Bucket=BUCKET)
         c = Clusters(kube, work, s3, patroni_python, postgresql_16, run_user)
         kube.kubectl("create", "namespace", c.ns)
@@ -243,7 +242,7 @@ def test_archives_to_s3_and_a_new_cluster_restores_to_a_point_in_time(clusters: 
     store = archive_settings(source.spec.backup, "src", bin_dir=str(c.barman_bin)).store
     argv = base_backup_argv(store, name="it-base", host=str(src.root / "run"), port=src.pg_port,
                             user="postgres")
-    backup = subprocess.run(bh.as_user(c.user, argv), env={"PATH": "/usr/bin:/bin", **src.env},
+    backup = subprocess.run(local_postgres.as_user(c.user, argv), env={"PATH": "/usr/bin:/bin", **src.env},
                             capture_output=True, text=True, timeout=300, cwd="/")  # fmt: skip
     assert backup.returncode == 0, backup.stderr
     with src.connect("app", app_src, "app") as conn:

@@ -11,7 +11,8 @@ from localkube import controlplane
 from localkube.common import port_holder
 from localkube.teardown import leftovers
 
-from conftest import LOCALKUBE, ClusterManager, Kube
+from harness.local_cluster import ClusterManager, Kube
+from harness.paths import LOCALKUBE
 
 
 def processes_naming(needle: str) -> list[str]:

@@ -7,8 +7,9 @@ import subprocess
 import sys
 import uuid
 
-from conftest import LOCALKUBE, Kube
-from testkit import wait_until
+from harness.local_cluster import Kube
+from harness.paths import LOCALKUBE
+from harness.waiting import wait_until
 
 
 def make_namespace(kube: Kube) -> str:

@@ -16,21 +16,11 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from test_operator_harness import (
-    OPERATOR_NS,
-    SESSION,
-    OperatorEnv,
-    OperatorProcess,
-    apply,
-    get_json,
-    make_namespace,
-    operator_env,
-    postgres_cluster,
-    start_operator,
-    wait_until,
-)
 
-__all__ = ["operator_env"]
+from harness.kube import apply, get_json, make_namespace
+from harness.objects import cluster
+from harness.operator_process import OPERATOR_NS, SESSION, OperatorEnv, OperatorProcess, start_operator
+from harness.waiting import wait_until
 
 LEASE = "pg-operator-leader"
 DURATION = 15
@@ -58,7 +48,7 @@ def test_only_the_leader_acts_and_killing_it_hands_over(
     wait_until("the standby to be ready as a candidate", lambda: b.readyz() == 200, timeout=30)
     assert not b.is_leader()
     ns = make_namespace(kube, "leader")
-    apply(kube, postgres_cluster("ha-db", ns, replicas=2))
+    apply(kube, cluster("ha-db", ns, replicas=2))
     wait_until(
         "the leader to create the StatefulSet",
         lambda: kube.kubectl("get", "statefulset", "ha-db", "-n", ns, check=False).returncode == 0,

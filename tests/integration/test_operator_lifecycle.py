@@ -6,36 +6,23 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
-from test_operator_harness import (
-    CLUSTER_LABEL,
-    REPO,
-    OperatorEnv,
-    OperatorProcess,
-    apply,
-    condition,
-    events_for,
-    get_json,
-    get_or_none,
-    label_roles,
-    make_namespace,
-    operator_env,
-    postgres_cluster,
-    start_operator,
-    wait_until,
-)
 
+from harness.kube import apply, condition, events_for, get_json, get_or_none, make_namespace
+from harness.kwok_status import cluster_obj, wait_ready
+from harness.objects import CLUSTER_LABEL, cluster, storage_class
+from harness.operator_process import OperatorEnv, OperatorProcess, OperatorSpec, reconcile_passes
+from harness.paths import REPO
+from harness.waiting import wait_until
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.controller.diff import object_differences, with_hash
 from pg_operator.specs import desired_children, secret_names
 
-__all__ = ["operator_env"]  # the fixture, imported so pytest sees it
-
 RESYNC = 12.0
+OPERATOR = OperatorSpec("lifecycle", ("--resync-seconds", str(RESYNC)))
 KINDS = {  # kubectl names of every kind a cluster owns, by (apiVersion, kind)
     ("v1", "ServiceAccount"): "serviceaccounts",
     ("rbac.authorization.k8s.io/v1", "Role"): "roles.rbac.authorization.k8s.io",
@@ -48,35 +35,11 @@ KINDS = {  # kubectl names of every kind a cluster owns, by (apiVersion, kind)
 }
 
 
-class Operator:
-    """The module's operator process; a test may replace it (kill -9 and restart)."""
-
-    def __init__(self, env: OperatorEnv) -> None:
-        self.env = env
-        self.proc: OperatorProcess = start_operator(env, "lifecycle", "--resync-seconds", str(RESYNC))
-        self.proc.wait_leader()
-
-    def restart(self) -> None:
-        self.proc = start_operator(self.env, "lifecycle", "--resync-seconds", str(RESYNC))
-        self.proc.wait_leader()
-
-
 @pytest.fixture(scope="module")
-def operator(operator_env: OperatorEnv) -> Iterator[Operator]:
-    op = Operator(operator_env)
-    yield op
-    assert op.proc.stop() == 0, f"operator did not stop cleanly:\n{op.proc.log_text()[-3000:]}"
-
-
-@pytest.fixture(scope="module")
-def orders_db(operator: Operator) -> dict[str, Any]:
-    kube = operator.env.kube
+def orders_db(operator_env: OperatorEnv, operator: OperatorProcess) -> dict[str, Any]:
+    kube = operator_env.kube
     kube.kubectl("apply", "-f", str(REPO / "examples" / "orders-db.yaml"))
     return {"namespace": "shop", "name": "orders-db"}
-
-
-def cluster_obj(kube: Any, ns: str, name: str) -> Any:
-    return get_json(kube, "postgresclusters.db.example.com", name, "-n", ns)
 
 
 def owned_objects(kube: Any, ns: str, name: str) -> dict[tuple[str, str], dict[str, Any]]:
@@ -115,22 +78,10 @@ def wait_children(kube: Any, ns: str, name: str, timeout: float = 60) -> None:
     wait_until(f"every child of {ns}/{name}", complete, timeout)
 
 
-def wait_ready(kube: Any, ns: str, name: str, replicas: int, timeout: float = 120) -> dict[str, Any]:
-    def ready() -> Any:
-        label_roles(kube, ns, name)  # what Patroni does in real pods
-        obj = cluster_obj(kube, ns, name)
-        status = obj.get("status") or {}
-        if condition(obj, "Ready").get("status") == "True" and status.get("readyReplicas") == replicas:
-            return obj
-        return None
-
-    return dict(wait_until(f"{ns}/{name} Ready with {replicas} instances", ready, timeout))
-
-
 def test_example_creates_every_child_with_the_built_spec(
-    orders_db: dict[str, Any], operator: Operator
+    orders_db: dict[str, Any], operator_env: OperatorEnv, operator: OperatorProcess
 ) -> None:
-    kube = operator.env.kube
+    kube = operator_env.kube
     ns, name = orders_db["namespace"], orders_db["name"]
     wait_children(kube, ns, name)
     assert_children_match(kube, ns, name)
@@ -138,7 +89,7 @@ def test_example_creates_every_child_with_the_built_spec(
         data = get_json(kube, "secret", f"{name}-{secret}", "-n", ns)["data"]
         assert {"username", "password"} <= set(data), f"secret {secret} lacks username/password"
     # nothing of the operator's logs carries a password
-    log = operator.proc.log_text()
+    log = operator.log_text()
     for secret in ("superuser", "replication", "app", "patroni-api"):
         import base64
 
@@ -148,21 +99,25 @@ def test_example_creates_every_child_with_the_built_spec(
         assert password.decode() not in log
 
 
-def test_kubectl_get_pgc_prints_the_columns(orders_db: dict[str, Any], operator: Operator) -> None:
+def test_kubectl_get_pgc_prints_the_columns(
+    orders_db: dict[str, Any], operator_env: OperatorEnv, operator: OperatorProcess
+) -> None:
     crd = yaml.safe_load((REPO / "deploy" / "crd" / "postgresclusters.yaml").read_text())
     columns = [
         c["name"].upper()
         for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]
         if not c.get("priority")
     ]
-    out = operator.env.kube.kubectl("get", "pgc", "-n", "shop").stdout
+    out = operator_env.kube.kubectl("get", "pgc", "-n", "shop").stdout
     header, *rows = out.splitlines()
     assert header.split() == ["NAME", *columns]
     assert rows and rows[0].split()[0] == "orders-db"
 
 
-def test_status_reaches_ready_when_the_pods_are_ready(orders_db: dict[str, Any], operator: Operator) -> None:
-    kube = operator.env.kube
+def test_status_reaches_ready_when_the_pods_are_ready(
+    orders_db: dict[str, Any], operator_env: OperatorEnv, operator: OperatorProcess
+) -> None:
+    kube = operator_env.kube
     obj = wait_ready(kube, "shop", "orders-db", 3)
     status = obj["status"]
     assert status["phase"] == "Healthy"
@@ -175,20 +130,18 @@ def test_status_reaches_ready_when_the_pods_are_ready(orders_db: dict[str, Any],
     assert "Created" in reasons
 
 
-def reconcile_passes(op: OperatorProcess) -> float:
-    return sum(v for k, v in op.metrics().items() if k.startswith("pg_operator_reconcile_total{"))
-
-
-def test_a_resync_makes_zero_writes(orders_db: dict[str, Any], operator: Operator) -> None:
-    env = operator.env
+def test_a_resync_makes_zero_writes(
+    orders_db: dict[str, Any], operator_env: OperatorEnv, operator: OperatorProcess
+) -> None:
+    env = operator_env
     wait_ready(env.kube, "shop", "orders-db", 3)
     mark = env.audit.settled()  # the last status write and its watch event are done
-    before = reconcile_passes(operator.proc)
-    noop_before = operator.proc.metric('pg_operator_reconcile_total{result="noop"}')
+    before = reconcile_passes(operator)
+    noop_before = operator.metric('pg_operator_reconcile_total{result="noop"}')
     time.sleep(RESYNC * 1.1 + 3)  # at least one full (jittered) resync of every cluster
-    after = reconcile_passes(operator.proc)
+    after = reconcile_passes(operator)
     assert after > before, "no reconcile ran during the resync window"
-    assert operator.proc.metric('pg_operator_reconcile_total{result="noop"}') > noop_before
+    assert operator.metric('pg_operator_reconcile_total{result="noop"}') > noop_before
     writes = env.audit.writes_since(mark)
     assert writes == {}, f"a no-op resync wrote: {dict(writes)}"
     reads = env.audit.requests_since(mark)
@@ -198,8 +151,10 @@ def test_a_resync_makes_zero_writes(orders_db: dict[str, Any], operator: Operato
     )
 
 
-def test_scaling_follows_and_the_pdb_goes_at_one(orders_db: dict[str, Any], operator: Operator) -> None:
-    kube = operator.env.kube
+def test_scaling_follows_and_the_pdb_goes_at_one(
+    orders_db: dict[str, Any], operator_env: OperatorEnv, operator: OperatorProcess
+) -> None:
+    kube = operator_env.kube
     for replicas in (5, 1):
         kube.kubectl(
             "patch",
@@ -232,20 +187,22 @@ def test_scaling_follows_and_the_pdb_goes_at_one(orders_db: dict[str, Any], oper
     assert any("3 to 5" in m for m in messages) and any("5 to 1" in m for m in messages), messages
 
 
-def test_kill_9_mid_reconcile_then_restart_converges(operator: Operator) -> None:
-    env = operator.env
+def test_kill_9_mid_reconcile_then_restart_converges(
+    operator_env: OperatorEnv, operator: OperatorProcess
+) -> None:
+    env = operator_env
     kube = env.kube
     ns = make_namespace(kube, "kill")
     mark = env.audit.mark()
-    apply(kube, postgres_cluster("kill-db", ns, replicas=3))
+    apply(kube, cluster("kill-db", ns, replicas=3))
 
     def half_way() -> bool:  # the Services are applied, the StatefulSet is being applied
-        return f"applying StatefulSet {ns}/kill-db " in operator.proc.log_text()
+        return f"applying StatefulSet {ns}/kill-db " in operator.log_text()
 
     wait_until("the operator to be half-way through kill-db", half_way, timeout=30, interval=0.01)
-    operator.proc.kill9()
+    operator.kill9()
     partial = owned_objects(kube, ns, "kill-db")
-    operator.restart()
+    operator.restart().wait_leader()
     wait_children(kube, ns, "kill-db")
     wait_ready(kube, ns, "kill-db", 3)
     assert_children_match(kube, ns, "kill-db")
@@ -262,11 +219,13 @@ def test_kill_9_mid_reconcile_then_restart_converges(operator: Operator) -> None
     kube.kubectl("delete", "namespace", ns, "--wait=false")
 
 
-def test_missing_storage_class_degrades_then_recovers(operator: Operator) -> None:
-    kube = operator.env.kube
+def test_missing_storage_class_degrades_then_recovers(
+    operator_env: OperatorEnv, operator: OperatorProcess
+) -> None:
+    kube = operator_env.kube
     ns = make_namespace(kube, "sc")
     klass = f"pgop-test-{uuid.uuid4().hex[:6]}"
-    apply(kube, postgres_cluster("sc-db", ns, replicas=1, storageClassName=klass))
+    apply(kube, cluster("sc-db", ns, replicas=1, storageClassName=klass))
 
     def degraded() -> bool:
         cond = condition(cluster_obj(kube, ns, "sc-db"), "Degraded")
@@ -277,16 +236,7 @@ def test_missing_storage_class_degrades_then_recovers(operator: Operator) -> Non
     assert cluster_obj(kube, ns, "sc-db")["status"]["phase"].startswith("Degraded")
     warnings = [e for e in events_for(kube, ns, "sc-db") if e["type"] == "Warning"]
     assert [e["reason"] for e in warnings] == ["StorageClassNotFound"]
-    apply(
-        kube,
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": klass},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "Immediate",
-        },
-    )
+    apply(kube, storage_class(klass))
     try:
         wait_until(
             "the StatefulSet once the class exists",
@@ -301,16 +251,16 @@ def test_missing_storage_class_degrades_then_recovers(operator: Operator) -> Non
         wait_ready(kube, ns, "sc-db", 1)
         reasons = [e["reason"] for e in events_for(kube, ns, "sc-db")]
         assert "Recovered" in reasons
-        assert f"reconcile of {ns}/sc-db failed" not in operator.proc.log_text(), "it retried as if transient"
+        assert f"reconcile of {ns}/sc-db failed" not in operator.log_text(), "it retried as if transient"
     finally:
         kube.kubectl("delete", "namespace", ns, "--wait=false")
         kube.kubectl("delete", "storageclass", klass, "--wait=false")
 
 
 def test_deleting_the_cluster_garbage_collects_its_children(
-    orders_db: dict[str, Any], operator: Operator
+    orders_db: dict[str, Any], operator_env: OperatorEnv, operator: OperatorProcess
 ) -> None:
-    kube = operator.env.kube
+    kube = operator_env.kube
     assert owned_objects(kube, "shop", "orders-db")
     kube.kubectl("delete", "pgc", "orders-db", "-n", "shop")
     wait_until(

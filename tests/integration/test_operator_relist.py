@@ -14,18 +14,11 @@ from typing import Any
 import pytest
 from localkube import controlplane
 from localkube.common import ETCD_CLIENT_PORT
-from test_operator_harness import (
-    OperatorEnv,
-    apply,
-    get_or_none,
-    make_namespace,
-    operator_env,
-    postgres_cluster,
-    start_operator,
-    wait_until,
-)
 
-__all__ = ["operator_env"]  # the fixture, imported so pytest sees it
+from harness.kube import apply, get_or_none, make_namespace
+from harness.objects import cluster
+from harness.operator_process import OperatorEnv, start_operator
+from harness.waiting import wait_until
 
 
 def etcd(call: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -52,7 +45,7 @@ def test_an_object_deleted_while_the_watches_were_down_is_recreated(operator_env
     op = start_operator(operator_env, "relist", "--namespace", ns, "--resync-seconds", "600")
     try:
         op.wait_leader()
-        apply(kube, postgres_cluster("relist-db", ns, replicas=1))
+        apply(kube, cluster("relist-db", ns, replicas=1))
         name = "relist-db-instance"  # the instance ConfigMap (specs.names.instance)
         before = wait_until(
             "the instance ConfigMap", lambda: get_or_none(kube, "configmap", name, "-n", ns), timeout=60

@@ -10,52 +10,22 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-from test_operator_harness import (
-    CLUSTER_LABEL,
-    OperatorEnv,
-    OperatorProcess,
-    apply,
-    condition,
-    events_for,
-    get_json,
-    make_namespace,
-    operator_env,
-    postgres_cluster,
-    start_operator,
-    wait_until,
-)
-from test_operator_lifecycle import cluster_obj, reconcile_passes, wait_ready
-
-__all__ = ["operator_env"]  # the fixture, imported so pytest sees it
+from harness.kube import apply, condition, events_for, get_json, make_namespace
+from harness.kwok_status import cluster_obj, wait_ready
+from harness.objects import CLUSTER_LABEL, cluster
+from harness.objects import storage_class as storage_class_body
+from harness.operator_process import OperatorEnv, OperatorProcess, OperatorSpec, reconcile_passes
+from harness.waiting import wait_until
 
 RESYNC = 10.0
-
-
-@pytest.fixture(scope="module")
-def operator(operator_env: OperatorEnv) -> Iterator[OperatorProcess]:
-    proc = start_operator(operator_env, "storage", "--resync-seconds", str(RESYNC))
-    proc.wait_leader()
-    yield proc
-    assert proc.stop() == 0, f"operator did not stop cleanly:\n{proc.log_text()[-3000:]}"
+OPERATOR = OperatorSpec("storage", ("--resync-seconds", str(RESYNC)))
 
 
 def storage_class(kube: Any, expandable: bool) -> str:
     name = f"pgop-grow-{uuid.uuid4().hex[:6]}"
-    apply(
-        kube,
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": "kubernetes.io/no-provisioner",  # served by the harness's PvProvisioner
-            "volumeBindingMode": "Immediate",
-            "allowVolumeExpansion": expandable,
-        },
-    )
+    apply(kube, storage_class_body(name, expandable=expandable))  # served by the harness's PvProvisioner
     return name
 
 
@@ -77,7 +47,7 @@ def test_growing_storage_patches_every_pvc_and_then_writes_nothing(
     ns = make_namespace(kube, "grow")
     klass = storage_class(kube, expandable=True)
     try:
-        apply(kube, postgres_cluster("grow-db", ns, replicas=2, storageClassName=klass))
+        apply(kube, cluster("grow-db", ns, replicas=2, storageClassName=klass))
         wait_ready(kube, ns, "grow-db", 2, timeout=180)
         assert requested(kube, ns, "grow-db") == {"data-grow-db-0": "1Gi", "data-grow-db-1": "1Gi"}
 
@@ -114,7 +84,7 @@ def test_a_class_without_expansion_degrades_with_the_refusal(
     ns = make_namespace(kube, "nogrow")
     klass = storage_class(kube, expandable=False)
     try:
-        apply(kube, postgres_cluster("fixed-db", ns, replicas=1, storageClassName=klass))
+        apply(kube, cluster("fixed-db", ns, replicas=1, storageClassName=klass))
         wait_ready(kube, ns, "fixed-db", 1, timeout=180)
         grow(kube, ns, "fixed-db", "2Gi")
 

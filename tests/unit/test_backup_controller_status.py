@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from harness.objects import cluster_model
 from pg_operator.api.cluster import PostgresCluster, PostgresClusterStatus
 from pg_operator.specs import compute_status
 
@@ -12,10 +13,7 @@ T0 = datetime(2026, 12, 1, 8, 0, 0, tzinfo=UTC)
 
 
 def cluster() -> PostgresCluster:
-    meta = {"name": "orders-db", "namespace": "shop", "uid": "uid-1", "generation": 1}
-    return PostgresCluster.from_obj(
-        {"metadata": meta, "spec": {"replicas": 1, "version": "16", "storage": "1Gi"}}
-    )
+    return cluster_model(replicas=1, storage="1Gi")
 
 
 def backup_condition(type_: str, status: str, reason: str) -> dict[str, Any]:

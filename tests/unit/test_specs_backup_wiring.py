@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.objects import cluster_model
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.instance_config import InstanceConfig
 from pg_operator.backup.barman import DEFAULT_BIN_DIR
@@ -35,9 +36,7 @@ CREDS = {
 
 
 def cluster(name: str = "orders-new", **spec: Any) -> PostgresCluster:
-    base = {"replicas": 2, "version": "16", "storage": "1Gi"}
-    meta = {"name": name, "namespace": "shop", "uid": "u1", "generation": 1}
-    return PostgresCluster.from_obj({"metadata": meta, "spec": base | spec})
+    return cluster_model(name, replicas=2, storage="1Gi", uid="u1", **spec)
 
 
 def env_of(c: PostgresCluster) -> dict[str, Any]:

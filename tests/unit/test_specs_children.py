@@ -4,15 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pg_operator.api.cluster import PostgresCluster
+from harness.objects import cluster_model as cluster
 from pg_operator.api.constants import CLUSTER_LABEL, ROLE_LABEL
 from pg_operator.specs import CHILD_KINDS, MANAGED_KINDS, desired_children, selector_labels
-
-
-def cluster(**spec: Any) -> PostgresCluster:
-    base = {"replicas": 3, "version": "16", "storage": "20Gi"}
-    meta = {"name": "orders-db", "namespace": "shop", "uid": "uid-1", "generation": 1}
-    return PostgresCluster.from_obj({"metadata": meta, "spec": base | spec})
 
 
 def by_kind(children: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:

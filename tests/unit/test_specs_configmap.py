@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import yaml
 
-from pg_operator.api.cluster import PostgresCluster
+from harness.objects import cluster_model as cluster
 from pg_operator.api.instance_config import InstanceConfig
 from pg_operator.specs.configmap import configmap
-
-
-def cluster(**spec: Any) -> PostgresCluster:
-    base = {"replicas": 3, "version": "16", "storage": "20Gi"}
-    meta = {"name": "orders-db", "namespace": "shop", "uid": "uid-1", "generation": 1}
-    return PostgresCluster.from_obj({"metadata": meta, "spec": base | spec})
 
 
 def test_instance_yaml_carries_the_operator_owned_settings() -> None:

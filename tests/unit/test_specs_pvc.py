@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pg_operator.api.cluster import PostgresCluster
+from harness.objects import cluster_model
 from pg_operator.specs import pvc_resizes
-
-
-def cluster(storage: str) -> PostgresCluster:
-    meta = {"name": "orders-db", "namespace": "shop", "uid": "uid-1", "generation": 1}
-    return PostgresCluster.from_obj(
-        {"metadata": meta, "spec": {"replicas": 3, "version": "16", "storage": storage}}
-    )
 
 
 def pvc(name: str, storage: str | None, **meta: Any) -> dict[str, Any]:
@@ -30,24 +23,24 @@ def test_grows_only_smaller_data_pvcs() -> None:
         pvc("data-orders-db-0", "20Gi"),
         pvc("data-orders-db-2", "30Gi"),
     ]
-    assert pvc_resizes(cluster("30Gi"), pvcs) == [
+    assert pvc_resizes(cluster_model(storage="30Gi"), pvcs) == [
         ("data-orders-db-0", patch("30Gi")),
         ("data-orders-db-1", patch("30Gi")),
     ]
 
 
 def test_never_shrinks() -> None:
-    assert pvc_resizes(cluster("10Gi"), [pvc("data-orders-db-0", "20Gi")]) == []
-    assert pvc_resizes(cluster("20Gi"), [pvc("data-orders-db-0", "20Gi")]) == []
+    assert pvc_resizes(cluster_model(storage="10Gi"), [pvc("data-orders-db-0", "20Gi")]) == []
+    assert pvc_resizes(cluster_model(storage="20Gi"), [pvc("data-orders-db-0", "20Gi")]) == []
 
 
 def test_compares_quantities_not_strings() -> None:
     # 21474836480 bytes is exactly 20Gi; 20G is less than 20Gi.
-    assert pvc_resizes(cluster("20Gi"), [pvc("data-orders-db-0", "21474836480")]) == []
-    assert pvc_resizes(cluster("20Gi"), [pvc("data-orders-db-0", "20G")]) == [
+    assert pvc_resizes(cluster_model(storage="20Gi"), [pvc("data-orders-db-0", "21474836480")]) == []
+    assert pvc_resizes(cluster_model(storage="20Gi"), [pvc("data-orders-db-0", "20G")]) == [
         ("data-orders-db-0", patch("20Gi"))
     ]
-    assert pvc_resizes(cluster("9Gi"), [pvc("data-orders-db-0", "10Gi")]) == []
+    assert pvc_resizes(cluster_model(storage="9Gi"), [pvc("data-orders-db-0", "10Gi")]) == []
 
 
 def test_ignores_other_pvcs() -> None:
@@ -58,10 +51,10 @@ def test_ignores_other_pvcs() -> None:
         pvc("data-orders-db-0", "1Gi", namespace="other"),
         pvc("data-orders-db-1", "1Gi", deletionTimestamp="2026-01-01T00:00:00Z"),
     ]
-    assert pvc_resizes(cluster("30Gi"), others) == []
+    assert pvc_resizes(cluster_model(storage="30Gi"), others) == []
 
 
 def test_pvc_without_a_request_is_grown() -> None:
-    assert pvc_resizes(cluster("5Gi"), [pvc("data-orders-db-0", None)]) == [
+    assert pvc_resizes(cluster_model(storage="5Gi"), [pvc("data-orders-db-0", None)]) == [
         ("data-orders-db-0", patch("5Gi"))
     ]

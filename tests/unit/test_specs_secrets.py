@@ -6,14 +6,8 @@ import base64
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from pg_operator.api.cluster import PostgresCluster
+from harness.objects import cluster_model as cluster
 from pg_operator.specs import APP_SECRET_KEYS, ClusterPasswords, build_secrets, owner_reference, secret_names
-
-
-def cluster(**spec: Any) -> PostgresCluster:
-    base = {"replicas": 3, "version": "16", "storage": "20Gi"}
-    meta = {"name": "orders-db", "namespace": "shop", "uid": "uid-1", "generation": 1}
-    return PostgresCluster.from_obj({"metadata": meta, "spec": base | spec})
 
 
 def decoded(secret: dict[str, Any]) -> dict[str, str]:

@@ -5,17 +5,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from pg_operator.api.cluster import PostgresCluster
+from harness.objects import cluster_model as cluster
 from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.images import default_image
 from pg_operator.specs.labels import selector_labels
 from pg_operator.specs.statefulset import statefulset
-
-
-def cluster(**spec: Any) -> PostgresCluster:
-    base = {"replicas": 3, "version": "16", "storage": "20Gi"}
-    meta = {"name": "orders-db", "namespace": "shop", "uid": "uid-1", "generation": 1}
-    return PostgresCluster.from_obj({"metadata": meta, "spec": base | spec})
 
 
 def pod_spec(sts: dict[str, Any]) -> dict[str, Any]:

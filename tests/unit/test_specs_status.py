@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from harness.objects import cluster_model
 from pg_operator.api.cluster import PostgresCluster, PostgresClusterStatus
 from pg_operator.specs import compute_status
 
@@ -14,9 +15,7 @@ T2 = T0 + timedelta(minutes=2)
 
 
 def cluster(replicas: int = 3, generation: int = 2) -> PostgresCluster:
-    meta = {"name": "orders-db", "namespace": "shop", "uid": "uid-1", "generation": generation}
-    spec = {"replicas": replicas, "version": "16", "storage": "20Gi"}
-    return PostgresCluster.from_obj({"metadata": meta, "spec": spec})
+    return cluster_model(replicas=replicas, generation=generation)
 
 
 def pod(

@@ -1,4 +1,5 @@
-"""Helpers for e2e tests of real PostgreSQL clusters: Secrets, Services, connections, container kills."""
+"""Helpers for e2e tests of real PostgreSQL clusters (full profile): Secrets, Services, connections,
+health, container kills, network partitions and a writing client."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,26 +18,10 @@ import psycopg
 from localkube import node
 from psycopg import sql
 
-from conftest import Kube
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float, interval: float = 1.0) -> Any:
-    """Poll until check() returns something truthy; connection errors count as "not yet"."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (AssertionError, psycopg.Error, KeyError) as e:
-            last = e
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
-
-
-def get_json(kube: Kube, *args: str) -> Any:
-    return json.loads(kube.kubectl("get", "-o", "json", *args).stdout)
+from harness.kube import get_json
+from harness.local_cluster import Kube
+from harness.objects import cluster
+from harness.waiting import wait_until
 
 
 def secret(kube: Kube, namespace: str, name: str) -> dict[str, str]:
@@ -95,9 +80,7 @@ def serving_cluster(kube: Kube, namespace: str, name: str, spec: dict[str, Any])
     """A module fixture's body: a namespace with one PostgresCluster (small requests unless the spec
     says otherwise), yielded once it serves through -rw; the namespace goes afterwards."""
     kube.kubectl("create", "namespace", namespace)
-    body = {"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"version": "16", "storage": "1Gi", "resources": SMALL, **spec}}
+    body = cluster(name, namespace, **{"resources": SMALL, **spec})
     kube.kubectl("apply", "-f", "-", input=json.dumps(body))
     wait_serving(kube, namespace, name, int(spec["replicas"]), 900)
     yield kube

