@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pg_operator import objects
 from pg_operator.backup.catalog import parse_time
 from pg_operator.backup.failures import Failure
 from pg_operator.backup.lifecycle import reason_of
@@ -130,17 +131,15 @@ def archiving_summary(stats: ArchiverStats | None, primary: str | None) -> dict[
 
 def last_backup_condition(backups: Sequence[Mapping[str, Any]]) -> tuple[str, str, str] | None:
     """LastBackupSucceeded from the cluster's Backups: the most recently finished one decides."""
-    finished = [b for b in backups if ((b.get("status") or {}).get("phase") in ("Completed", "Failed"))]
+    finished = [b for b in backups if objects.status(b).get("phase") in ("Completed", "Failed")]
     if not finished:
         return None
 
     def key(b: Mapping[str, Any]) -> tuple[str, str]:
-        status = b.get("status") or {}
-        return (str(status.get("stoppedAt") or ""), str((b.get("metadata") or {}).get("name")))
+        return (str(objects.status(b).get("stoppedAt") or ""), objects.name(b))
 
     latest = max(finished, key=key)
-    name = str((latest.get("metadata") or {}).get("name"))
-    status = latest.get("status") or {}
+    name, status = objects.name(latest), objects.status(latest)
     if status.get("phase") == "Completed":
         stopped, backup_id = status.get("stoppedAt"), status.get("backupID")
         return ("True", "BackupCompleted", f"Backup {name} completed at {stopped} (backup ID {backup_id})")

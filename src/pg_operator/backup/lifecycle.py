@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pg_operator import objects
 from pg_operator.backup.failures import classify
 from pg_operator.backup.jobs import JobState
 from pg_operator.backup.placement import Placement
@@ -66,9 +67,9 @@ def before_start(
     if cluster is None:
         message = "the PostgresCluster named in spec.cluster does not exist"
         return _failed("ClusterNotFound", message, now_stamp)
-    if not (cluster.get("spec") or {}).get("backup"):
+    if not objects.spec(cluster).get("backup"):
         return _failed("BackupNotConfigured", "the cluster has no spec.backup (object store)", now_stamp)
-    if (cluster.get("metadata") or {}).get("deletionTimestamp"):
+    if objects.deleting(cluster):
         return _failed("ClusterDeleted", "the cluster is being deleted", now_stamp)
     if placement is None:
         message = "waiting for a ready instance of the cluster"

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pg_operator import objects
 from pg_operator.api.constants import CLUSTER_LABEL, ROLE_LABEL
 
 PRIMARY_ROLES = ("primary", "master")
@@ -28,14 +29,12 @@ class Placement:
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:
-    status = pod.get("status") or {}
-    if status.get("phase") != "Running":
-        return False
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+    status = objects.status(pod)
+    return status.get("phase") == "Running" and objects.condition_status(status, "Ready") == "True"
 
 
 def _patroni_state(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get("status") or "{}"
+    raw = objects.annotation(pod, "status") or "{}"
     try:
         parsed = json.loads(raw)
     except ValueError:
@@ -59,38 +58,31 @@ def choose_instance(
     pods: Sequence[Mapping[str, Any]], cluster: str, *, prefer_replica: bool = True
 ) -> Placement | None:
     """A ready, streaming replica (by name, for a stable choice); else the ready primary; else None."""
-    mine = [
-        p
-        for p in pods
-        if ((p.get("metadata") or {}).get("labels") or {}).get(CLUSTER_LABEL) == cluster
-        and not (p.get("metadata") or {}).get("deletionTimestamp")
-        and _ready(p)
-    ]
-    mine.sort(key=lambda p: str((p.get("metadata") or {}).get("name")))
-    primaries = [p for p in mine if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) in PRIMARY_ROLES]
+    mine = [p for p in pods if objects.label(p, CLUSTER_LABEL) == cluster and not objects.deleting(p)]
+    mine = [p for p in mine if _ready(p)]
+    mine.sort(key=objects.name)
+    primaries = [p for p in mine if objects.label(p, ROLE_LABEL) in PRIMARY_ROLES]
     primary_timeline = _patroni_state(primaries[0]).get("timeline") if primaries else None
     if prefer_replica:
         for pod in mine:
-            if (pod["metadata"].get("labels") or {}).get(ROLE_LABEL) == "replica" and _fit_replica(
+            if objects.label(pod, ROLE_LABEL) == "replica" and _fit_replica(
                 pod, primary_timeline if isinstance(primary_timeline, int) else None
             ):
-                return Placement(str(pod["metadata"]["name"]), "replica", "a healthy replica takes it")
+                return Placement(objects.name(pod), "replica", "a healthy replica takes it")
     if primaries:
         why = "no ready, streaming replica: on the primary" if prefer_replica else "on the primary"
-        return Placement(str(primaries[0]["metadata"]["name"]), "primary", why)
+        return Placement(objects.name(primaries[0]), "primary", why)
     return None
 
 
 def primary_pod(pods: Sequence[Mapping[str, Any]], cluster: str) -> str | None:
     """The ready primary's name (the one that archives WAL)."""
-    for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name"))):
-        meta = pod.get("metadata") or {}
-        labels = meta.get("labels") or {}
+    for pod in sorted(pods, key=objects.name):
         if (
-            labels.get(CLUSTER_LABEL) == cluster
-            and labels.get(ROLE_LABEL) in PRIMARY_ROLES
-            and not meta.get("deletionTimestamp")
+            objects.label(pod, CLUSTER_LABEL) == cluster
+            and objects.label(pod, ROLE_LABEL) in PRIMARY_ROLES
+            and not objects.deleting(pod)
             and _ready(pod)
         ):
-            return str(meta.get("name"))
+            return objects.name(pod)
     return None

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pg_operator import objects
 from pg_operator.api.backup import check_retention
 
 _UNITS = {"d": ("DAYS", 1), "w": ("WEEKS", 7), "m": ("MONTHS", 31)}
@@ -114,9 +115,7 @@ def retired_backup_objects(
     present = {b.backup_id for b in remaining}
     out: list[str] = []
     for obj in backup_objects:
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
-        name = str((obj.get("metadata") or {}).get("name") or "")
+        spec, status, name = objects.spec(obj), objects.status(obj), objects.name(obj)
         if not name or spec.get("cluster") != cluster or status.get("phase") != "Completed":
             continue
         if status.get("serverName") != server_name or status.get("destinationPath") != destination_path:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pg_operator import objects
 from pg_operator.api.backup import SCHEDULED_BACKUP_LABEL
 from pg_operator.api.constants import API_VERSION, CLUSTER_LABEL
 from pg_operator.backup import cron
@@ -42,10 +43,8 @@ class SchedulePass:
 
 
 def schedule_pass(obj: Mapping[str, Any], now: dt.datetime) -> SchedulePass:
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = dict(obj.get("status") or {})
-    created = parse_stamp(meta.get("creationTimestamp")) or now
+    own_name, spec, status = objects.name(obj), objects.spec(obj), dict(objects.status(obj))
+    created = parse_stamp(objects.meta(obj).get("creationTimestamp")) or now
     last = parse_stamp(status.get("lastScheduleTime"))
     decision = cron.decide(
         str(spec.get("schedule")),
@@ -60,23 +59,23 @@ def schedule_pass(obj: Mapping[str, Any], now: dt.datetime) -> SchedulePass:
     if decision.due and decision.scheduled_for is not None:
         # The immediate run stands for the creation time, so its name is as stable as a scheduled one's.
         scheduled_for = created if last is None and spec.get("immediate") else decision.scheduled_for
-        name = backup_name(str(meta.get("name")), scheduled_for)
+        name = backup_name(own_name, scheduled_for)
         backup = {
             "apiVersion": API_VERSION,
             "kind": "Backup",
             "metadata": {
                 "name": name,
-                "namespace": meta.get("namespace"),
+                "namespace": objects.namespace(obj),
                 "labels": {
                     CLUSTER_LABEL: str(spec.get("cluster")),
-                    SCHEDULED_BACKUP_LABEL: str(meta.get("name")),
+                    SCHEDULED_BACKUP_LABEL: own_name,
                 },
                 "ownerReferences": [
                     {
                         "apiVersion": API_VERSION,
                         "kind": "ScheduledBackup",
-                        "name": meta.get("name"),
-                        "uid": meta.get("uid"),
+                        "name": own_name,
+                        "uid": objects.uid(obj),
                     }
                 ],
             },

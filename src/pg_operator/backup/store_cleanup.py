@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pg_operator import objects
 from pg_operator.api.constants import GROUP
 
 FINALIZER = f"{GROUP}/backup-store"
@@ -34,7 +35,7 @@ class FinalizerDecision:
 
 
 def _on_delete(cluster: Mapping[str, Any]) -> str:
-    backup = (cluster.get("spec") or {}).get("backup") or {}
+    backup = objects.spec(cluster).get("backup") or {}
     return str(backup.get("onDelete") or "keep") if backup else "keep"
 
 
@@ -45,7 +46,7 @@ def decide_finalizer(
     pods_left: int,
     now: dt.datetime,
 ) -> FinalizerDecision:
-    meta = cluster.get("metadata") or {}
+    meta = objects.meta(cluster)
     has = FINALIZER in (meta.get("finalizers") or ())
     deleting = meta.get("deletionTimestamp")
     wants = _on_delete(cluster) == "delete"
@@ -57,7 +58,7 @@ def decide_finalizer(
         return FinalizerDecision("none")
     if not has:
         return FinalizerDecision("none")
-    if str((meta.get("annotations") or {}).get(RELEASE_ANNOTATION) or "").lower() == "true":
+    if objects.annotation(cluster, RELEASE_ANNOTATION).lower() == "true":
         return FinalizerDecision("release-by-hand", f"{RELEASE_ANNOTATION}=true: the store is left as it is")
     if not wants:
         return FinalizerDecision("remove", "spec.backup.onDelete is keep")
