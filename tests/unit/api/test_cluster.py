@@ -172,7 +172,7 @@ def test_spec_round_trips_through_its_wire_form() -> None:
 
 
 def test_the_example_applies_as_is() -> None:
-    example = Path(__file__).resolve().parents[2] / "examples" / "orders-db.yaml"
+    example = Path(__file__).resolve().parents[3] / "examples" / "orders-db.yaml"
     namespace, pgc = yaml.safe_load_all(example.read_text(encoding="utf-8"))
     assert namespace == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}
     assert pgc["apiVersion"] == "db.example.com/v1alpha1" and pgc["kind"] == "PostgresCluster"

@@ -6,14 +6,19 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from test_specs_status import cluster, pod, sts
-
-from pg_operator.api.cluster import PostgresClusterStatus
+from harness.objects import cluster_model
+from harness.pods import cluster_pod as pod
+from harness.pods import statefulset as sts
+from pg_operator.api.cluster import PostgresCluster, PostgresClusterStatus
 from pg_operator.specs import compute_status
 from pg_operator.specs.status import LAG_REPORT_GRANULARITY, replication_lag
 
 T0 = datetime(2026, 12, 1, 8, 0, 0, tzinfo=UTC)
 MIB = 1024 * 1024
+
+
+def cluster(replicas: int = 3) -> PostgresCluster:
+    return cluster_model(replicas=replicas, generation=2)
 
 
 def member(i: int, role: str, position: int | None, timeline: int = 2, **kw: Any) -> dict[str, Any]:

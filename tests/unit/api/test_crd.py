@@ -15,7 +15,7 @@ from pg_operator.api.cluster import POSTGRES_CLUSTER, PostgresClusterSpec
 from pg_operator.api.crd import SchemaError, build, structural_schema
 from pg_operator.images import SUPPORTED_MAJORS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def crd() -> dict[str, Any]:

@@ -24,7 +24,7 @@ from pg_operator.backup.barman import archive_command
 from pg_operator.backup.from_spec import archive_settings, recovery_source, recovery_target, retention_policy
 from pg_operator.specs.backup_pod import pod_env
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 S3: dict[str, Any] = {"bucket": "backups", "path": "prod", "endpointURL": "http://minio:9000",
                       "credentials": {"secretName": "s3-creds"}}  # fmt: skip
 

@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from harness.objects import cluster_model
+from harness.pods import cluster_pod as pod
+from harness.pods import statefulset as sts
 from pg_operator.api.cluster import PostgresCluster, PostgresClusterStatus
 from pg_operator.specs import compute_status
 
@@ -16,22 +18,6 @@ T2 = T0 + timedelta(minutes=2)
 
 def cluster(replicas: int = 3, generation: int = 2) -> PostgresCluster:
     return cluster_model(replicas=replicas, generation=generation)
-
-
-def pod(
-    i: int, role: str | None = "replica", ready: bool = True, rev: str = "rev1", **meta: Any
-) -> dict[str, Any]:
-    labels = {"db.example.com/cluster": "orders-db", "controller-revision-hash": rev}
-    if role is not None:
-        labels["role"] = role
-    return {
-        "metadata": {"name": f"orders-db-{i}", "labels": labels, **meta},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-    }
-
-
-def sts(replicas: int = 3, update_revision: str = "rev1") -> dict[str, Any]:
-    return {"spec": {"replicas": replicas}, "status": {"updateRevision": update_revision}}
 
 
 def healthy_pods() -> list[dict[str, Any]]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from test_orchestration import leader_cm, pod
-
+from harness.pods import instance_pod as pod
+from harness.pods import leader_cm
 from pg_operator.orchestration.failover import plan_lock_release, sync_standbys
 from pg_operator.orchestration.instances import instances_from_pods
 from pg_operator.orchestration.patroni_settings import dynamic_config, dynamic_config_patch

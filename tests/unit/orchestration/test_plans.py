@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
+from harness.pods import NEW_IMAGE, NOW, OLD_IMAGE, leader_cm
+from harness.pods import instance_pod as pod
 from pg_operator.orchestration.failover import leader_holder, plan_lock_release
 from pg_operator.orchestration.instances import Instance, instances_from_pods, parse_members
 from pg_operator.orchestration.rollout import best_candidate, plan_scale, plan_update
 
-OLD, NEW = "localhost/pg-operator/postgres:16.13", "localhost/pg-operator/postgres:16.15"
-NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-
-
-def pod(name: str, role: str = "replica", image: str = OLD, ready: bool = True, *,
-        terminating: bool = False, container: str = "running", restarts: int = 0,
-        age: timedelta = timedelta(hours=1)) -> dict[str, Any]:
-    state: dict[str, Any] = {container: {}}
-    meta: dict[str, Any] = {"name": name, "labels": {"role": role} if role else {},
-                            "creationTimestamp": (NOW - age).strftime("%Y-%m-%dT%H:%M:%SZ")}
-    if terminating:
-        meta["deletionTimestamp"] = NOW.isoformat()
-    return {
-        "metadata": meta,
-        "spec": {"containers": [{"name": "postgres", "image": image}]},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                   "containerStatuses": [{"name": "postgres", "state": state, "restartCount": restarts}]},
-    }
+OLD, NEW = OLD_IMAGE, NEW_IMAGE
 
 
 def members(*rows: tuple[str, str, str, Any]) -> dict[str, Any]:
@@ -115,11 +100,6 @@ def test_scale_down_waits_without_a_streaming_survivor() -> None:
     pods = [pod("db-0", ready=False), pod("db-1", ready=False), pod("db-2", "primary")]
     replicas, action = plan_scale(instances_from_pods(pods), 1)
     assert replicas == 3 and action.kind == "wait"
-
-
-def leader_cm(holder: str | None, rv: str = "42") -> dict[str, Any]:
-    annotations = {"leader": holder, "ttl": "12"} if holder else {"ttl": "12"}
-    return {"metadata": {"name": "db-leader", "resourceVersion": rv, "annotations": annotations}}
 
 
 def test_lock_released_when_the_kubelet_reports_the_primary_container_dead() -> None:
