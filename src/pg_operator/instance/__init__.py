@@ -3,6 +3,6 @@ from the mounted instance ConfigMap, Secrets and environment, bootstraps the app
 database, and execs Patroni.
 
 Runs inside the PostgreSQL image, whose build context holds only the modules this package imports
-(images/postgres/Dockerfile.dockerignore; tests/unit/test_instance_image_context.py keeps the list
+(images/postgres/Dockerfile.dockerignore; tests/unit/instance/test_image_context.py keeps the list
 true). May import `api`, `backup`, `orchestration.patroni_settings`; never `controller` or `specs`.
 """

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from localkube.images.spec import context_files, find_specs
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+SRC = Path(__file__).resolve().parents[3] / "src"
 
 
 def module_file(name: str) -> Path | None:
