@@ -9,7 +9,6 @@ be bypassed). Rules that compare with the previous object (growth, immutability)
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -32,14 +31,16 @@ from pg_operator.api.backup import (
     RecoveryBootstrap,
     recovery_conflict,
 )
+from pg_operator.api.cluster_status import PostgresClusterStatus
 from pg_operator.api.constants import KIND, PLURAL, SHORT
 from pg_operator.api.crd import CustomResource
+from pg_operator.api.placement import Affinity, Toleration
+from pg_operator.api.postgresql import Postgresql
 from pg_operator.api.quantity import QUANTITY_PATTERN, parse_quantity
 from pg_operator.api.schema import (
     MAX_NAME_LENGTH,
     NAME_PATTERN,
     SpecModel,
-    StatusModel,
     rule,
     validations,
 )
@@ -50,52 +51,6 @@ from pg_operator.images import SUPPORTED_MAJORS
 MAX_REPLICAS = 5
 MAX_SYNC_STANDBYS = 4
 STORAGE_PATTERN = r"^[1-9][0-9]*Gi$"
-
-# PostgreSQL settings that Patroni and the operator set themselves; a user value would break replication,
-# failover, archiving or the pod layout. Compared case-insensitively, as PostgreSQL does. The archiving
-# ones (backup.archiving.ARCHIVING_PARAMETERS) come from spec.backup: archiveTimeout, walMaxKeepSize.
-OPERATOR_OWNED_PARAMETERS: tuple[str, ...] = (
-    "archive_cleanup_command",
-    "archive_command",
-    "archive_library",
-    "archive_mode",
-    "archive_timeout",
-    "cluster_name",
-    "config_file",
-    "data_directory",
-    "external_pid_file",
-    "hba_file",
-    "hot_standby",
-    "ident_file",
-    "listen_addresses",
-    "max_replication_slots",
-    "max_slot_wal_keep_size",
-    "max_wal_senders",
-    "password_encryption",
-    "port",
-    "primary_conninfo",
-    "primary_slot_name",
-    "promote_trigger_file",
-    "recovery_end_command",
-    "recovery_target",
-    "recovery_target_action",
-    "recovery_target_inclusive",
-    "recovery_target_lsn",
-    "recovery_target_name",
-    "recovery_target_time",
-    "recovery_target_timeline",
-    "recovery_target_xid",
-    "restore_command",
-    "synchronous_standby_names",
-    "unix_socket_directories",
-    "unix_socket_group",
-    "unix_socket_permissions",
-    "wal_level",
-    "wal_log_hints",
-)
-PARAMETER_NAME_PATTERN = r"^[a-z_][a-z0-9_]*([.][a-z_][a-z0-9_]*)?$"  # no backslash: it goes into CEL
-MAX_PARAMETERS = 128
-MAX_PARAMETER_VALUE_LENGTH = 4096
 
 # Unquoted PostgreSQL identifiers (lower case, at most 63 bytes) that are not taken by the operator or by
 # PostgreSQL itself.
@@ -113,12 +68,7 @@ RESERVED_ROLES: tuple[str, ...] = (
     "all",
 )
 
-DEFAULT_ALLOWED_CIDRS: tuple[str, ...] = ("10.244.0.0/16",)
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-LABEL_KEY_PATTERN = (
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"  # optional DNS-subdomain prefix
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
 
 
 def _cel_list(values: tuple[str, ...]) -> str:
@@ -201,139 +151,6 @@ class Resources(SpecModel):
             request, limit = getattr(self.requests, res), getattr(self.limits, res)
             if limit is not None and parse_quantity(request) > parse_quantity(limit):
                 raise ValueError(f"resources.requests.{res} must not exceed resources.limits.{res}")
-        return self
-
-
-# One key lookup per owned parameter, each with its own message: the API server bounds a rule's estimated
-# cost, and iterating over the user's keys (map keys have no declarable maximum length) or building a
-# message from them exceeds it. Upper-case names are refused by the name rule, so the exact-match lookup
-# is enough for PostgreSQL's case-insensitive names.
-_PARAMETER_RULES = (
-    *(
-        rule(
-            f"!('{p}' in self)",
-            f"postgresql.parameters: {p} is set by the operator and cannot be overridden",
-            reason="FieldValueForbidden",
-        )
-        for p in OPERATOR_OWNED_PARAMETERS
-    ),
-    rule(
-        f"self.all(k, k.matches('{PARAMETER_NAME_PATTERN}'))",
-        "postgresql.parameters: names are lower-case PostgreSQL setting names, e.g. shared_buffers "
-        "or auto_explain.log_min_duration",
-    ),
-)
-
-
-class Postgresql(SpecModel):
-    parameters: dict[str, Annotated[str, StringConstraints(max_length=MAX_PARAMETER_VALUE_LENGTH)]] = Field(
-        default_factory=dict,
-        max_length=MAX_PARAMETERS,
-        description=(
-            'postgresql.conf settings, as strings (e.g. shared_buffers: 256MB, max_connections: "200"). '
-            "Settings the operator owns (port, wal_level, archive_command, ...) are refused."
-        ),
-        json_schema_extra=validations(*_PARAMETER_RULES),
-    )
-    allowed_cidrs: list[Annotated[str, StringConstraints(max_length=64)]] = Field(
-        default_factory=lambda: list(DEFAULT_ALLOWED_CIDRS),
-        alias="allowedCIDRs",
-        min_length=1,
-        max_length=16,
-        description="Networks allowed to connect with a password (pg_hba); defaults to the pod network.",
-        json_schema_extra={
-            "default": list(DEFAULT_ALLOWED_CIDRS),
-            **validations(rule("self.all(c, isCIDR(c))", "postgresql.allowedCIDRs: each entry is a CIDR")),
-        },
-    )
-
-    @field_validator("parameters")
-    @classmethod
-    def _not_operator_owned(cls, parameters: dict[str, str]) -> dict[str, str]:
-        owned = sorted(k for k in parameters if k.lower() in OPERATOR_OWNED_PARAMETERS)
-        if owned:
-            raise ValueError(
-                f"postgresql.parameters: {', '.join(owned)} is set by the operator and cannot be overridden"
-            )
-        bad = sorted(k for k in parameters if not re.match(PARAMETER_NAME_PATTERN, k))
-        if bad:
-            raise ValueError(f"postgresql.parameters: {', '.join(bad)} is not a PostgreSQL setting name")
-        return parameters
-
-    @field_validator("allowed_cidrs")
-    @classmethod
-    def _cidrs(cls, cidrs: list[str]) -> list[str]:
-        for cidr in cidrs:
-            try:
-                ipaddress.ip_network(cidr, strict=False)
-            except ValueError:
-                raise ValueError(f"postgresql.allowedCIDRs: {cidr!r} is not a CIDR") from None
-        return cidrs
-
-
-class Affinity(SpecModel):
-    pod_anti_affinity: Literal["preferred", "required", "none"] = Field(
-        "preferred",
-        description=(
-            "Spread instances over topologyKey: 'preferred' (default; schedules anyway when it cannot), "
-            "'required' (an instance stays Pending rather than share), or 'none'."
-        ),
-    )
-    topology_key: str = Field(
-        "kubernetes.io/hostname",
-        max_length=316,
-        pattern=LABEL_KEY_PATTERN,
-        description="Node label that defines the failure domain instances are spread over.",
-    )
-
-
-class Toleration(SpecModel):
-    """Lets the instances run on tainted nodes (e.g. nodes reserved for databases)."""
-
-    model_config = ConfigDict(
-        json_schema_extra=validations(
-            rule(
-                "has(self.key) || self.operator == 'Exists'",
-                "tolerations: a toleration without a key must use operator Exists (it tolerates every taint)",
-                fieldPath=".operator",
-            ),
-            rule(
-                "self.operator != 'Exists' || !has(self.value)",
-                "tolerations: a toleration with operator Exists takes no value",
-                fieldPath=".value",
-            ),
-            rule(
-                "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
-                "tolerations: tolerationSeconds only applies to effect NoExecute",
-                fieldPath=".tolerationSeconds",
-            ),
-        )
-    )
-
-    key: str | None = Field(
-        None, max_length=316, pattern=LABEL_KEY_PATTERN, description="Taint key; all when unset."
-    )
-    operator: Literal["Exists", "Equal"] = Field(
-        "Equal", description="Equal (key and value) or Exists (key only)."
-    )
-    value: str | None = Field(None, max_length=63, description="Taint value, with operator Equal.")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        None, description="Taint effect; all when unset."
-    )
-    toleration_seconds: int | None = Field(
-        None, ge=0, description="With NoExecute: how long a pod stays bound after the taint appears."
-    )
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Toleration:
-        if self.key is None and self.operator != "Exists":
-            raise ValueError(
-                "tolerations: a toleration without a key must use operator Exists (it tolerates every taint)"
-            )
-        if self.operator == "Exists" and self.value is not None:
-            raise ValueError("tolerations: a toleration with operator Exists takes no value")
-        if self.toleration_seconds is not None and self.effect != "NoExecute":
-            raise ValueError("tolerations: tolerationSeconds only applies to effect NoExecute")
         return self
 
 
@@ -558,72 +375,6 @@ class PostgresClusterSpec(SpecModel):
 
 
 # --- status ---------------------------------------------------------------------------------------------
-
-
-class Condition(StatusModel):
-    # The last three are the backup reconcilers' (controller/backup_reconcilers; specs/backup_status.py
-    # keeps them).
-    type: Literal[
-        "Ready", "Progressing", "Degraded", "ContinuousArchiving", "LastBackupSucceeded", "BackupStoreCleanup"
-    ]
-    status: Literal["True", "False", "Unknown"]
-    reason: str = Field(max_length=1024)
-    message: str = Field(max_length=32768)
-    observed_generation: int = Field(ge=0)
-    last_transition_time: str = Field(json_schema_extra={"format": "date-time"})
-
-
-class InstanceStatus(StatusModel):
-    name: str
-    role: str = Field(description="primary, replica, or unknown while Patroni has not labelled the pod.")
-    ready: bool
-    timeline: int | None = Field(None, description="PostgreSQL timeline as Patroni reports it.")
-    lag_bytes: int | None = Field(
-        None, ge=0,
-        description="Replicas: bytes behind the primary's WAL position, as Patroni reports both, rounded "
-        "down to whole MiB (exact figures in the operator's metrics).",
-    )
-    pending_restart: list[str] | None = Field(
-        None, description="Settings this instance has taken but applies only after a restart (the operator "
-        "restarts instances one at a time, replicas first).",
-    )
-
-
-class ArchivingStatus(StatusModel):
-    primary: str | None = Field(None, description="Instance whose pg_stat_archiver this is.")
-    last_archived_wal: str | None = Field(None, alias="lastArchivedWAL")
-    last_archived_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
-    pending_wal: int | None = Field(
-        None, alias="pendingWAL", ge=0, description="WAL segments waiting to be archived."
-    )
-    last_failed_wal: str | None = Field(None, alias="lastFailedWAL")
-    last_failed_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
-
-
-class BackupClusterStatus(StatusModel):
-    archiving: ArchivingStatus | None = Field(None, description="WAL archiving as the primary reports it.")
-    last_successful_backup: str | None = Field(None, description="Name of the newest completed Backup.")
-    last_successful_backup_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
-
-
-class PostgresClusterStatus(StatusModel):
-    """What the operator observed; written only when it changes."""
-
-    phase: str = Field("", description="One readable word or sentence: Creating, Healthy, Scaling 3 → 5, ...")
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-    )
-    observed_generation: int = Field(0, ge=0, description="metadata.generation this status describes.")
-    replicas: int = Field(0, ge=0, description="Instances that exist.")
-    ready_replicas: int = Field(0, ge=0, description="Instances that are ready.")
-    current_primary: str = Field("", description="Pod that holds the primary role; empty when none.")
-    instances: list[InstanceStatus] = Field(
-        default_factory=list,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
-    )
-    selector: str = Field("", description="Label selector of the instance pods (for the scale subresource).")
-    backup: BackupClusterStatus | None = Field(None, description="Backups and WAL archiving (spec.backup).")
 
 
 # --- the whole object -----------------------------------------------------------------------------------

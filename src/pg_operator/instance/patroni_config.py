@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
-from pg_operator.api import cluster as api_cluster
+from pg_operator.api import postgresql as api_postgresql
 from pg_operator.backup import instance_hook
 from pg_operator.instance.inputs import Credentials, PodEnvironment
 from pg_operator.orchestration import patroni_settings
@@ -32,7 +32,7 @@ MIN_RETRY_TIMEOUT = 3
 
 # Settings that Patroni or this entrypoint own (the API's list): the API refuses them first; refused again
 # here in case the schema was bypassed.
-OPERATOR_OWNED_PARAMETERS = frozenset(api_cluster.OPERATOR_OWNED_PARAMETERS)
+OPERATOR_OWNED_PARAMETERS = frozenset(api_postgresql.OPERATOR_OWNED_PARAMETERS)
 
 # The peer map that lets the OS user PostgreSQL runs as (and only it) connect over the Unix socket as the
 # superuser — Patroni's own connections, `kubectl exec … psql`.

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from pg_operator.api.backup import ROOT_BACKUP_RULES
-from pg_operator.api.cluster import OPERATOR_OWNED_PARAMETERS, POSTGRES_CLUSTER, PostgresCluster
+from pg_operator.api.cluster import POSTGRES_CLUSTER, PostgresCluster
 from pg_operator.api.crd import build
 from pg_operator.api.manifests import rendered_files
+from pg_operator.api.postgresql import OPERATOR_OWNED_PARAMETERS
 from pg_operator.backup.archiving import ARCHIVING_PARAMETERS
 
 S3: dict[str, Any] = {"bucket": "backups", "path": "prod", "endpointURL": "http://minio:9000",

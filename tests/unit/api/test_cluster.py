@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pg_operator.api.cluster import OPERATOR_OWNED_PARAMETERS, PostgresCluster, PostgresClusterSpec
+from pg_operator.api.cluster import PostgresCluster, PostgresClusterSpec
+from pg_operator.api.postgresql import OPERATOR_OWNED_PARAMETERS
 from pg_operator.images import SUPPORTED_MAJORS
 
 

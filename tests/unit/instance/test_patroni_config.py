@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from pg_operator.api import constants
-from pg_operator.api.cluster import OPERATOR_OWNED_PARAMETERS as API_OWNED
 from pg_operator.api.instance_config import InstanceConfig
+from pg_operator.api.postgresql import OPERATOR_OWNED_PARAMETERS as API_OWNED
 from pg_operator.instance import patroni_config as pc
 from pg_operator.instance.inputs import Credentials, pod_environment
 from pg_operator.orchestration.patroni_settings import desired_dynamic_settings, dynamic_config_patch

@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from harness.objects import cluster_model
-from pg_operator.api.cluster import PostgresCluster, PostgresClusterStatus
+from pg_operator.api.cluster import PostgresCluster
+from pg_operator.api.cluster_status import PostgresClusterStatus
 from pg_operator.specs import compute_status
 
 T0 = datetime(2026, 12, 1, 8, 0, 0, tzinfo=UTC)

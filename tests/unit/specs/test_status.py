@@ -8,7 +8,8 @@ from typing import Any
 from harness.objects import cluster_model
 from harness.pods import cluster_pod as pod
 from harness.pods import statefulset as sts
-from pg_operator.api.cluster import PostgresCluster, PostgresClusterStatus
+from pg_operator.api.cluster import PostgresCluster
+from pg_operator.api.cluster_status import PostgresClusterStatus
 from pg_operator.specs import compute_status
 
 T0 = datetime(2026, 12, 1, 8, 0, 0, tzinfo=UTC)

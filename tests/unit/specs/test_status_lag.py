@@ -9,7 +9,8 @@ from typing import Any
 from harness.objects import cluster_model
 from harness.pods import cluster_pod as pod
 from harness.pods import statefulset as sts
-from pg_operator.api.cluster import PostgresCluster, PostgresClusterStatus
+from pg_operator.api.cluster import PostgresCluster
+from pg_operator.api.cluster_status import PostgresClusterStatus
 from pg_operator.specs import compute_status
 from pg_operator.specs.status import LAG_REPORT_GRANULARITY, replication_lag
 

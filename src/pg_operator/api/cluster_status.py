@@ -1,0 +1,76 @@
+"""Types of the PostgresCluster's `.status`: conditions, instances, archiving and backups. Written
+only by the operator, so the CRD carries their shape without defaults."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from pg_operator.api.schema import StatusModel
+
+
+class Condition(StatusModel):
+    # The last three are the backup reconcilers' (controller/backup_reconcilers; specs/backup_status.py
+    # keeps them).
+    type: Literal[
+        "Ready", "Progressing", "Degraded", "ContinuousArchiving", "LastBackupSucceeded", "BackupStoreCleanup"
+    ]
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(max_length=1024)
+    message: str = Field(max_length=32768)
+    observed_generation: int = Field(ge=0)
+    last_transition_time: str = Field(json_schema_extra={"format": "date-time"})
+
+
+class InstanceStatus(StatusModel):
+    name: str
+    role: str = Field(description="primary, replica, or unknown while Patroni has not labelled the pod.")
+    ready: bool
+    timeline: int | None = Field(None, description="PostgreSQL timeline as Patroni reports it.")
+    lag_bytes: int | None = Field(
+        None, ge=0,
+        description="Replicas: bytes behind the primary's WAL position, as Patroni reports both, rounded "
+        "down to whole MiB (exact figures in the operator's metrics).",
+    )
+    pending_restart: list[str] | None = Field(
+        None, description="Settings this instance has taken but applies only after a restart (the operator "
+        "restarts instances one at a time, replicas first).",
+    )
+
+
+class ArchivingStatus(StatusModel):
+    primary: str | None = Field(None, description="Instance whose pg_stat_archiver this is.")
+    last_archived_wal: str | None = Field(None, alias="lastArchivedWAL")
+    last_archived_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
+    pending_wal: int | None = Field(
+        None, alias="pendingWAL", ge=0, description="WAL segments waiting to be archived."
+    )
+    last_failed_wal: str | None = Field(None, alias="lastFailedWAL")
+    last_failed_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
+
+
+class BackupClusterStatus(StatusModel):
+    archiving: ArchivingStatus | None = Field(None, description="WAL archiving as the primary reports it.")
+    last_successful_backup: str | None = Field(None, description="Name of the newest completed Backup.")
+    last_successful_backup_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
+
+
+class PostgresClusterStatus(StatusModel):
+    """What the operator observed; written only when it changes."""
+
+    phase: str = Field("", description="One readable word or sentence: Creating, Healthy, Scaling 3 → 5, ...")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    observed_generation: int = Field(0, ge=0, description="metadata.generation this status describes.")
+    replicas: int = Field(0, ge=0, description="Instances that exist.")
+    ready_replicas: int = Field(0, ge=0, description="Instances that are ready.")
+    current_primary: str = Field("", description="Pod that holds the primary role; empty when none.")
+    instances: list[InstanceStatus] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    selector: str = Field("", description="Label selector of the instance pods (for the scale subresource).")
+    backup: BackupClusterStatus | None = Field(None, description="Backups and WAL archiving (spec.backup).")
