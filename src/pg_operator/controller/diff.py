@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from pg_operator import objects
 from pg_operator.api import quantity
 from pg_operator.api.constants import GROUP
 
@@ -153,9 +154,9 @@ def object_differences(desired: Mapping[str, Any], observed: Mapping[str, Any] |
     if observed is None:
         return ["<missing>"]
     out: list[str] = []
-    obs_meta = observed.get("metadata") or {}
+    obs_meta = objects.meta(observed)
     want_hash = desired_hash(desired)
-    if (obs_meta.get("annotations") or {}).get(HASH_ANNOTATION) != want_hash:
+    if objects.annotation(observed, HASH_ANNOTATION) != want_hash:
         out.append(f"metadata.annotations.{HASH_ANNOTATION}")
     want_meta = dict(desired.get("metadata") or {})
     want_annotations = dict(want_meta.get("annotations") or {})
