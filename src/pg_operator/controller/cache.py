@@ -24,6 +24,7 @@ from pg_operator.api.backup import BACKUP_KIND, SCHEDULED_BACKUP_KIND
 from pg_operator.api.constants import API_VERSION, KIND, PLURAL
 from pg_operator.controller.cache_sync import ListedKind, RelistPruner, SyncGate
 from pg_operator.controller.keys import ClusterKey, cluster_key_of_child, cluster_key_of_cluster
+from pg_operator.specs.status import SERVICE_NAME_LABEL, rw_service_name
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,10 @@ def watched_kind(api_version: str, kind: str, plural: str) -> WatchedKind:
 POD = watched_kind("v1", "Pod", "pods")
 PVC = watched_kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
 SECRET = watched_kind("v1", "Secret", "secrets")
+# The endpointslice controller's slices of the cluster's Services (it copies the Service's labels, the
+# cluster label among them): Ready waits for the -rw Service to route to the primary (specs/status.py).
+ENDPOINT_SLICE = watched_kind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices")
+ENDPOINT_SLICE_KIND = (ENDPOINT_SLICE.api_version, ENDPOINT_SLICE.kind)
 
 # Plurals of the kinds `pg_operator.specs.MANAGED_KINDS` may name.
 PLURALS: dict[tuple[str, str], str] = {
@@ -68,13 +73,15 @@ PLURALS: dict[tuple[str, str], str] = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("apps/v1", "StatefulSet"): "statefulsets",
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
+    ENDPOINT_SLICE_KIND: ENDPOINT_SLICE.plural,
 }
 
 
 def watched_kinds(managed: Iterable[tuple[str, str]]) -> list[WatchedKind]:
-    """Every child kind the cache holds: the managed kinds plus Secrets, Pods and PVCs."""
+    """Every child kind the cache holds: the managed kinds plus Secrets, Pods, PVCs and EndpointSlices."""
     out: dict[tuple[str, str], WatchedKind] = {}
-    for api_version, kind in [*managed, ("v1", "Secret"), ("v1", "Pod"), ("v1", "PersistentVolumeClaim")]:
+    observed = [("v1", "Secret"), ("v1", "Pod"), ("v1", "PersistentVolumeClaim"), ENDPOINT_SLICE_KIND]
+    for api_version, kind in [*managed, *observed]:
         plural = PLURALS.get((api_version, kind))
         if plural is None:
             raise ValueError(
@@ -82,6 +89,11 @@ def watched_kinds(managed: Iterable[tuple[str, str]]) -> list[WatchedKind]:
             )
         out[(api_version, kind)] = watched_kind(api_version, kind, plural)
     return list(out.values())
+
+
+def routes_rw(endpoint_slice: Mapping[str, Any], key: ClusterKey) -> bool:
+    """Whether an EndpointSlice is one of the cluster's `-rw` Service's."""
+    return objects.label(endpoint_slice, SERVICE_NAME_LABEL) == rw_service_name(key[1])
 
 
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -236,6 +248,8 @@ class Cache:
             store.put(uid, cluster_key_of_cluster(body), Packed.of(body))
         else:
             key = cluster_key_of_child(body)
+            if key is not None and (api_version, kind) == ENDPOINT_SLICE_KIND and not routes_rw(body, key):
+                key = None  # only the -rw Service's slices are read; the others are not held
             store.put(uid, key, Packed.of(body) if key else None)
 
     def prune(self, kind: tuple[str, str], keep: set[str]) -> list[ClusterKey]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -87,7 +87,9 @@ class ReconcileLoop(Generic[K]):
     """`name` starts the retry log line ("reconcile of ns/db failed …"). `gives_up(exc)` names why a
     failure is final (the key is then dropped, counted "gone", not retried) or returns None. With
     `metrics` the passes are counted in pg_operator_reconcile_total{result} and the queue depth is kept;
-    `resync_seconds` None: no periodic pass, only wake-ups and the outcomes' requeue_after."""
+    `resync_seconds` None: no periodic pass, only wake-ups and the outcomes' requeue_after.
+    `on_failure(key, exc, failures_in_a_row)` is awaited after each failed pass that will be retried
+    (the cluster loop reports it on the cluster: controller/failure_report.py); what it raises is logged."""
 
     def __init__(
         self,
@@ -100,6 +102,7 @@ class ReconcileLoop(Generic[K]):
         backoff: Backoff | None = None,
         status_delay: float = 1.0,
         gives_up: Callable[[Exception], str | None] = never_gives_up,
+        on_failure: Callable[[K, Exception, int], Awaitable[object]] | None = None,
     ) -> None:
         self.reconciler = reconciler
         self.metrics = metrics
@@ -109,6 +112,7 @@ class ReconcileLoop(Generic[K]):
         self.backoff = backoff or Backoff()
         self.status_delay = status_delay
         self.gives_up = gives_up
+        self.on_failure = on_failure
         self.queue: WorkQueue[K] = WorkQueue()
         self.failures: dict[K, int] = {}
 
@@ -144,6 +148,7 @@ class ReconcileLoop(Generic[K]):
             why = self.gives_up(exc)
             if why is None:
                 self._failed(key, exc)
+                await self._report(key, exc)
                 return False
             # E.g. its namespace is being deleted, the object with it: nothing to repair or retry.
             log.info("not reconciling %s: %s", key_text(key), why)
@@ -178,6 +183,16 @@ class ReconcileLoop(Generic[K]):
             exc,
         )
         self.queue.add_after(key, delay)
+
+    async def _report(self, key: K, exc: Exception) -> None:
+        if self.on_failure is None:
+            return
+        try:
+            await self.on_failure(key, exc, self.failures.get(key, 0))
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            log.warning("reporting the failure of %s failed: %s: %s", key_text(key), type(err).__name__, err)
 
     async def run(self) -> None:
         await self.queue.run_workers(self.handle, self.workers)

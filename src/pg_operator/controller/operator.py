@@ -189,7 +189,8 @@ async def _lead(
     cache = Cache(kinds, gate)
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity))
     controller = ReconcileLoop(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds,
-                               gives_up=namespace_being_deleted)  # fmt: skip
+                               gives_up=namespace_being_deleted,
+                               on_failure=reconciler.report_failure)  # fmt: skip
     backups = BackupLoops(api, cache, metrics, PodExec(load_config(), metrics), opts.identity,
                           retention_seconds=opts.backup_retention_seconds)  # fmt: skip
     registry = build_registry(Wakeups(controller, cache, backups), kinds)

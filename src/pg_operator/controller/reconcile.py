@@ -19,11 +19,12 @@ from lightkube.core.exceptions import ApiError
 
 from pg_operator import objects
 from pg_operator.api.cluster import PostgresCluster
-from pg_operator.controller.cache import Cache, Snapshot
+from pg_operator.controller.cache import ENDPOINT_SLICE_KIND, Cache, Snapshot
 from pg_operator.controller.events import EventRecorder
+from pg_operator.controller.failure_report import FailureReporter
 from pg_operator.controller.instance_metrics import InstanceMetrics
 from pg_operator.controller.keys import ClusterKey, is_owned_by
-from pg_operator.controller.kube_api import Api, PostgresClusterResource, is_not_found
+from pg_operator.controller.kube_api import Api, PostgresClusterResource, is_conflict, is_not_found
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.rooms import ClusterPass, ObjectId, Problem, Room
 from pg_operator.controller.rooms.credentials import CredentialsRoom
@@ -47,6 +48,11 @@ class Outcome:
     phase: str | None = None
     gone: bool = False
     requeue_after: float | None = None  # the loop's Outcome protocol (loop.py); resyncs suffice here
+
+
+# After a status write lost the race to another writer (the backup reconcilers): the watch event of the
+# newer cluster wakes it anyway; this is the fallback.
+STATUS_CONFLICT_RETRY_SECONDS = 1.0
 
 
 def status_patch(previous: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any]:
@@ -122,11 +128,14 @@ class Reconciler:
         # (cluster_mark) that was refused: the wake-ups the deletion itself causes (children going one by
         # one) make no more requests until the cluster object changes or goes.
         self._terminating: dict[ClusterKey, tuple[str, str]] = {}
+        self.failures = FailureReporter(api, events, cache.cluster)
 
     async def reconcile(self, key: ClusterKey) -> Outcome:
         started = time.perf_counter()
         try:
-            return await self._reconcile(key)
+            outcome = await self._reconcile(key)
+            self.failures.succeeded(key)
+            return outcome
         except ApiError as exc:
             if namespace_terminating(exc):
                 mark = cluster_mark(self.cache.cluster(key))
@@ -135,6 +144,10 @@ class Reconciler:
             raise
         finally:
             self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
+
+    async def report_failure(self, key: ClusterKey, exc: Exception, failures_in_a_row: int) -> int:
+        """The work loop's hook after a failed pass (controller/failure_report.py says when it reports)."""
+        return await self.failures.failed(key, exc, failures_in_a_row)
 
     async def _reconcile(self, key: ClusterKey) -> Outcome:
         snapshot = self.cache.snapshot(key)
@@ -165,6 +178,7 @@ class Reconciler:
             self.instance_metrics.set(key, {}, {})
             self._invalid_seen.pop(key, None)
             self._terminating.pop(key, None)
+            self.failures.succeeded(key)
             for room in self.rooms:
                 room.forget(key)
             return True
@@ -244,6 +258,7 @@ class Reconciler:
             pods=pods,
             now=datetime.now(UTC),
             problem=p.problem,
+            endpoint_slices=p.snapshot.of_kind(*ENDPOINT_SLICE_KIND),
         )
         outcome.phase = str(status.get("phase") or "")
         self.metrics.set_phase(key, outcome.phase)
@@ -258,17 +273,20 @@ class Reconciler:
         rv = objects.resource_version(body)
         if self.memo.pending(ident, rv, canonical(status)):
             return 0
+        # Conditional on the version read: the backup reconcilers write their conditions into the same
+        # list, and a status computed from an older copy would put theirs back as they were.
+        patch = {"metadata": {"resourceVersion": rv}, **status_patch(previous, status)}
         try:
             await self.api.merge_patch(
-                PostgresClusterResource,
-                cluster.name,
-                cluster.namespace,
-                status_patch(previous, status),
-                subresource_status=True,
+                PostgresClusterResource, cluster.name, cluster.namespace, patch, subresource_status=True
             )
         except ApiError as exc:
             if is_not_found(exc):
                 return 1
+            if is_conflict(exc):
+                log.debug("status of %s/%s: the cluster changed meanwhile", cluster.namespace, cluster.name)
+                outcome.requeue_after = STATUS_CONFLICT_RETRY_SECONDS
+                return 0
             raise
         self.memo.wrote(ident, rv, canonical(status))
         return 1 + await self._status_events(body, previous, status)

@@ -11,7 +11,7 @@ from pg_operator import objects
 from pg_operator.api.backup import BACKUP_PLURAL, SCHEDULED_BACKUP_PLURAL
 from pg_operator.api.constants import CLUSTER_LABEL, GROUP, PLURAL, ROLE_LABEL, VERSION
 from pg_operator.controller.backup_reconcilers.loops import BackupLoops
-from pg_operator.controller.cache import Cache, WatchedKind
+from pg_operator.controller.cache import Cache, WatchedKind, routes_rw
 from pg_operator.controller.keys import (
     ClusterKey,
     cluster_key_of_child,
@@ -46,6 +46,21 @@ def relevance(body: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
+def routing(endpoint_slice: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The part of an EndpointSlice Ready depends on: which pods it lists, ready or not, with an
+    address or not (specs/status.routes_to)."""
+    endpoints = sorted(
+        (
+            str((e.get("targetRef") or {}).get("kind")),
+            str((e.get("targetRef") or {}).get("name")),
+            (e.get("conditions") or {}).get("ready", True) is not False,
+            bool(e.get("addresses")),
+        )
+        for e in endpoint_slice.get("endpoints") or ()
+    )
+    return (*endpoints, objects.deleting(endpoint_slice))
+
+
 class Wakeups:
     """Maps every watched event to the cluster to reconcile, filtering noise from pods and PVCs."""
 
@@ -69,6 +84,9 @@ class Wakeups:
         if key is None:
             return
         kind = body.get("kind")
+        if kind == "EndpointSlice":
+            self._on_endpoint_slice(body, event_type, key)
+            return
         if kind in ("Pod", "PersistentVolumeClaim"):
             uid = objects.uid(body)
             if event_type == "DELETED":
@@ -87,6 +105,20 @@ class Wakeups:
             self.controller.wake_soon(key)  # mostly its status moving; our own applies come back here too
             return
         self.controller.wake(key)
+
+    def _on_endpoint_slice(self, body: Mapping[str, Any], event_type: str | None, key: ClusterKey) -> None:
+        """The -rw Service's slices decide Ready; the other Services' slices wake nobody."""
+        if not routes_rw(body, key):
+            return
+        uid = objects.uid(body)
+        if event_type == "DELETED":
+            self._seen.pop(uid, None)
+        else:
+            fingerprint = routing(body)
+            if self._seen.get(uid) == fingerprint:
+                return
+            self._seen[uid] = fingerprint
+        self.controller.wake_soon(key)
 
     def on_backup(self, body: Mapping[str, Any], event_type: str | None) -> None:
         self.cache.observe(body, event_type)

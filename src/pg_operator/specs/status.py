@@ -25,6 +25,9 @@ PHASE_CREATING = "Creating"
 PHASE_HEALTHY = "Healthy"
 PHASE_UPDATING = "Updating"
 
+# The label the endpointslice controller puts on each slice of a Service, naming the Service.
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
 def _timestamp(now: datetime) -> str:
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
@@ -102,6 +105,38 @@ def _current_primary(instances: list[dict[str, Any]]) -> str:
     return str(primaries[0]["name"]) if primaries else ""
 
 
+def rw_service_name(cluster_name: str) -> str:
+    """The `-rw` Service (specs/names.rw_service), from the name alone: slices are matched by it."""
+    return f"{cluster_name}-rw"
+
+
+def routes_to(endpoint_slices: Sequence[Mapping[str, Any]], service: str, pod: str) -> bool:
+    """Whether one of `service`'s EndpointSlices lists `pod` as a ready endpoint with an address: what
+    kube-proxy routes the Service's ClusterIP to. A missing `ready` means unknown, which the API asks
+    consumers to treat as ready."""
+    if not pod:
+        return False
+    for slice_ in endpoint_slices:
+        if objects.label(slice_, SERVICE_NAME_LABEL) != service or objects.deleting(slice_):
+            continue
+        for endpoint in slice_.get("endpoints") or ():
+            target = endpoint.get("targetRef") or {}
+            if target.get("kind") != "Pod" or target.get("name") != pod or not endpoint.get("addresses"):
+                continue
+            if (endpoint.get("conditions") or {}).get("ready", True) is not False:
+                return True
+    return False
+
+
+def _was_creating(previous: Mapping[str, Any] | None) -> bool:
+    """The previous pass reported the cluster as still being created. Read from Progressing as well as
+    the phase: a failed pass's report (controller/failure_report.py) replaces the phase, not Progressing."""
+    if str((previous or {}).get("phase") or "") in ("", PHASE_CREATING):
+        return True
+    progressing = objects.condition(previous, "Progressing")
+    return not progressing or progressing.get("reason") == "Creating"
+
+
 def _condition(
     cluster: PostgresCluster,
     previous: Mapping[str, Any] | None,
@@ -134,9 +169,12 @@ def compute_status(
     pods: Sequence[Mapping[str, Any]],
     now: datetime,
     problem: tuple[str, str] | None = None,
+    endpoint_slices: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The full `.status`. `problem=(reason, message)` is a permanent problem the controller found (e.g. a
-    missing StorageClass): it makes the cluster Degraded until it is gone."""
+    missing StorageClass): it makes the cluster Degraded until it is gone. `endpoint_slices`: the
+    cluster's EndpointSlices as observed (the `-rw` Service's are the ones read): Ready needs the
+    `-rw` Service to route to the primary, so a client connecting right after Ready is not refused."""
     stamp = _timestamp(now)
     instances = _instances(cluster, pods)
     desired = cluster.spec.replicas
@@ -144,20 +182,24 @@ def compute_status(
     ready = sum(1 for i in instances if i["ready"])
     primary = _current_primary(instances)
     primary_ready = any(i["name"] == primary and i["ready"] for i in instances)
-    all_ready = primary_ready and ready == desired and existing == desired
+    instances_ready = primary_ready and ready == desired and existing == desired
+    rw = rw_service_name(cluster.name)
+    routed = primary_ready and routes_to(endpoint_slices, rw, primary)
+    all_ready = instances_ready and routed
 
     sts_spec = (statefulset or {}).get("spec") or {}
     sts_status = (statefulset or {}).get("status") or {}
     update_revision = sts_status.get("updateRevision")
     outdated = [i for i in instances if update_revision and i["_revision"] not in (None, update_revision)]
 
-    previous_phase = str((previous or {}).get("phase") or "")
-    creating = statefulset is None or (previous_phase in ("", PHASE_CREATING) and not all_ready)
+    creating = statefulset is None or (_was_creating(previous) and not all_ready)
     scaling = not creating and (existing != desired or sts_spec.get("replicas", desired) != desired)
     updating = not creating and bool(outdated)
 
     # Progressing: the operator is still moving reality towards the spec.
-    if creating:
+    if creating and instances_ready:
+        progressing = (True, "Creating", f"{ready} of {desired} instances ready; {rw} not routed yet")
+    elif creating:
         progressing = (True, "Creating", f"{ready} of {desired} instances ready")
     elif scaling:
         progressing = (True, "Scaling", f"{existing} → {desired} instances")
@@ -175,6 +217,10 @@ def compute_status(
         degraded = (True, problem[0], problem[1])
     elif not creating and not primary_ready:
         degraded = (True, "NoPrimary", "no ready instance holds the primary role")
+    elif not creating and not routed:
+        # Writes through -rw are refused until it does: after a failover, for the moment the
+        # endpointslice controller takes; for good if something keeps the slice from listing it.
+        degraded = (True, "PrimaryNotRouted", f"the {rw} Service does not route to {primary} yet")
     elif not creating and not scaling and not updating and not all_ready:
         degraded = (True, "InstancesNotReady", f"{ready} of {desired} instances ready")
     else:
@@ -184,15 +230,17 @@ def compute_status(
         ready_cond = (True, "AllInstancesReady", f"{ready} of {desired} instances ready; primary {primary}")
     elif not primary_ready:
         ready_cond = (False, "NoPrimary", f"{ready} of {desired} instances ready; no ready primary")
-    else:
+    elif not instances_ready:
         ready_cond = (False, "InstancesNotReady", f"{ready} of {desired} instances ready")
+    else:
+        ready_cond = (False, "PrimaryNotRouted", f"the {rw} Service does not route to {primary} yet")
 
     if problem is not None:
         phase = f"Degraded: {problem[0]}"
     elif creating:
         phase = PHASE_CREATING
-    elif degraded[0] and degraded[1] == "NoPrimary":
-        phase = "Degraded: NoPrimary"
+    elif degraded[0] and degraded[1] in ("NoPrimary", "PrimaryNotRouted"):
+        phase = f"Degraded: {degraded[1]}"
     elif scaling:
         phase = f"Scaling {existing} → {desired}"
     elif updating:

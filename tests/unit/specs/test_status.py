@@ -25,6 +25,23 @@ def healthy_pods() -> list[dict[str, Any]]:
     return [pod(1), pod(0, "primary"), pod(2)]
 
 
+def rw_slice(*pods: str, ready: bool | None = True, service: str = "orders-db-rw") -> dict[str, Any]:
+    """An EndpointSlice of `service` as the endpointslice controller writes it, listing `pods`."""
+    conditions = {} if ready is None else {"ready": ready}
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": f"{service}-x1", "labels": {"kubernetes.io/service-name": service}},
+        "endpoints": [
+            {"addresses": [f"10.0.0.{i}"], "conditions": conditions, "targetRef": {"kind": "Pod", "name": p}}
+            for i, p in enumerate(pods)
+        ],
+    }
+
+
+ROUTED = [rw_slice("orders-db-0")]
+
+
 def cond(status: dict[str, Any], type_: str) -> dict[str, Any]:
     (c,) = [c for c in status["conditions"] if c["type"] == type_]
     return c
@@ -56,7 +73,9 @@ def test_creating_until_every_instance_is_ready_then_healthy() -> None:
     s1 = compute_status(cluster(), previous=s0, statefulset=sts(), pods=partial, now=T1)
     assert s1["phase"] == "Creating" and s1["readyReplicas"] == 1
     assert cond(s1, "Degraded")["status"] == "False"
-    s2 = compute_status(cluster(), previous=s1, statefulset=sts(), pods=healthy_pods(), now=T2)
+    s2 = compute_status(
+        cluster(), previous=s1, statefulset=sts(), pods=healthy_pods(), now=T2, endpoint_slices=ROUTED
+    )
     assert s2["phase"] == "Healthy"
     assert summary(s2) == {
         "Ready": ("True", "AllInstancesReady"),
@@ -74,14 +93,19 @@ def test_creating_until_every_instance_is_ready_then_healthy() -> None:
 
 
 def healthy_at(now: datetime) -> dict[str, Any]:
-    s0 = compute_status(cluster(), previous=None, statefulset=sts(), pods=healthy_pods(), now=now)
+    s0 = compute_status(
+        cluster(), previous=None, statefulset=sts(), pods=healthy_pods(), now=now, endpoint_slices=ROUTED
+    )
     assert s0["phase"] == "Healthy"
     return s0
 
 
 def test_equal_input_gives_an_equal_status_and_times_are_kept() -> None:
     s0 = healthy_at(T0)
-    assert compute_status(cluster(), previous=s0, statefulset=sts(), pods=healthy_pods(), now=T2) == s0
+    again = compute_status(
+        cluster(), previous=s0, statefulset=sts(), pods=healthy_pods(), now=T2, endpoint_slices=ROUTED
+    )
+    assert again == s0
 
 
 def test_primary_lost_is_degraded_and_only_changed_conditions_move() -> None:
@@ -99,7 +123,10 @@ def test_primary_lost_is_degraded_and_only_changed_conditions_move() -> None:
     assert s1["currentPrimary"] == "orders-db-0" and s1["readyReplicas"] == 2
     # Patroni promotes a replica: healthy again, with the new primary.
     failed_over = [pod(0, "replica"), pod(1, "primary"), pod(2)]
-    s2 = compute_status(cluster(), previous=s1, statefulset=sts(), pods=failed_over, now=T2)
+    routed_to_1 = [rw_slice("orders-db-1")]
+    s2 = compute_status(
+        cluster(), previous=s1, statefulset=sts(), pods=failed_over, now=T2, endpoint_slices=routed_to_1
+    )
     assert s2["phase"] == "Healthy" and s2["currentPrimary"] == "orders-db-1"
     assert cond(s2, "Ready")["lastTransitionTime"] == "2026-12-01T08:02:00Z"
 
@@ -111,6 +138,7 @@ def test_replica_not_ready_is_degraded() -> None:
         statefulset=sts(),
         pods=[pod(0, "primary"), pod(1, ready=False), pod(2)],
         now=T1,
+        endpoint_slices=ROUTED,
     )
     assert s["phase"] == "Degraded: InstancesNotReady"
     assert summary(s)["Degraded"] == ("True", "InstancesNotReady")
@@ -124,6 +152,7 @@ def test_scaling_up_and_down() -> None:
         statefulset=sts(5),
         pods=healthy_pods(),
         now=T1,
+        endpoint_slices=ROUTED,
     )
     assert up["phase"] == "Scaling 3 → 5"
     assert summary(up) == {
@@ -133,7 +162,12 @@ def test_scaling_up_and_down() -> None:
     }
     assert all(c["observedGeneration"] == 3 for c in up["conditions"])
     down = compute_status(
-        cluster(replicas=1), previous=healthy_at(T0), statefulset=sts(1), pods=healthy_pods(), now=T1
+        cluster(replicas=1),
+        previous=healthy_at(T0),
+        statefulset=sts(1),
+        pods=healthy_pods(),
+        now=T1,
+        endpoint_slices=ROUTED,
     )
     assert down["phase"] == "Scaling 3 → 1"
 
@@ -141,7 +175,12 @@ def test_scaling_up_and_down() -> None:
 def test_outdated_pods_are_updating() -> None:
     pods = [pod(0, "primary", rev="rev1"), pod(1, rev="rev2"), pod(2, rev="rev1")]
     s = compute_status(
-        cluster(), previous=healthy_at(T0), statefulset=sts(update_revision="rev2"), pods=pods, now=T1
+        cluster(),
+        previous=healthy_at(T0),
+        statefulset=sts(update_revision="rev2"),
+        pods=pods,
+        now=T1,
+        endpoint_slices=ROUTED,
     )
     assert s["phase"] == "Updating"
     assert summary(s)["Progressing"] == ("True", "Updating")
@@ -211,3 +250,70 @@ def test_instances_report_patroni_timeline_from_the_pod_annotation() -> None:
     by_name = {i["name"]: i for i in status["instances"]}
     assert by_name["orders-db-0"]["timeline"] == 3
     assert "timeline" not in by_name["orders-db-1"]
+
+
+def test_ready_waits_for_the_rw_service_to_route_to_the_primary() -> None:
+    """Ready only once the -rw Service's EndpointSlice lists the primary as a ready endpoint: no slice
+    yet, a slice without the primary, the primary not ready in it, then ready."""
+    creating = compute_status(cluster(), previous=None, statefulset=sts(), pods=[], now=T0)
+    not_routed = ("False", "PrimaryNotRouted")
+    message = "the orders-db-rw Service does not route to orders-db-0 yet"
+    for slices in (
+        [],
+        [rw_slice("orders-db-1", "orders-db-2")],
+        [rw_slice("orders-db-0", service="orders-db-ro")],  # another Service's slice
+        [rw_slice("orders-db-0", ready=False)],
+    ):
+        s = compute_status(
+            cluster(), previous=creating, statefulset=sts(), pods=healthy_pods(), now=T1, endpoint_slices=slices
+        )
+        assert summary(s)["Ready"] == not_routed, slices
+        assert cond(s, "Ready")["message"] == message
+        assert s["phase"] == "Creating" and summary(s)["Progressing"] == ("True", "Creating")
+        assert summary(s)["Degraded"] == ("False", "AsExpected")  # still being created: not degraded
+        assert s["readyReplicas"] == 3
+    for slices in ([rw_slice("orders-db-1", "orders-db-0")], [rw_slice("orders-db-0", ready=None)]):
+        s = compute_status(
+            cluster(), previous=creating, statefulset=sts(), pods=healthy_pods(), now=T1, endpoint_slices=slices
+        )
+        assert summary(s)["Ready"] == ("True", "AllInstancesReady"), slices
+        assert s["phase"] == "Healthy"
+
+
+def test_an_endpoint_without_an_address_does_not_route() -> None:
+    no_address = rw_slice("orders-db-0")
+    no_address["endpoints"][0]["addresses"] = []
+    s = compute_status(
+        cluster(), previous=None, statefulset=sts(), pods=healthy_pods(), now=T0, endpoint_slices=[no_address]
+    )
+    assert summary(s)["Ready"] == ("False", "PrimaryNotRouted")
+
+
+def test_a_new_primary_not_routed_yet_is_degraded_until_the_slice_follows() -> None:
+    """After a failover the pods say orders-db-1 is primary before the slice does."""
+    failed_over = [pod(0, "replica"), pod(1, "primary"), pod(2)]
+    s = compute_status(
+        cluster(), previous=healthy_at(T0), statefulset=sts(), pods=failed_over, now=T1, endpoint_slices=ROUTED
+    )
+    assert s["phase"] == "Degraded: PrimaryNotRouted"
+    assert summary(s)["Ready"] == ("False", "PrimaryNotRouted")
+    assert cond(s, "Degraded")["message"] == "the orders-db-rw Service does not route to orders-db-1 yet"
+    routed = compute_status(
+        cluster(), previous=s, statefulset=sts(), pods=failed_over, now=T2,
+        endpoint_slices=[rw_slice("orders-db-1")],
+    )  # fmt: skip
+    assert routed["phase"] == "Healthy" and summary(routed)["Degraded"] == ("False", "AsExpected")
+
+
+def test_a_failed_pass_report_does_not_end_creation() -> None:
+    """The failure report replaces the phase and Degraded only; the next good pass still sees the
+    cluster as being created (Progressing says so) rather than as a degraded running one."""
+    creating = compute_status(cluster(), previous=None, statefulset=sts(), pods=[], now=T0)
+    reported = dict(creating, phase="Degraded: ReconcileFailed")
+    s = compute_status(
+        cluster(), previous=reported, statefulset=sts(), pods=[pod(0, "primary"), pod(1, ready=False)], now=T1
+    )
+    assert s["phase"] == "Creating" and summary(s)["Degraded"] == ("False", "AsExpected")
+    only_degraded = {"phase": "Degraded: ReconcileFailed", "conditions": [cond(reported, "Degraded")]}
+    s = compute_status(cluster(), previous=only_degraded, statefulset=sts(), pods=[], now=T1)
+    assert s["phase"] == "Creating"
