@@ -208,3 +208,39 @@ def test_after_the_sync_a_listing_event_is_a_relist_and_prune_drops_what_it_did_
     assert [p["metadata"]["name"] for p in cache.snapshot(("shop", "db")).of_kind("v1", "Pod")] == ["db-0"]
     assert cache.prune(CLUSTER_KIND, set()) == [("shop", "db")] and cache.cluster_keys() == []
     assert cache.prune(("v1", "Pod"), {"uid-db-0"}) == []
+
+
+def endpoint_slice(service: str, uid: str, *pods: str, ready: bool = True) -> dict[str, Any]:
+    """As the endpointslice controller writes it: the Service's labels copied, owned by the Service."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{service}-abcde", "namespace": "shop", "uid": uid,
+            "labels": {CLUSTER_LABEL: "db", "kubernetes.io/service-name": service,
+                       "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": service, "uid": f"svc-{uid}",
+                                 "controller": True}],
+        },
+        "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": ready},
+                       "targetRef": {"kind": "Pod", "name": p}} for p in pods],
+    }  # fmt: skip
+
+
+def test_the_rw_services_endpoint_slices_are_held_by_cluster_and_the_others_not() -> None:
+    kinds = watched_kinds(MANAGED_KINDS)
+    assert ("discovery.k8s.io/v1", "EndpointSlice", "endpointslices") in {
+        (k.api_version, k.kind, k.plural) for k in kinds
+    }
+    gate = SyncGate([("discovery.k8s.io/v1", "EndpointSlice")])
+    cache = Cache(kinds, gate)
+    for body in (endpoint_slice("db-rw", "e1", "db-0"), endpoint_slice("db-ro", "e2", "db-1"),
+                 endpoint_slice("db", "e3", "db-0", "db-1")):  # fmt: skip
+        cache.observe(body, None)
+    gate.listed(("discovery.k8s.io/v1", "EndpointSlice"), {"e1": ("shop", "a"), "e2": ("shop", "b"),
+                                                           "e3": ("shop", "c")})  # fmt: skip
+    assert gate.open  # the slices the cache does not hold still count as seen
+    held = cache.snapshot(("shop", "db")).of_kind("discovery.k8s.io/v1", "EndpointSlice")
+    assert [s["metadata"]["name"] for s in held] == ["db-rw-abcde"]
+    cache.observe(endpoint_slice("db-rw", "e1", "db-0"), "DELETED")
+    assert cache.snapshot(("shop", "db")).of_kind("discovery.k8s.io/v1", "EndpointSlice") == []

@@ -264,18 +264,16 @@ def test_ready_waits_for_the_rw_service_to_route_to_the_primary() -> None:
         [rw_slice("orders-db-0", service="orders-db-ro")],  # another Service's slice
         [rw_slice("orders-db-0", ready=False)],
     ):
-        s = compute_status(
-            cluster(), previous=creating, statefulset=sts(), pods=healthy_pods(), now=T1, endpoint_slices=slices
-        )
+        s = compute_status(cluster(), previous=creating, statefulset=sts(), pods=healthy_pods(), now=T1,
+                           endpoint_slices=slices)  # fmt: skip
         assert summary(s)["Ready"] == not_routed, slices
         assert cond(s, "Ready")["message"] == message
         assert s["phase"] == "Creating" and summary(s)["Progressing"] == ("True", "Creating")
         assert summary(s)["Degraded"] == ("False", "AsExpected")  # still being created: not degraded
         assert s["readyReplicas"] == 3
     for slices in ([rw_slice("orders-db-1", "orders-db-0")], [rw_slice("orders-db-0", ready=None)]):
-        s = compute_status(
-            cluster(), previous=creating, statefulset=sts(), pods=healthy_pods(), now=T1, endpoint_slices=slices
-        )
+        s = compute_status(cluster(), previous=creating, statefulset=sts(), pods=healthy_pods(), now=T1,
+                           endpoint_slices=slices)  # fmt: skip
         assert summary(s)["Ready"] == ("True", "AllInstancesReady"), slices
         assert s["phase"] == "Healthy"
 
@@ -292,9 +290,8 @@ def test_an_endpoint_without_an_address_does_not_route() -> None:
 def test_a_new_primary_not_routed_yet_is_degraded_until_the_slice_follows() -> None:
     """After a failover the pods say orders-db-1 is primary before the slice does."""
     failed_over = [pod(0, "replica"), pod(1, "primary"), pod(2)]
-    s = compute_status(
-        cluster(), previous=healthy_at(T0), statefulset=sts(), pods=failed_over, now=T1, endpoint_slices=ROUTED
-    )
+    s = compute_status(cluster(), previous=healthy_at(T0), statefulset=sts(), pods=failed_over, now=T1,
+                       endpoint_slices=ROUTED)  # fmt: skip
     assert s["phase"] == "Degraded: PrimaryNotRouted"
     assert summary(s)["Ready"] == ("False", "PrimaryNotRouted")
     assert cond(s, "Degraded")["message"] == "the orders-db-rw Service does not route to orders-db-1 yet"
