@@ -31,10 +31,16 @@ from pg_operator.api.schema import (
 # --- values the schema is built from --------------------------------------------------------------------
 
 SECRET_NAME_PATTERN = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # noqa: S105 (a pattern)
-SECRET_KEY_PATTERN = "^[-._a-zA-Z0-9]+$"  # noqa: S105 (a pattern)
-ENDPOINT_PATTERN = "^https?://[^/ ]+(/[^ ]*)?$"
+# A key of a Secret as the API server checks a secretKeyRef on the pod: not ".", "..", nor starting "..".
+SECRET_KEY_PATTERN = "^([-_a-zA-Z0-9]|[.][-_a-zA-Z0-9])[-._a-zA-Z0-9]*$"  # noqa: S105 (a pattern)
+# http(s), a host part and an optional path of printable ASCII without spaces: no whitespace or control
+# character can reach barman-cloud's --endpoint-url. The backup package's ObjectStore checks the same
+# pattern (full match), so what is admitted here is what the operator accepts.
+ENDPOINT_PATTERN = "^https?://[!-.0-~]+(/[!-~]*)?$"
 REGION_PATTERN = "^[a-z0-9][-a-z0-9]{0,31}$"
-BUCKET_PATTERN = "^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
+# Lower-case letters, digits, '.' and '-', beginning and ending with a letter or digit, no "..": S3's rule
+# (the length, 3-63, is the field's). One pattern for the schema and ObjectStore.
+BUCKET_PATTERN = "^[a-z0-9]([.]?[-a-z0-9])*[.]?[a-z0-9]$"
 PATH_PATTERN = "^([A-Za-z0-9._-]+/)*[A-Za-z0-9._-]*$"
 # barman refuses these as backup names (they are shortcuts for backup IDs), and a name shaped like a
 # backup ID would be read as one.

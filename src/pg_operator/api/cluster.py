@@ -34,7 +34,14 @@ from pg_operator.api.backup import (
 from pg_operator.api.cluster_status import PostgresClusterStatus
 from pg_operator.api.constants import KIND, PLURAL, SHORT
 from pg_operator.api.crd import CustomResource
-from pg_operator.api.placement import Affinity, Toleration
+from pg_operator.api.placement import (
+    MAX_LABEL_VALUE_LENGTH,
+    NODE_SELECTOR_KEY_RULE,
+    NODE_SELECTOR_VALUE_RULE,
+    Affinity,
+    Toleration,
+    node_selector_problems,
+)
 from pg_operator.api.postgresql import Postgresql
 from pg_operator.api.quantity import QUANTITY_PATTERN, parse_quantity
 from pg_operator.api.schema import (
@@ -69,6 +76,10 @@ RESERVED_ROLES: tuple[str, ...] = (
 )
 
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# Printable ASCII without spaces: the API server refuses an image with surrounding whitespace on the
+# StatefulSet, and no registry reference holds a space or a control character.
+IMAGE_PATTERN = "^[!-~]+$"
+IMAGE_MESSAGE = "image must be an image reference: printable ASCII characters, no spaces"
 
 
 def _cel_list(values: tuple[str, ...]) -> str:
@@ -262,6 +273,14 @@ _SPEC_RULES = (
 )
 
 
+# Each value carries its own rule, so the API server's error names the key in its path.
+_NodeSelectorValue = Annotated[
+    str,
+    StringConstraints(max_length=MAX_LABEL_VALUE_LENGTH),
+    Field(json_schema_extra=validations(NODE_SELECTOR_VALUE_RULE)),
+]
+
+
 class PostgresClusterSpec(SpecModel):
     """The desired state of a PostgreSQL cluster."""
 
@@ -302,6 +321,7 @@ class PostgresClusterSpec(SpecModel):
         min_length=1,
         max_length=512,
         description="Container image; by default the operator's image for the major version.",
+        json_schema_extra=validations(rule(f"self.matches('{IMAGE_PATTERN}')", IMAGE_MESSAGE)),
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         "IfNotPresent", description="When the kubelet pulls the image."
@@ -315,8 +335,11 @@ class PostgresClusterSpec(SpecModel):
     resources: Resources = _nested(Resources, "CPU and memory of each instance.")
     postgresql: Postgresql = _nested(Postgresql, "PostgreSQL configuration.")
     affinity: Affinity = _nested(Affinity, "Placement of the instances.")
-    node_selector: dict[str, Annotated[str, StringConstraints(max_length=63)]] = Field(
-        default_factory=dict, max_length=32, description="Nodes the instances may run on (node labels)."
+    node_selector: dict[str, _NodeSelectorValue] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="Nodes the instances may run on (node labels: label keys and values).",
+        json_schema_extra=validations(NODE_SELECTOR_KEY_RULE),
     )
     tolerations: list[Toleration] = Field(
         default_factory=list, max_length=16, description="Taints the instances tolerate."
@@ -355,6 +378,21 @@ class PostgresClusterSpec(SpecModel):
             supported = ", ".join(SUPPORTED_MAJORS)
             raise ValueError(f"version {version!r} is not supported; supported: {supported}")
         return version
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, image: str | None) -> str | None:
+        if image is not None and not _matches(IMAGE_PATTERN, image):
+            raise ValueError(IMAGE_MESSAGE)
+        return image
+
+    @field_validator("node_selector")
+    @classmethod
+    def _node_selector(cls, selector: dict[str, str]) -> dict[str, str]:
+        problems = node_selector_problems(selector)
+        if problems:
+            raise ValueError(f"nodeSelector: {'; '.join(problems)}")
+        return selector
 
     @model_validator(mode="after")
     def _sync_below_replicas(self) -> PostgresClusterSpec:
@@ -461,7 +499,7 @@ class PostgresCluster(BaseModel):
 
 
 def _matches(pattern: str, value: str) -> bool:
-    return re.match(pattern, value) is not None
+    return re.fullmatch(pattern, value) is not None
 
 
 # Rules at the root of the CRD schema: names derived from metadata.name must stay valid (NAME_RULE); a

@@ -1,17 +1,84 @@
-"""Types of the instances' placement: anti-affinity over a topology key and tolerations of taints."""
+"""Types of the instances' placement: anti-affinity over a topology key, tolerations of taints, and the
+label keys and values a node selector, a topology key and a toleration are made of.
+
+Label keys and values are held to what the API server checks on the StatefulSet's pod template, so a
+spec admitted here never yields a StatefulSet the API server refuses.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from pg_operator.api.schema import SpecModel, rule, validations
 
-LABEL_KEY_PATTERN = (
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"  # optional DNS-subdomain prefix
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+_DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"  # at most 63 characters
+# A qualified name, as Kubernetes checks label, node-selector, topology and taint keys: an optional
+# DNS-subdomain prefix and '/', then a name. The second pattern bounds the prefix to 253 characters
+# (a key must match both).
+LABEL_KEY_PATTERN = rf"^({_DNS_SUBDOMAIN}/)?{_LABEL_NAME}$"
+LABEL_KEY_PREFIX_PATTERN = r"^([^/]{1,253}/)?[^/]+$"
+MAX_LABEL_KEY_LENGTH = 253 + 1 + 63
+LABEL_VALUE_PATTERN = rf"^({_LABEL_NAME})?$"
+MAX_LABEL_VALUE_LENGTH = 63
+
+LABEL_KEY_REASON = (
+    "must be a label key: an optional DNS-subdomain prefix of at most 253 characters and '/', then at most "
+    "63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"
 )
+LABEL_VALUE_REASON = (
+    "must be a label value: empty, or at most 63 letters, digits, '-', '_' or '.', beginning and ending "
+    "with a letter or digit"
+)
+
+
+def is_label_key(key: str) -> bool:
+    return bool(re.fullmatch(LABEL_KEY_PATTERN, key) and re.fullmatch(LABEL_KEY_PREFIX_PATTERN, key))
+
+
+def is_label_value(value: str) -> bool:
+    return re.fullmatch(LABEL_VALUE_PATTERN, value) is not None
+
+
+def cel_is_label_key(var: str) -> str:
+    """The CEL test of is_label_key on `var` (raw strings: the patterns' backslashes reach RE2 as they
+    are)."""
+    return f"{var}.matches(r'{LABEL_KEY_PATTERN}') && {var}.matches(r'{LABEL_KEY_PREFIX_PATTERN}')"
+
+
+def cel_is_label_value(var: str) -> str:
+    return f"{var}.matches(r'{LABEL_VALUE_PATTERN}')"
+
+
+def label_key_rule(field: str) -> dict[str, str]:
+    return rule(cel_is_label_key("self"), f"{field} {LABEL_KEY_REASON}")
+
+
+def label_value_rule(field: str) -> dict[str, str]:
+    return rule(cel_is_label_value("self"), f"{field} {LABEL_VALUE_REASON}")
+
+
+# nodeSelector: the keys in one rule over the map (a key has no schema of its own), each value by its own
+# rule (the error's path names the key).
+NODE_SELECTOR_KEY_RULE = rule(
+    f"self.all(k, {cel_is_label_key('k')})", f"nodeSelector: every key {LABEL_KEY_REASON}"
+)
+NODE_SELECTOR_VALUE_RULE = rule(cel_is_label_value("self"), f"nodeSelector: a value {LABEL_VALUE_REASON}")
+
+
+def node_selector_problems(selector: Mapping[str, str]) -> list[str]:
+    """What is wrong with a node selector, naming each key (empty: nothing)."""
+    problems = []
+    for key in sorted(selector):
+        if not is_label_key(key):
+            problems.append(f"{key!r} {LABEL_KEY_REASON}")
+        elif not is_label_value(selector[key]):
+            problems.append(f"the value of {key} {LABEL_VALUE_REASON}")
+    return problems
 
 
 class Affinity(SpecModel):
@@ -24,10 +91,17 @@ class Affinity(SpecModel):
     )
     topology_key: str = Field(
         "kubernetes.io/hostname",
-        max_length=316,
-        pattern=LABEL_KEY_PATTERN,
+        max_length=MAX_LABEL_KEY_LENGTH,
         description="Node label that defines the failure domain instances are spread over.",
+        json_schema_extra=validations(label_key_rule("affinity.topologyKey")),
     )
+
+    @field_validator("topology_key")
+    @classmethod
+    def _topology_key(cls, key: str) -> str:
+        if not is_label_key(key):
+            raise ValueError(f"affinity.topologyKey {LABEL_KEY_REASON}")
+        return key
 
 
 class Toleration(SpecModel):
@@ -54,18 +128,40 @@ class Toleration(SpecModel):
     )
 
     key: str | None = Field(
-        None, max_length=316, pattern=LABEL_KEY_PATTERN, description="Taint key; all when unset."
+        None,
+        max_length=MAX_LABEL_KEY_LENGTH,
+        description="Taint key; all when unset.",
+        json_schema_extra=validations(label_key_rule("tolerations: key")),
     )
     operator: Literal["Exists", "Equal"] = Field(
         "Equal", description="Equal (key and value) or Exists (key only)."
     )
-    value: str | None = Field(None, max_length=63, description="Taint value, with operator Equal.")
+    value: str | None = Field(
+        None,
+        max_length=MAX_LABEL_VALUE_LENGTH,
+        description="Taint value, with operator Equal.",
+        json_schema_extra=validations(label_value_rule("tolerations: value")),
+    )
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         None, description="Taint effect; all when unset."
     )
     toleration_seconds: int | None = Field(
         None, ge=0, description="With NoExecute: how long a pod stays bound after the taint appears."
     )
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, key: str | None) -> str | None:
+        if key is not None and not is_label_key(key):
+            raise ValueError(f"tolerations: key {LABEL_KEY_REASON}")
+        return key
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, value: str | None) -> str | None:
+        if value is not None and not is_label_value(value):
+            raise ValueError(f"tolerations: value {LABEL_VALUE_REASON}")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Toleration:

@@ -20,6 +20,7 @@ from pg_operator.api.backup import (
     BACKUP_ID_PATTERN,
     BUCKET_PATTERN,
     COMPRESSIONS,
+    ENDPOINT_PATTERN,
     PATH_PATTERN,
     RESERVED_BACKUP_NAMES,
     ArchiveLocation,
@@ -58,16 +59,17 @@ class ObjectStore:
     bin_dir: str = DEFAULT_BIN_DIR
 
     def __post_init__(self) -> None:
-        if not re.match(BUCKET_PATTERN, self.bucket) or ".." in self.bucket:
+        # The API's patterns, matched whole (re.match's `$` would let a trailing newline through).
+        if not 3 <= len(self.bucket) <= 63 or not re.fullmatch(BUCKET_PATTERN, self.bucket):
             raise ValueError(f"backup.s3.bucket: {self.bucket!r} is not an S3 bucket name")
-        if not re.match(PATH_PATTERN, self.path.strip("/")):
+        if not re.fullmatch(PATH_PATTERN, self.path.strip("/")):
             raise ValueError(
                 f"backup.s3.path: {self.path!r} may hold only letters, digits, '.', '_', '-', '/'"
             )
         # barman's server name is the cluster's name.
         if not re.match(NAME_PATTERN, self.server_name):
             raise ValueError(f"server name {self.server_name!r} is not a DNS label")
-        if self.endpoint_url is not None and not re.match(r"^https?://[^\s/]+(/\S*)?$", self.endpoint_url):
+        if self.endpoint_url is not None and not re.fullmatch(ENDPOINT_PATTERN, self.endpoint_url):
             raise ValueError(f"backup.s3.endpointURL: {self.endpoint_url!r} must be an http(s) URL")
         if self.compression not in COMPRESSIONS:
             raise ValueError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -155,8 +156,9 @@ def test_cel_rules() -> None:
     for node_path, node in nodes(version()["schema"]["openAPIV3Schema"]):
         for rule in node.get("x-kubernetes-validations", []):
             assert rule["message"], node_path
-            # Every rule lives where CEL can reach the fields it names.
-            assert "\\" not in rule["rule"], node_path
+            # A backslash only inside a raw string literal (r'...'), where it reaches RE2 as it is; in a
+            # plain CEL string it would be an escape sequence.
+            assert "\\" not in re.sub(r"\br'[^']*'", "", rule["rule"]), node_path
 
 
 def test_status_schema_has_no_defaults_and_keyed_lists() -> None:
