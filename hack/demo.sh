@@ -33,9 +33,19 @@ secret() { kubectl -n shop get secret orders-db-app -o "jsonpath={.data.$1}" | b
 rw_ip=$(kubectl -n shop get service orders-db-rw -o jsonpath='{.spec.clusterIP}')
 PGPASSWORD=$(secret password) PGUSER=$(secret username) PGDATABASE=$(secret dbname) PGHOST=$rw_ip \
   .venv/bin/python - <<'PY'
-import os
+import time
 import psycopg
-with psycopg.connect(connect_timeout=10) as conn:
+# Ready means the -rw Service's endpoints list the primary; kube-proxy's rules on this machine follow a
+# moment later, so a first connection may still be refused: retry it as try_psql below does.
+for attempt in range(30):
+    try:
+        conn = psycopg.connect(connect_timeout=5)
+        break
+    except psycopg.OperationalError:
+        if attempt == 29:
+            raise
+        time.sleep(2)
+with conn:
     row = conn.execute("select current_user, current_database(), version(), pg_is_in_recovery()").fetchone()
     print(f"connected as {row[0]} to {row[1]} on the primary (in recovery: {row[3]})\n{row[2]}")
 PY

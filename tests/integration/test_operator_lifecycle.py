@@ -1,5 +1,7 @@
 """The operator against the real API server (kwok profile): create, report, scale, resync without writes,
-survive kill -9, degrade on a missing StorageClass and recover, and garbage-collect on delete."""
+survive kill -9, degrade on a missing StorageClass and recover, report a pass the API server refuses
+and recover, report Ready only once the -rw Service routes to the primary, and garbage-collect on
+delete."""
 
 from __future__ import annotations
 
@@ -255,6 +257,100 @@ def test_missing_storage_class_degrades_then_recovers(
     finally:
         kube.kubectl("delete", "namespace", ns, "--wait=false")
         kube.kubectl("delete", "storageclass", klass, "--wait=false")
+
+
+def rw_endpoints(kube: Any, ns: str, name: str) -> dict[str, bool]:
+    """Pod → ready, as the endpointslice controller lists them in the -rw Service's slices; each slice
+    carries the Service's cluster label (what the operator's watch of them selects on)."""
+    slices = get_json(kube, "endpointslices.discovery.k8s.io", "-n", ns,
+                      "-l", f"kubernetes.io/service-name={name}-rw")["items"]  # fmt: skip
+    out = {}
+    for item in slices:
+        assert item["metadata"]["labels"].get(CLUSTER_LABEL) == name, item["metadata"]
+        for endpoint in item.get("endpoints") or ():
+            ready = (endpoint.get("conditions") or {}).get("ready") is not False
+            out[(endpoint.get("targetRef") or {}).get("name")] = ready
+    return out
+
+
+def test_a_refused_pass_is_degraded_with_one_warning_then_recovers(
+    operator_env: OperatorEnv, operator: OperatorProcess
+) -> None:
+    """A ResourceQuota that allows no StatefulSet: the schema admits the cluster, the API server
+    refuses the operator's StatefulSet on every retry."""
+    kube = operator_env.kube
+    ns = make_namespace(kube, "quota")
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-sts", "namespace": ns},
+             "spec": {"hard": {"count/statefulsets.apps": "0"}}}  # fmt: skip
+    apply(kube, quota)
+    try:
+        wait_until("the quota to be counted", lambda: get_json(kube, "resourcequota", "no-sts", "-n", ns)
+                   .get("status", {}).get("hard"))  # fmt: skip
+        apply(kube, cluster("quota-db", ns, replicas=1))
+
+        def degraded() -> dict[str, Any] | None:
+            cond = condition(cluster_obj(kube, ns, "quota-db"), "Degraded")
+            return cond if cond.get("status") == "True" and cond.get("reason") == "ReconcileFailed" else None
+
+        cond = wait_until("Degraded: ReconcileFailed", degraded, timeout=60)
+        assert "statefulsets quota-db" in cond["message"], cond
+        assert "exceeded quota: no-sts" in cond["message"], cond
+        assert cluster_obj(kube, ns, "quota-db")["status"]["phase"] == "Degraded: ReconcileFailed"
+        # Retries go on (backoff), the Event is not repeated for them.
+        wait_until("three retries", lambda: f"reconcile of {ns}/quota-db failed (4 in a row)"
+                   in operator.log_text(), timeout=60)  # fmt: skip
+        warnings = [e for e in events_for(kube, ns, "quota-db") if e["type"] == "Warning"]
+        assert [(e["reason"], e["message"]) for e in warnings] == [("ReconcileFailed", cond["message"])]
+        assert warnings[0].get("count", 1) == 1, warnings
+    finally:
+        kube.kubectl("delete", "resourcequota", "no-sts", "-n", ns)
+    try:
+        wait_until("Degraded to clear",
+                   lambda: condition(cluster_obj(kube, ns, "quota-db"), "Degraded").get("status") == "False",
+                   timeout=90)  # fmt: skip
+        assert get_or_none(kube, "statefulset", "quota-db", "-n", ns) is not None
+        wait_ready(kube, ns, "quota-db", 1)
+        assert "Recovered" in [e["reason"] for e in events_for(kube, ns, "quota-db")]
+    finally:
+        kube.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def test_ready_waits_until_the_rw_service_routes_to_the_primary(
+    operator_env: OperatorEnv, operator: OperatorProcess
+) -> None:
+    """The pod says it is the primary with the label older Patroni versions set (role=master): the
+    operator counts it as a ready primary, but the -rw Service selects role=primary, so its slice does
+    not list the pod and clients through -rw are refused: Ready stays False until the label is right."""
+    kube = operator_env.kube
+    ns = make_namespace(kube, "route")
+    apply(kube, cluster("route-db", ns, replicas=1))
+    try:
+        wait_until("the pod", lambda: get_or_none(kube, "pod", "route-db-0", "-n", ns), timeout=60)
+        kube.kubectl("label", "pod", "route-db-0", "-n", ns, "role=master", "--overwrite")
+
+        def counted_ready() -> dict[str, Any] | None:
+            st = cluster_obj(kube, ns, "route-db").get("status") or {}
+            return st if st.get("readyReplicas") == 1 and st.get("currentPrimary") == "route-db-0" else None
+
+        wait_until("the instance counted ready and primary", counted_ready, timeout=60)
+        time.sleep(3)  # the endpointslice controller and the operator's pass on its slice have had time
+        obj = cluster_obj(kube, ns, "route-db")
+        assert "route-db-0" not in rw_endpoints(kube, ns, "route-db")
+        ready = condition(obj, "Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "PrimaryNotRouted"), ready
+        assert ready["message"] == "the route-db-rw Service does not route to route-db-0 yet"
+        assert obj["status"]["phase"] == "Creating"
+        kube.kubectl("label", "pod", "route-db-0", "-n", ns, "role=primary", "--overwrite")
+
+        def ready_now() -> dict[str, Any] | None:
+            o = cluster_obj(kube, ns, "route-db")
+            return dict(o) if condition(o, "Ready").get("status") == "True" else None
+
+        obj = wait_until("Ready", ready_now, timeout=60)
+        assert rw_endpoints(kube, ns, "route-db") == {"route-db-0": True}
+        assert obj["status"]["phase"] == "Healthy"
+    finally:
+        kube.kubectl("delete", "namespace", ns, "--wait=false")
 
 
 def test_deleting_the_cluster_garbage_collects_its_children(
