@@ -13,6 +13,7 @@ from pg_operator.api.crd import build
 from pg_operator.api.manifests import rendered_files
 from pg_operator.api.postgresql import OPERATOR_OWNED_PARAMETERS
 from pg_operator.backup.archiving import ARCHIVING_PARAMETERS
+from pg_operator.backup.barman import ObjectStore
 
 S3: dict[str, Any] = {"bucket": "backups", "path": "prod", "endpointURL": "http://minio:9000",
                       "credentials": {"secretName": "s3-creds"}}  # fmt: skip
@@ -106,3 +107,57 @@ def test_the_manifests_command_writes_every_crd() -> None:
     # Each header names the module the kind's models are in.
     assert files["postgresclusters.yaml"].startswith("# Generated from src/pg_operator/api/cluster.py ")
     assert files["backups.yaml"].startswith("# Generated from src/pg_operator/api/backup.py ")
+
+
+# --- admission and the operator agree: what spec.backup admits, ObjectStore accepts -----------------------
+
+ENDPOINTS = ["http://minio:9000", "https://s3.eu-west-1.example.com", "https://h:443/base/path?x=1", "http://h/",
+             "http://minio:9000\t", "http://minio:9000\n", "http://mi nio", "http://\x7fh", "minio:9000",
+             "ftp://h", "http:///x", "http://é.example", "http://h/pä th"]  # fmt: skip
+BUCKETS = ["backups", "my.bucket-1", "a.-b", "a..b", "a.", "-ab", "ab-", "Bad_Bucket", "ab", "b" * 64,
+           "backups\n"]  # fmt: skip
+
+
+def _admitted(s3: dict[str, Any]) -> bool:
+    try:
+        PostgresCluster.from_obj(obj(backup={"s3": s3}))
+    except ValueError:
+        return False
+    return True
+
+
+def _accepted(**store: Any) -> bool:
+    try:
+        ObjectStore(**{"bucket": "backups", "server_name": "orders-db"} | store)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+def test_the_operator_accepts_exactly_the_endpoints_admission_admits(endpoint: str) -> None:
+    assert _admitted({**S3, "endpointURL": endpoint}) == _accepted(endpoint_url=endpoint)
+
+
+def test_endpoints_with_whitespace_or_control_characters_are_refused() -> None:
+    assert _admitted(S3) and _accepted(endpoint_url=S3["endpointURL"])
+    for endpoint in ("http://minio:9000\t", "http://minio:9000\n", "http://mi nio"):
+        assert "spec.backup.s3.endpointURL" in refused(obj(backup={"s3": {**S3, "endpointURL": endpoint}}))
+
+
+@pytest.mark.parametrize("bucket", BUCKETS)
+def test_the_operator_accepts_exactly_the_buckets_admission_admits(bucket: str) -> None:
+    assert _admitted({**S3, "bucket": bucket}) == _accepted(bucket=bucket)
+
+
+@pytest.mark.parametrize("key", [".", "..", "..x"])
+def test_secret_keys_the_pod_would_refuse_are_refused(key: str) -> None:
+    credentials = {"secretName": "s3-creds", "accessKeyIDKey": key}
+    assert "spec.backup.s3.credentials.accessKeyIDKey" in refused(
+        obj(backup={"s3": {**S3, "credentials": credentials}})
+    )
+
+
+def test_secret_keys_with_dots_stay_admitted() -> None:
+    credentials = {"secretName": "s3-creds", "accessKeyIDKey": ".id", "secretAccessKeyKey": "aws.secret..key"}
+    PostgresCluster.from_obj(obj(backup={"s3": {**S3, "credentials": credentials}}))

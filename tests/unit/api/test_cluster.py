@@ -101,6 +101,8 @@ def test_versions_are_the_supported_majors() -> None:
         ),
         ({"tolerations": [{"key": "k", "effect": "Never"}]}, "spec.tolerations.0.effect"),
         ({"priorityClassName": "High"}, "spec.priorityClassName"),
+        ({"image": "postgres:16 "}, "spec.image"),
+        ({"image": "postgres:16\nx"}, "spec.image"),
     ],
 )
 def test_bad_spec_is_refused_naming_the_field(spec: dict[str, Any], field: str) -> None:
