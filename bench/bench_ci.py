@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""What CI lives through: `.ci/run` (exactly the README's `make test`) from a fresh clone, timed.
+
+    python3 bench/bench_ci.py [--ref HEAD] [--cold] [--log /tmp/ci.log]
+
+`--cold` gives the run empty caches of its own: the binary and image cache (PGOP_CACHE), Go's module
+and build caches (GOMODCACHE, GOCACHE) and pip's, in a temporary directory removed afterwards; without
+it the run uses the machine's caches as CI does. Prints one JSON line: the total, the binary builds,
+the test session, pass and fail counts, the slowest modules as the suite reports them, and the load
+average before and after. The run uses the default local-cluster state directory: nothing else may
+use it meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_BUILT = re.compile(r"^(\S+) (\S+): built in (\d+) s$")
+_SESSION = re.compile(r"^=*\s*(?:(\d+) failed, )?(\d+) passed.* in ([\d.]+)s")
+_SLOW = re.compile(r"^\s+([\d.]+) s\s+(\d+) tests\s+(\S+)$")
+
+
+def _load() -> str:
+    return Path("/proc/loadavg").read_text().split(" 1/")[0].rsplit(" ", 1)[0]
+
+
+def summarize(log: str) -> dict[str, object]:
+    """The figures a `.ci/run` log holds (pure: unit-testable on a saved log)."""
+    built = {m[1]: int(m[3]) for m in map(_BUILT.match, log.splitlines()) if m}
+    session = None
+    for line in log.splitlines():
+        m = _SESSION.search(line)
+        if m:
+            session = m
+    lines = log.splitlines()
+    slowest: list[dict[str, object]] = []
+    for i, line in enumerate(lines):
+        if "slowest 10 modules" in line:
+            slowest = []
+            for row in lines[i + 1 : i + 11]:
+                m = _SLOW.match(row)
+                if m:
+                    slowest.append({"module": m[3], "seconds": float(m[1]), "tests": int(m[2])})
+    return {
+        "binaries_s": built,
+        "pytest_s": float(session[3]) if session else None,
+        "passed": int(session[2]) if session else 0,
+        "failed": int(session[1] or 0) if session else None,
+        "slowest_modules": slowest,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ref", default="HEAD", help="commit to clone and run")
+    parser.add_argument("--cold", action="store_true", help="empty caches of its own")
+    parser.add_argument("--log", type=Path, default=Path("/tmp/bench-ci.log"), help=".ci/run's output")
+    args = parser.parse_args()
+
+    ref = subprocess.run(["git", "-C", str(REPO), "rev-parse", args.ref], capture_output=True, text=True,
+                         check=True).stdout.strip()  # fmt: skip
+    work = Path(tempfile.mkdtemp(prefix="bench-ci-"))
+    clone = work / "clone"
+    env = dict(os.environ, CI="true")
+    try:
+        subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+        subprocess.run(["git", "-C", str(clone), "checkout", "-q", ref], check=True)
+        if args.cold:
+            caches = work / "caches"
+            env.update(
+                PGOP_CACHE=str(caches / "pg-operator"),
+                GOMODCACHE=str(caches / "gomod"),
+                GOCACHE=str(caches / "gobuild"),
+                PIP_CACHE_DIR=str(caches / "pip"),
+            )
+        load_before = _load()
+        started = time.monotonic()
+        with args.log.open("w") as out:
+            rc = subprocess.run(["bash", ".ci/run"], cwd=clone, env=env, stdout=out,
+                                stderr=subprocess.STDOUT).returncode  # fmt: skip
+        total = time.monotonic() - started
+        result = {
+            "bench": "ci",
+            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "ref": ref[:12],
+            "cold": args.cold,
+            "rc": rc,
+            "total_s": round(total, 1),
+            **summarize(args.log.read_text(errors="replace")),
+            "load_before": load_before,
+            "load_after": _load(),
+            "log": str(args.log),
+        }
+    finally:
+        # Go's module cache is read-only on disk; make it removable first.
+        subprocess.run(["chmod", "-R", "u+w", str(work)], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(result))
+    return 0 if rc == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
