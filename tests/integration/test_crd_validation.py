@@ -144,6 +144,67 @@ def test_operator_owned_parameters_are_refused(api: Api) -> None:
     assert api.create("tuned", postgresql={"parameters": {"shared_buffers": "256MB"}}).returncode == 0
 
 
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("ssl_passphrase_command", "ssl_passphrase_command runs a shell command on the server"),
+        ("myext.reload_command", "a setting whose name ends in _command runs a shell command on the server"),
+        ("shared_preload_libraries", "shared_preload_libraries loads code into the server"),
+        ("ssl_cert_file", "ssl_cert_file names a file or directory on the server"),
+        ("include_dir", "include_dir names a file or directory on the server"),
+        ("log_directory", "log_directory chooses where the server writes log files"),
+    ],
+)
+def test_parameters_that_run_load_or_name_files_are_refused_naming_them(
+    api: Api, name: str, why: str
+) -> None:
+    err = refused(
+        api.create("unsafe", postgresql={"parameters": {name: "x1", "work_mem": "64MB"}}),
+        "spec.postgresql.parameters",
+        f"{why} and cannot be set",
+    )
+    assert "work_mem" not in err
+
+
+def test_control_characters_in_a_value_are_refused_naming_the_parameter(api: Api) -> None:
+    params = {"work_mem": "4MB\nshared_preload_libraries = 'x'", "shared_buffers": "128MB"}
+    err = refused(
+        api.create("newline", postgresql={"parameters": params}),
+        "spec.postgresql.parameters",
+        "work_mem",
+        "must not contain control characters",
+    )
+    assert "shared_buffers" not in err
+    admitted = {
+        "log_line_prefix": "%m [%p] ",
+        "log_min_duration_statement": "250ms",
+        "log_file_mode": "0600",
+        "ssl_ciphers": "HIGH:!aNULL",
+        "ssl_min_protocol_version": "TLSv1.3",
+    }
+    assert api.create("admitted", postgresql={"parameters": admitted}).returncode == 0
+
+
+def test_what_pods_and_the_operator_refuse_is_refused_naming_the_field(api: Api) -> None:
+    refused(api.create("selector", nodeSelector={"a b": "x1"}), "spec.nodeSelector", "must be a label key")
+    refused(api.create("selector", nodeSelector={"disk": "s s"}), "spec.nodeSelector", "disk", "label value")
+    refused(
+        api.create("topology", affinity={"topologyKey": "n" * 64}), "spec.affinity.topologyKey", "label key"
+    )
+    refused(
+        api.create("tolerant", tolerations=[{"key": "k", "value": "a b"}]),
+        "spec.tolerations[0].value",
+        "must be a label value",
+    )
+    refused(api.create("imaged", image="postgres:16 "), "spec.image", "no spaces")
+    s3 = {
+        "bucket": "backups",
+        "endpointURL": "http://minio:9000\t",
+        "credentials": {"secretName": "s3-creds"},
+    }
+    refused(api.create("tabbed", backup={"s3": s3}), "spec.backup.s3.endpointURL")
+
+
 def test_synchronous_standbys_must_be_fewer_than_replicas(api: Api) -> None:
     refused(
         api.create("sync", replicas=2, synchronous={"number": 2}),
@@ -219,7 +280,8 @@ def test_every_child_the_builders_make_is_valid_for_the_api_server(api: Api) -> 
         "storageClassName": "fast",
         "synchronous": {"number": 1},
         "tolerations": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}, {"operator": "Exists"}],
-        "nodeSelector": {"disk": "ssd"},
+        # The longest label key and value the schema admits are ones the StatefulSet may carry.
+        "nodeSelector": {"disk": "ssd", f"example.com/{'n' * 63}": "v" * 63},
         "affinity": {"podAntiAffinity": "required"},
         "resources": {"limits": {"cpu": 2}},
         "postgresql": {"parameters": {"shared_buffers": "128MB"}},
