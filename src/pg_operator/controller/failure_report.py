@@ -9,10 +9,13 @@ When a failure is reported:
   a connection that broke, a bug): with the loop's backoff (0.5 s doubling) that is ≈ 8 s of failing, more
   than a conflict or an API server hiccup lasts, so those never flap the status.
 
-The Event is rate-limited per cluster: posted when the reported message changes, else at most once per
-EVENT_REPEAT_SECONDS while the same failure goes on (the loop retries up to once a minute). A pass that
-succeeds again clears the condition through the normal status path (`Recovered` Event) and forgets the
-cluster here.
+The Event is rate-limited per cluster: posted when the reported message changes (at most once per
+MIN_GAP_SECONDS), else once per EVENT_REPEAT_SECONDS while the same failure goes on (the loop retries up
+to once a minute). The status is written when it does not say ReconcileFailed yet, and for a changed
+message at most once per MIN_GAP_SECONDS: each write comes back as a watch event that wakes the cluster
+past its backoff, so a message that differed on every attempt would otherwise retry without pause. A
+pass that succeeds again clears the condition through the normal status path (`Recovered` Event) and
+forgets the cluster here.
 
 The status write merges: it sets the phase and the Degraded condition only, keeps every other condition
 (the backup reconcilers' among them) as the cluster it read has them, and is conditional on that
@@ -46,6 +49,7 @@ REASON = "ReconcileFailed"
 PHASE = f"Degraded: {REASON}"
 FAILURES_BEFORE_REPORT = 5
 EVENT_REPEAT_SECONDS = 600.0
+MIN_GAP_SECONDS = 30.0
 MESSAGE_LIMIT = 1024
 # 4xx answers a retry may well not get again.
 TRANSIENT_CODES = frozenset({404, 409, 429})
@@ -104,28 +108,40 @@ def failed_status(
     return {"phase": PHASE, "conditions": conditions}
 
 
-def already_reported(previous: Mapping[str, Any] | None, message: str) -> bool:
+def reported_failing(previous: Mapping[str, Any] | None) -> bool:
+    """The status says ReconcileFailed already (with whichever message)."""
     degraded = objects.condition(previous, "Degraded") or {}
     return (
         str((previous or {}).get("phase") or "") == PHASE
         and degraded.get("status") == "True"
         and degraded.get("reason") == REASON
-        and degraded.get("message") == message
     )
 
 
-class EventLimiter:
-    """Once per distinct message, and again after `repeat` seconds of the same one."""
+def already_reported(previous: Mapping[str, Any] | None, message: str) -> bool:
+    degraded = objects.condition(previous, "Degraded") or {}
+    return reported_failing(previous) and degraded.get("message") == message
 
-    def __init__(self, repeat: float = EVENT_REPEAT_SECONDS, clock: Callable[[], float] = time.monotonic):
+
+class EventLimiter:
+    """Once per distinct message (but not within `gap` seconds of the last one), and again after
+    `repeat` seconds of the same one."""
+
+    def __init__(
+        self,
+        repeat: float = EVENT_REPEAT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        gap: float = MIN_GAP_SECONDS,
+    ) -> None:
         self.repeat = repeat
+        self.gap = gap
         self.clock = clock
         self._last: dict[ClusterKey, tuple[str, float]] = {}
 
     def allow(self, key: ClusterKey, message: str) -> bool:
         now = self.clock()
         last = self._last.get(key)
-        if last is not None and last[0] == message and now - last[1] < self.repeat:
+        if last is not None and now - last[1] < (self.repeat if last[0] == message else self.gap):
             return False
         self._last[key] = (message, now)
         return True
@@ -150,9 +166,19 @@ class FailureReporter:
         self.cluster = cluster  # the cluster as the watch cache has it
         self.limiter = limiter or EventLimiter()
         self.wall_clock = wall_clock
+        self._rewritten: dict[ClusterKey, float] = {}  # when the status last took a new message
 
     def succeeded(self, key: ClusterKey) -> None:
         self.limiter.forget(key)
+        self._rewritten.pop(key, None)
+
+    def _status_due(self, key: ClusterKey, previous: Mapping[str, Any], message: str) -> bool:
+        if already_reported(previous, message):
+            return False
+        if not reported_failing(previous):
+            return True
+        last = self._rewritten.get(key)
+        return last is None or self.limiter.clock() - last >= MIN_GAP_SECONDS
 
     async def failed(self, key: ClusterKey, exc: Exception, failures_in_a_row: int) -> int:
         """Writes made (0-2): the status when it does not say this yet, the Event when the limiter lets
@@ -163,7 +189,7 @@ class FailureReporter:
             return 0
         writes = 0
         previous = objects.status(body)
-        if not already_reported(previous, failure.message):
+        if self._status_due(key, previous, failure.message):
             fields = failed_status(
                 previous, failure.message, generation=objects.generation(body), now=self.wall_clock()
             )
@@ -173,6 +199,7 @@ class FailureReporter:
                     PostgresClusterResource, key[1], key[0], patch, subresource_status=True
                 )
                 writes += 1
+                self._rewritten[key] = self.limiter.clock()
             except ApiError as err:
                 if not (is_conflict(err) or is_not_found(err)):
                     log.warning("could not report the failure of %s/%s: %s", key[0], key[1], err)

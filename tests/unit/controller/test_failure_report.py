@@ -121,12 +121,17 @@ def test_the_event_is_posted_once_per_message_and_again_after_the_repeat_interva
     assert not limiter.allow(KEY, "a")
     assert limiter.allow(("shop", "other"), "a")  # per cluster
     assert limiter.allow(KEY, "b")  # a new message
-    t[0] = 120.0
+    t[0] = 70.0
     assert not limiter.allow(KEY, "b")
+    assert not limiter.allow(KEY, "c")  # a new message, but within 30 s of the last Event
+    t[0] = 95.0
+    assert limiter.allow(KEY, "c")
+    t[0] = 600.0
+    assert not limiter.allow(KEY, "c")
     t[0] = 700.0
-    assert limiter.allow(KEY, "b")  # the same failure, ten minutes on
+    assert limiter.allow(KEY, "c")  # the same failure, ten minutes on
     limiter.forget(KEY)
-    assert limiter.allow(KEY, "b")  # it succeeded meanwhile: a new failure is news
+    assert limiter.allow(KEY, "c")  # it succeeded meanwhile: a new failure is news
 
 
 class Recorder:
@@ -157,8 +162,11 @@ def cluster(status: dict[str, Any] | None = None, rv: str = "7", **meta: Any) ->
             "status": status or {"phase": "Healthy", "conditions": CONDITIONS}}  # fmt: skip
 
 
-def reporter(rec: Recorder, body: dict[str, Any] | None) -> FailureReporter:
-    return FailureReporter(cast(Api, rec), cast(EventRecorder, rec), lambda key: body, wall_clock=lambda: NOW)
+def reporter(
+    rec: Recorder, body: dict[str, Any] | None, limiter: EventLimiter | None = None
+) -> FailureReporter:
+    return FailureReporter(cast(Api, rec), cast(EventRecorder, rec), lambda key: body, limiter,
+                           wall_clock=lambda: NOW)  # fmt: skip
 
 
 async def test_a_refusal_writes_a_conditional_status_merge_and_a_warning() -> None:
@@ -257,3 +265,22 @@ async def test_a_report_that_raises_does_not_break_the_loop() -> None:
     loop = ReconcileLoop(Raising(), backoff=Backoff(jitter=0.0), resync_seconds=None, on_failure=broken)
     assert await loop.handle(KEY) is False
     assert loop.failures[KEY] == 1 and loop.queue.pending_delay(KEY) is not None  # retried as before
+
+
+async def test_a_message_that_changes_on_every_attempt_is_written_and_posted_at_most_every_30_s() -> None:
+    """Each status write wakes the cluster at once (its watch event): a new message per attempt must not
+    turn the backoff into a tight loop of writes."""
+    t = [0.0]
+    rec = Recorder()
+    body = cluster()
+    r = reporter(rec, body, EventLimiter(clock=lambda: t[0]))
+    assert await r.failed(KEY, RuntimeError("attempt 1"), 5) == 2
+    body["status"] = failed_status(body["status"], "RuntimeError: attempt 1", generation=2, now=NOW)
+    t[0] = 10.0
+    assert await r.failed(KEY, RuntimeError("attempt 2"), 6) == 0
+    t[0] = 31.0
+    assert await r.failed(KEY, RuntimeError("attempt 3"), 7) == 2
+    assert [p["status"]["conditions"][1]["message"] for p in rec.patches] == [
+        "RuntimeError: attempt 1", "RuntimeError: attempt 3"
+    ]
+    assert len(rec.events) == 2
