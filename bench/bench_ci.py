@@ -32,7 +32,8 @@ _SLOW = re.compile(r"^\s+([\d.]+) s\s+(\d+) tests\s+(\S+)$")
 
 
 def _load() -> str:
-    return Path("/proc/loadavg").read_text().split(" 1/")[0].rsplit(" ", 1)[0]
+    """The 1, 5 and 15 minute load averages."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def summarize(log: str) -> dict[str, object]:
@@ -71,6 +72,8 @@ def main() -> int:
     ref = subprocess.run(["git", "-C", str(REPO), "rev-parse", args.ref], capture_output=True, text=True,
                          check=True).stdout.strip()  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="bench-ci-"))
+    # mkdtemp makes it 0700; the instance tests run Patroni as another user from the clone's src/.
+    work.chmod(0o755)
     clone = work / "clone"
     env = dict(os.environ, CI="true")
     try:
