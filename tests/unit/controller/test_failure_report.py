@@ -10,6 +10,7 @@ from typing import Any, cast
 from lightkube.core.exceptions import ApiError
 from lightkube.models import meta_v1
 
+from harness import objects
 from pg_operator.controller.backoff import Backoff
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.failure_report import (
@@ -156,10 +157,9 @@ class Recorder:
 
 
 def cluster(status: dict[str, Any] | None = None, rv: str = "7", **meta: Any) -> dict[str, Any]:
-    return {"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
-            "metadata": {"name": "db", "namespace": "shop", "uid": "u1", "generation": 2,
-                         "resourceVersion": rv, **meta},
-            "status": status or {"phase": "Healthy", "conditions": CONDITIONS}}  # fmt: skip
+    body = objects.cluster("db", metadata={"uid": "u1", "generation": 2, "resourceVersion": rv, **meta})
+    body["status"] = status or {"phase": "Healthy", "conditions": CONDITIONS}
+    return body
 
 
 def reporter(

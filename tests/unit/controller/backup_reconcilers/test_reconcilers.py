@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, cast
 
+from harness import objects as harness_objects
 from pg_operator.api.constants import API_VERSION, CLUSTER_LABEL
 from pg_operator.backup.store_cleanup import FINALIZER
 from pg_operator.controller.backup_reconcilers.backups import BackupReconciler
@@ -49,10 +50,10 @@ def scheduled(name: str, *, deleting: bool = False) -> dict[str, Any]:
 
 
 def cluster(name: str = "db", **extra: Any) -> dict[str, Any]:
-    meta = {"name": name, "namespace": NS, "uid": f"uid-{name}", "resourceVersion": "1", "generation": 1}
-    meta.update(extra.pop("meta", {}))
-    return {"apiVersion": API_VERSION, "kind": "PostgresCluster", "metadata": meta,
-            "spec": {"replicas": 1, **extra.pop("spec", {})}, "status": extra.pop("status", {})}  # fmt: skip
+    meta = {"uid": f"uid-{name}", "resourceVersion": "1", "generation": 1, **extra.pop("meta", {})}
+    body = harness_objects.cluster(name, NS, replicas=1, metadata=meta, **extra.pop("spec", {}))
+    body["status"] = extra.pop("status", {})
+    return body
 
 
 def cache() -> Cache:
