@@ -4,8 +4,8 @@
     python3 bench/bench_ci.py [--ref HEAD] [--cold] [--log /tmp/ci.log]
 
 `--cold` gives the run empty caches of its own: the binary and image cache (PGOP_CACHE), Go's module
-and build caches (GOMODCACHE, GOCACHE) and pip's, in a temporary directory removed afterwards; without
-it the run uses the machine's caches as CI does. Prints one JSON line: the total, the binary builds,
+and build caches (GOMODCACHE, GOCACHE), pip's, and the test harness's runtime directories, in a
+temporary directory removed afterwards; without it the run uses the machine's caches as CI does. Prints one JSON line: the total, the binary builds,
 the test session, pass and fail counts, the slowest modules as the suite reports them, and the load
 average before and after. The run uses the default local-cluster state directory: nothing else may
 use it meanwhile.
@@ -86,6 +86,9 @@ def main() -> int:
                 GOMODCACHE=str(caches / "gomod"),
                 GOCACHE=str(caches / "gobuild"),
                 PIP_CACHE_DIR=str(caches / "pip"),
+                # The instance and barman tests' unpacked PostgreSQL and venvs (tests/harness).
+                PGOP_IT_RUNTIME=str(caches / "instance-it"),
+                PGOP_BACKUP_RUNTIME=str(caches / "backup-it"),
             )
         load_before = _load()
         started = time.monotonic()
