@@ -7,8 +7,8 @@
 and build caches (GOMODCACHE, GOCACHE), pip's, and the test harness's runtime directories, in a
 temporary directory removed afterwards; without it the run uses the machine's caches as CI does.
 Prints one JSON line: the total, the binary builds, the test session, pass and fail counts, the slowest
-modules as the suite reports them, and the load average before and after. The run uses the default local-cluster state directory: nothing else may
-use it meanwhile.
+modules as the suite reports them, and the load average before and after. The run uses the default
+local-cluster state directory: nothing else may use it meanwhile.
 """
 
 from __future__ import annotations
