@@ -1,7 +1,8 @@
 """pg-operator: run PostgreSQL clusters on Kubernetes from one custom resource.
 
 Layers, each importing only from the ones above it (tests/unit/test_import_layers.py checks):
-  leaves          objects (reads of raw Kubernetes objects), images (major → image), api.constants
+  leaves          objects (reads of raw Kubernetes objects), images (major → image), scram (password
+                  verifiers), api.constants
   api/            the custom resources' types and validation; the CRDs are generated from them
   specs/, backup/, orchestration/, patroni/, instance/
                   pure builders and decisions per capability (specs may wire the others into pods), the

@@ -187,11 +187,12 @@ async def _lead(
     gate: cache_sync.SyncGate,
 ) -> int:
     cache = Cache(kinds, gate)
-    reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity))
+    pod_exec = PodExec(load_config(), metrics)
+    reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity), pod_exec)
     controller = ReconcileLoop(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds,
                                gives_up=namespace_being_deleted,
                                on_failure=reconciler.report_failure)  # fmt: skip
-    backups = BackupLoops(api, cache, metrics, PodExec(load_config(), metrics), opts.identity,
+    backups = BackupLoops(api, cache, metrics, pod_exec, opts.identity,
                           retention_seconds=opts.backup_retention_seconds)  # fmt: skip
     registry = build_registry(Wakeups(controller, cache, backups), kinds)
     kopf_stop = asyncio.Event()

@@ -1,7 +1,7 @@
 """Commands in a pod's container through the API server's exec subresource, over a WebSocket.
 
 The channel protocol (v5.channel.k8s.io, or v4 from older servers): every binary message starts with a
-channel byte — 1 stdout, 2 stderr, 3 the final status as JSON (`{"status": "Success"}`, or a Failure
+channel byte — 0 stdin, 1 stdout, 2 stderr, 3 the final status as JSON (`{"status": "Success"}`, or a Failure
 whose causes carry `ExitCode`). Authentication is the controller's own (kubeconfig or the in-cluster
 service account, as `kube.load_config` finds it): the same CA, client certificate or bearer token. The
 command line is never logged (callers build it from names only; secrets stay in the pod's environment).
@@ -22,10 +22,16 @@ from lightkube import KubeConfig
 from lightkube.config.client_adapter import verify_cluster
 from lightkube.config.kubeconfig import SingleConfig
 
+from pg_operator.api.constants import SUPERUSER
 from pg_operator.controller.metrics import Metrics
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
-STDOUT, STDERR, STATUS = 1, 2, 3
+# psql in the instance's container, as the superuser over the Unix socket (peer authentication).
+SOCKET_DIR = "/var/run/postgresql"
+PSQL = ["psql", "-h", SOCKET_DIR, "-U", SUPERUSER, "-d", "postgres", "-AtX", "-v", "ON_ERROR_STOP=1"]
+STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
+CLOSE = 255  # v5: a message [255, channel] closes that stream (stdin's end of file)
+STDIN_CHUNK = 32 * 1024
 MAX_CAPTURE = 1 << 20
 
 
@@ -54,10 +60,13 @@ def exit_status_of(status: dict[str, Any]) -> int:
     raise ExecError(str(status.get("message") or status.get("reason") or "exec failed"))
 
 
-def exec_url(server: str, namespace: str, pod: str, container: str, argv: list[str]) -> str:
-    query = urlencode(
-        [("container", container), ("stdout", "true"), ("stderr", "true")] + [("command", a) for a in argv]
-    )
+def exec_url(
+    server: str, namespace: str, pod: str, container: str, argv: list[str], *, stdin: bool = False
+) -> str:
+    streams = [("container", container), ("stdout", "true"), ("stderr", "true")]
+    if stdin:
+        streams.append(("stdin", "true"))
+    query = urlencode(streams + [("command", a) for a in argv])
     base = server.rstrip("/").replace("https://", "wss://", 1).replace("http://", "ws://", 1)
     return f"{base}/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/exec?{query}"
 
@@ -94,13 +103,22 @@ class PodExec:
             self._session = None
 
     async def run(
-        self, namespace: str, pod: str, argv: list[str], *, container: str = "postgres", seconds: float = 60
+        self,
+        namespace: str,
+        pod: str,
+        argv: list[str],
+        *,
+        container: str = "postgres",
+        seconds: float = 60,
+        stdin: bytes | None = None,
     ) -> ExecResult:
+        """Run argv in the container. `stdin` (for what must not be in argv, say a password verifier) is
+        sent and then closed, which only v5 of the protocol can express."""
         if self._session is None:
             self._session = aiohttp.ClientSession()
         if self._metrics is not None:
             self._metrics.api_requests.labels(verb="exec").inc()
-        url = exec_url(self._config.cluster.server, namespace, pod, container, argv)
+        url = exec_url(self._config.cluster.server, namespace, pod, container, argv, stdin=stdin is not None)
         out, err = bytearray(), bytearray()
         status: dict[str, Any] | None = None
         try:
@@ -108,6 +126,13 @@ class PodExec:
                 async with self._session.ws_connect(
                     url, protocols=PROTOCOLS, headers=self._headers(), ssl=self._ssl or True, max_msg_size=0
                 ) as ws:
+                    if stdin is not None:
+                        if ws.protocol != PROTOCOLS[0]:
+                            raise ExecError(f"exec in {namespace}/{pod}: the server cannot close stdin "
+                                            f"({ws.protocol} instead of {PROTOCOLS[0]})")
+                        for at in range(0, len(stdin), STDIN_CHUNK):
+                            await ws.send_bytes(bytes([STDIN]) + stdin[at:at + STDIN_CHUNK])
+                        await ws.send_bytes(bytes([CLOSE, STDIN]))
                     async for msg in ws:
                         if msg.type == aiohttp.WSMsgType.BINARY:
                             data: bytes = msg.data

@@ -26,6 +26,7 @@ from pg_operator.controller.instance_metrics import InstanceMetrics
 from pg_operator.controller.keys import ClusterKey, is_owned_by
 from pg_operator.controller.kube_api import Api, PostgresClusterResource, is_conflict, is_not_found
 from pg_operator.controller.metrics import Metrics
+from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.rooms import ClusterPass, ObjectId, Problem, Room
 from pg_operator.controller.rooms.credentials import CredentialsRoom
 from pg_operator.controller.rooms.high_availability import HighAvailabilityRoom
@@ -107,7 +108,9 @@ def undesired_children(
 
 
 class Reconciler:
-    def __init__(self, api: Api, cache: Cache, metrics: Metrics, events: EventRecorder) -> None:
+    def __init__(
+        self, api: Api, cache: Cache, metrics: Metrics, events: EventRecorder, pod_exec: PodExec | None = None
+    ) -> None:
         self.api = api
         self.cache = cache
         self.metrics = metrics
@@ -121,7 +124,7 @@ class Reconciler:
             StorageRoom(api, self.memo),
             self.high_availability,
             InstancesRoom(events),
-            CredentialsRoom(api, self.memo),
+            CredentialsRoom(api, self.memo, events, pod_exec),
         )
         self._invalid_seen: dict[ClusterKey, int] = {}
         # Clusters whose namespace refused a write because it is being deleted, by the cluster version

@@ -1,28 +1,32 @@
 """The instance entrypoint's I/O shell: read the pod's inputs, render Patroni's config, exec Patroni.
 
-    pg-operator-instance [run]            render <run dir>/patroni.yml (0600) and exec Patroni on it
+    pg-operator-instance [run]            render <run dir>/patroni.yml (0600), run Patroni on it and reload
+                                          it when the mounted Secrets change
     pg-operator-instance render           print the rendered config with passwords redacted
     pg-operator-instance post-bootstrap DSN   (Patroni calls this once after initdb or a restore)
 
 Inputs (docs/contracts.md, "Pod contract"): PGOP_CLUSTER_NAME, PGOP_NAMESPACE, PGOP_POD_NAME, PGOP_POD_IP,
 PGOP_PG_MAJOR, PGDATA; /etc/pg-operator/config/instance.yaml (pg_operator.api.instance_config); the Secrets
-in /etc/pg-operator/secrets/{superuser,replication,app}/{username,password}. For tests on one host the
-paths move with PGOP_CONFIG_FILE, PGOP_SECRETS_DIR, PGOP_RUN_DIR (default /var/run/postgresql),
+in /etc/pg-operator/secrets/{superuser,replication,app,patroni-api}/{username,password}. For tests on one
+host the paths move with PGOP_CONFIG_FILE, PGOP_SECRETS_DIR, PGOP_RUN_DIR (default /var/run/postgresql),
 PGOP_PG_BIN_DIR (default /usr/lib/postgresql/current/bin), PGOP_BARMAN_BIN_DIR (default /opt/pg-operator/bin),
 and PGOP_LISTEN_HOST binds PostgreSQL and the REST API to one address instead of all. barman-cloud's
 credentials (AWS_*, PGOP_SOURCE_AWS_*) come from the pod's environment; Patroni and PostgreSQL inherit
 them, and nothing here reads or logs them.
 
-PID 1 is tini (images/postgres/recipe.sh): it forwards signals and reaps orphans, so this process simply
-becomes Patroni via exec, and Patroni stops PostgreSQL cleanly on SIGTERM.
+PID 1 is tini (images/postgres/recipe.sh): it forwards signals and reaps orphans. This process runs
+Patroni as its child, passes every stopping signal on (Patroni stops PostgreSQL cleanly on SIGTERM) and
+exits with Patroni's status.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import pwd
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,6 +48,8 @@ from pg_operator.instance.patroni_config import redacted, render_patroni_config
 
 PROG = "pg-operator-instance"
 PATRONI_CONFIG_NAME = "patroni.yml"
+# How often the mounted Secrets are compared (the kubelet itself refreshes them every sync period).
+SECRETS_POLL_SECONDS = 2.0
 
 
 def _log(message: str) -> None:
@@ -122,13 +128,53 @@ def write_private(path: Path, text: str) -> None:
         raise
 
 
-def run(env: Mapping[str, str]) -> None:
+def secrets_digests(secrets_dir: str) -> dict[str, str]:
+    """A digest of each mounted Secret's username and password (never the values), to notice a change."""
+    digests = {}
+    for role in SECRET_ROLES:
+        h = hashlib.sha256()
+        for key in ("username", "password"):
+            try:
+                h.update(Path(secrets_dir, role, key).read_bytes())
+            except OSError:
+                h.update(b"\0missing")
+            h.update(b"\0")
+        digests[role] = h.hexdigest()
+    return digests
+
+
+def run(env: Mapping[str, str]) -> int:
+    """Render the config, run Patroni, and while it runs follow the mounted Secrets: the kubelet rewrites
+    them when a Secret changes, and Patroni reloads a re-rendered config on SIGHUP (new replication,
+    superuser and REST API passwords, no restart). Returns Patroni's exit status."""
     pod, config = build_config(env)
     version = check_server_major(pod)
     path = Path(pod.run_dir, PATRONI_CONFIG_NAME)
     write_private(path, yaml.safe_dump(config, sort_keys=False))
     _log(f"{version}; member {pod.pod_name} of {pod.namespace}/{pod.cluster}; starting Patroni with {path}")
-    os.execv(sys.executable, [sys.executable, "-m", "patroni", str(path)])  # noqa: S606 (fixed argv)
+    patroni = subprocess.Popen([sys.executable, "-m", "patroni", str(path)])
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: patroni.send_signal(signum))
+    seen = secrets_digests(pod.secrets_dir)
+    while True:
+        try:
+            code = patroni.wait(timeout=SECRETS_POLL_SECONDS)
+            return code if code >= 0 else 128 - code
+        except subprocess.TimeoutExpired:
+            pass
+        now = secrets_digests(pod.secrets_dir)
+        if now == seen:
+            continue
+        changed = ", ".join(role for role in SECRET_ROLES if now[role] != seen[role])
+        try:
+            _, config = build_config(env)
+        except ValueError as e:  # a half-written or broken Secret: keep what runs, try on the next change
+            _log(f"the mounted Secrets changed ({changed}) but cannot be used: {e}")
+        else:
+            write_private(path, yaml.safe_dump(config, sort_keys=False))
+            patroni.send_signal(signal.SIGHUP)
+            _log(f"the mounted Secrets changed ({changed}): Patroni reloads its configuration")
+        seen = now
 
 
 def post_bootstrap(env: Mapping[str, str], dsn: str) -> None:
@@ -160,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "post-bootstrap":
             post_bootstrap(env, args.dsn)
         else:
-            run(env)
+            return run(env)
     except ValueError as e:
         _log(f"error: {e}")
         return 2

@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 
 from pg_operator.instance.inputs import Credentials
-from pg_operator.instance.scram import scram_sha256_verifier
+from pg_operator.scram import scram_sha256_verifier
 
 # Keep the role statements out of every log, whatever the user configured.
 _QUIET = (

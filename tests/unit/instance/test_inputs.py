@@ -9,7 +9,7 @@ import hmac
 import pytest
 
 from pg_operator.instance import inputs
-from pg_operator.instance.scram import scram_sha256_verifier
+from pg_operator.scram import scram_sha256_verifier
 
 ENV = {
     "PGOP_CLUSTER_NAME": "orders-db",

@@ -1,25 +1,133 @@
-"""The credentials room: the cluster's Secrets (application, superuser, replication, Patroni API),
-created once with passwords from a CSPRNG and never overwritten by the operator."""
+"""The credentials room: the cluster's Secrets (application, superuser, replication, Patroni API) are the
+source of truth for every password.
+
+A missing Secret is created with a password from a CSPRNG (create-only: the operator never rewrites a
+password). A Secret whose password the database has not been given yet (new, edited, deleted and
+recreated, replaced by the user, or a cluster recreated over kept volumes) is applied on the running
+primary as a SCRAM verifier sent on stdin (never in argv, never logged), then marked applied on the
+Secret (specs/credential_changes.py). The instances pick the new Secret up from their mounts and reload
+Patroni (instance/main.py), so replication, pg_rewind and the REST API follow without a restart.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Secret
 
-from pg_operator.controller.kube_api import Api, is_conflict
+from pg_operator import objects
+from pg_operator.api.constants import CLUSTER_LABEL, ROLE_PRIMARY
+from pg_operator.controller.events import EventRecorder
+from pg_operator.controller.kube_api import Api, is_conflict, is_not_found
+from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.controller.writes import WriteMemo, all_of
+from pg_operator.orchestration.instances import instances_from_pods, patroni_state
 from pg_operator.specs import ClusterPasswords, build_secrets, secret_names
+from pg_operator.specs.credential_changes import (
+    Change,
+    Plan,
+    applied_patch,
+    plan,
+    role_sql,
+    without_verifiers,
+)
 
 log = logging.getLogger(__name__)
 
+EXEC_SECONDS = 30
+
 
 class CredentialsRoom(Room):
-    def __init__(self, api: Api, memo: WriteMemo) -> None:
+    def __init__(self, api: Api, memo: WriteMemo, events: EventRecorder, pod_exec: PodExec | None) -> None:
         self.api = api
         self.memo = memo
+        self.events = events
+        self.exec = pod_exec
+        # Warnings already posted, per cluster: one Event per distinct message.
+        self._warned: dict[tuple[str, str], str] = {}
+
+    def forget(self, key: tuple[str, str]) -> None:
+        self._warned.pop(key, None)
+
+    async def act(self, p: ClusterPass) -> None:
+        secrets = {n: p.snapshot.find("v1", "Secret", n) for n in secret_names(p.cluster)}
+        wanted = plan(p.cluster, secrets)
+        if wanted.refused:
+            message = "; ".join(wanted.refused)
+            p.report(("CredentialRefused", message))
+            p.writes += await self._warn_once(p, "CredentialRefused", message)
+        if not wanted.changes:
+            return
+        roles = wanted.role_changes
+        if roles:
+            primary = self._running_primary(p)
+            if primary is None or self.exec is None:
+                return  # nothing to apply them to yet: the primary's pod changes wake the cluster
+            failure = await self._set_passwords(p, primary, roles)
+            if failure:
+                p.report(("CredentialNotApplied", failure))
+                p.writes += await self._warn_once(p, "CredentialNotApplied", failure)
+                return
+        p.writes += await self._mark_applied(p, wanted, secrets)
+
+    @staticmethod
+    def _running_primary(p: ClusterPass) -> str | None:
+        """The primary as Patroni says it runs (its member data on the pod), ready and not going."""
+        pods = [pod for pod in p.snapshot.of_kind("v1", "Pod") if objects.label(pod, CLUSTER_LABEL) == p.name]
+        by_name = {objects.name(pod): pod for pod in pods}
+        for instance in instances_from_pods(pods):
+            state = patroni_state(objects.meta(by_name[instance.name]))
+            if (instance.role == ROLE_PRIMARY and instance.ready and not instance.terminating
+                    and state.get("state") == "running"):
+                return instance.name
+        return None
+
+    async def _set_passwords(self, p: ClusterPass, primary: str, changes: list[Change]) -> str | None:
+        """ALTER ROLE … PASSWORD '<verifier>' for each change, in one psql session; a reason on failure."""
+        assert self.exec is not None
+        what = ", ".join(c.describe() for c in changes)
+        try:
+            result = await self.exec.run(p.namespace, primary, [*PSQL, "-q", "-f", "-"],
+                                         stdin=role_sql(changes).encode(), seconds=EXEC_SECONDS)  # fmt: skip
+        except ExecError as exc:
+            return f"could not set {what} on {primary}: {exc}"
+        if result.exit_status != 0:
+            why = without_verifiers(result.stderr)[-300:] or f"psql exited {result.exit_status}"
+            return f"could not set {what} on {primary}: {why}"
+        log.info("%s/%s: set %s on %s", p.namespace, p.name, what, primary)
+        return None
+
+    async def _mark_applied(
+        self, p: ClusterPass, wanted: Plan, secrets: Mapping[str, Mapping[str, Any] | None]
+    ) -> int:
+        async def mark(change: Change) -> int:
+            secret = secrets[change.slot.secret] or {}
+            try:
+                await self.api.merge_patch(Secret, change.slot.secret, p.namespace,
+                                           applied_patch(p.cluster, change, secret))  # fmt: skip
+            except ApiError as exc:
+                if is_conflict(exc) or is_not_found(exc):
+                    return 1  # changed or gone meanwhile: its watch event brings the next pass
+                raise
+            if change.slot.has_role:
+                message = f"{change.describe()} was set in the database"
+            else:
+                message = f"{change.describe()} changed; the instances reload it from their mounted Secret"
+            await self.events.record(p.body, "Normal", "CredentialApplied", message)
+            return 2
+
+        return await all_of([mark(c) for c in wanted.changes])
+
+    async def _warn_once(self, p: ClusterPass, reason: str, message: str) -> int:
+        key = (p.namespace, p.name)
+        if self._warned.get(key) == message:
+            return 0
+        self._warned[key] = message
+        return int(await self.events.record(p.body, "Warning", reason, message))
 
     async def create(self, p: ClusterPass) -> int:
         names = secret_names(p.cluster)
@@ -39,8 +147,15 @@ class CredentialsRoom(Room):
             try:
                 await self.api.create_dict(secret)
             except ApiError as exc:
-                if not is_conflict(exc):  # already there (the cache had not caught up): create-only
+                if not is_conflict(exc):
                     raise
+                # There already, yet not in the cache, which holds only Secrets labelled with the
+                # cluster: a Secret the user put in place without the label stays invisible (asked
+                # again each pass, so the report stays until it is labelled).
+                p.report(("CredentialUnlabelled",
+                          f"Secret {secret_name} exists without the label {CLUSTER_LABEL}={p.name}: the "
+                          "operator cannot see its password; label it to have it applied"))
+                return 1
             self.memo.wrote((p.namespace, "Secret", secret_name, "create"), None, "")
             return 1
 

@@ -1,7 +1,8 @@
 """SCRAM-SHA-256 password verifiers (RFC 5802/7677, PostgreSQL's `SCRAM-SHA-256$…` form).
 
-The entrypoint sends roles a verifier, never the password, so a statement log or pg_stat_statements can
-never show a password.
+The entrypoint (at bootstrap) and the operator (when a Secret changes) send roles a verifier, never the
+password, so a statement log or pg_stat_statements can never show a password. A leaf: imports nothing
+of pg_operator.
 """
 
 from __future__ import annotations
