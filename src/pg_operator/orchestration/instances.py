@@ -58,6 +58,11 @@ class Instance:
     # Patroni's word (in the pod's `status` annotation) that a changed setting waits for a restart, and
     # which settings; no request needed to see it.
     pending_restart: tuple[str, ...] | None = None
+    # Patroni's state of the member from the same annotation ("running", "streaming", "starting",
+    # "start failed", "restart failed", "crashed", ...), "" when not published.
+    state: str = ""
+    # Since when the pod is not ready (its Ready condition's last transition), None while ready.
+    not_ready_since: datetime | None = None
 
     @property
     def healthy_replica(self) -> bool:
@@ -169,6 +174,9 @@ def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | No
         pod_ip=str(objects.status(pod).get("podIP") or ""),
         member=(members or {}).get(name),
         pending_restart=pending_restart_settings(meta),
+        state=str(patroni_state(meta).get("state") or ""),
+        not_ready_since=None if pod_ready(pod) else _parse_time(
+            (objects.condition(objects.status(pod), "Ready") or {}).get("lastTransitionTime")),
     )
 
 

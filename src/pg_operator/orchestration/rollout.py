@@ -28,6 +28,10 @@ ActionKind = Literal["none", "wait", "delete_pod", "switchover", "restart", "hal
 # A replica more than this far behind is not "caught up" for rollout purposes.
 MAX_CATCH_UP_LAG_BYTES = 16 * 1024 * 1024
 STALL_AFTER = timedelta(minutes=5)
+# A restart for a setting takes seconds; an instance not ready for this long while settings wait for
+# a restart has not come back. Patroni's own word (FAILED_STATES) halts at once.
+RESTART_STALL_AFTER = timedelta(seconds=60)
+FAILED_STATES = frozenset({"start failed", "restart failed", "crashed"})
 
 
 @dataclass(frozen=True)
@@ -135,16 +139,54 @@ def _setting_names(instance: Instance) -> str:
     return ", ".join(instance.pending_restart or ()) or "settings"
 
 
+def _member_state(instance: Instance) -> str:
+    return instance.member.state if instance.member is not None else instance.state
+
+
+def restart_halt(instances: Sequence[Instance], now: datetime | None, *,
+                 stall_after: timedelta = RESTART_STALL_AFTER) -> Action | None:
+    """An instance that does not come back while settings wait for a restart stops the rollout, naming
+    the instance, Patroni's state of it and the settings (as the instances still waiting list them).
+    The primary keeps its previous value; setting the spec back lets Patroni start the instance with
+    the old value (no manual step)."""
+    waiting = sorted({name for i in instances if i.pending_restart for name in i.pending_restart})
+    if not any(i.pending_restart is not None for i in instances):
+        return None
+    for i in instances:
+        if i.ready or i.terminating:
+            continue
+        state = _member_state(i)
+        stalled = (now is not None and i.not_ready_since is not None
+                   and now - i.not_ready_since > stall_after)
+        if state not in FAILED_STATES and not stalled:
+            continue
+        settings = ", ".join(waiting) or "a setting"
+        primary = next((p.name for p in instances if p.role == ROLE_PRIMARY and p.ready), "")
+        serving = (f"primary {primary} keeps serving with the previous value" if primary
+                   else "no primary is ready")
+        said = f"Patroni: {state}" if state else "not ready"
+        return Action("halt", target=i.name, reason=(
+            f"{i.name} does not start ({said}) while {settings} "
+            f"{'wait' if len(waiting) > 1 else 'waits'} for a restart: the restart "
+            f"rollout stopped at {i.name} and {serving}; set spec.postgresql.parameters {settings} "
+            "back (or to a value the instances can start with) and it recovers on its own"))
+    return None
+
+
 def plan_restart(instances: Sequence[Instance], expected: int, *,
-                 max_lag_bytes: int = MAX_CATCH_UP_LAG_BYTES) -> Action:
+                 max_lag_bytes: int = MAX_CATCH_UP_LAG_BYTES, now: datetime | None = None) -> Action:
     """Restart the instances Patroni marks pending_restart after a settings change, one at a time.
 
     The primary goes last and is restarted in place: Patroni keeps the leader key through a planned
     restart, so the outage is one PostgreSQL restart (a switchover would cost one too, plus a second
-    restart of the old primary). Nothing happens while any instance is missing, not ready or behind."""
+    restart of the old primary). Nothing happens while any instance is missing, not ready or behind;
+    one that does not come back halts the rollout (restart_halt)."""
     pending = [i for i in instances if i.pending_restart is not None and not i.terminating]
     if not pending:
         return NONE
+    halt = restart_halt(instances, now)
+    if halt is not None:
+        return halt
     blocked = _blocking(instances, expected) or _behind(instances, max_lag_bytes)
     if blocked:
         return blocked

@@ -8,8 +8,10 @@ per reconcile pass.
 - Rolling image changes: replicas first, then a switchover, then the old primary; a stalled instance
   halts the rollout as a reported problem (orchestration.rollout.plan_update).
 - Settings: PostgreSQL parameters, synchronous replication and Patroni's timing are kept in Patroni's
-  dynamic configuration (PATCH /config on the leader when they differ); members Patroni marks
-  pending_restart are restarted replicas first, the primary last (orchestration.rollout.plan_restart).
+  dynamic configuration (PATCH /config on the leader when they differ), values PostgreSQL refuses
+  left out and reported (settings_changes.py); members Patroni marks pending_restart are restarted
+  replicas first, the primary last, and one that does not come back halts the rollout naming the
+  settings (orchestration.rollout.plan_restart).
 - Patroni's own ConfigMaps get an owner reference so deleting the cluster removes them too.
 
 Patroni's REST API is asked only when a decision needs its view (a rollout or switchover in
@@ -40,25 +42,20 @@ from pg_operator.controller.kube_api import (
     is_not_found,
     resource_for,
 )
+from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.rooms import ClusterPass, Room
+from pg_operator.controller.rooms.settings_changes import SettingsChanges
 from pg_operator.orchestration.failover import leader_configmap_name, plan_lock_release, sync_configmap_name
 from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
-from pg_operator.orchestration.patroni_settings import (
-    changed_parameter_names,
-    config_configmap_name,
-    dynamic_config_patch,
-)
 from pg_operator.orchestration.rollout import Action, best_candidate, plan_restart, plan_scale, plan_update
 from pg_operator.patroni.client import (
     PatroniAuth,
     PatroniError,
     get_cluster,
-    patch_config,
     restart_pending,
     switchover,
 )
 from pg_operator.specs import names
-from pg_operator.specs.configmap import dynamic_settings
 
 log = logging.getLogger(__name__)
 
@@ -94,17 +91,16 @@ def patroni_auth(snapshot: Snapshot, cluster: PostgresCluster) -> PatroniAuth | 
 
 
 class HighAvailabilityRoom(Room):
-    def __init__(self, api: Api, events: EventRecorder) -> None:
+    def __init__(self, api: Api, events: EventRecorder, pod_exec: PodExec | None = None) -> None:
         self.api = api
         self.events = events
         self._session: aiohttp.ClientSession | None = None
-        # The version of each cluster's `<scope>-config` ConfigMap we last PATCHed Patroni at: once per
-        # observed version, so a pass before Patroni wrote it back does not PATCH again.
-        self._config_patched: dict[tuple[str, str], str] = {}
+        self.settings = SettingsChanges(events, self.session, pod_exec)
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+        await self.settings.close()
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -112,7 +108,7 @@ class HighAvailabilityRoom(Room):
         return self._session
 
     def forget(self, key: tuple[str, str]) -> None:
-        self._config_patched.pop(key, None)
+        self.settings.forget(key)
 
     async def act(self, p: ClusterPass) -> None:
         if p.statefulset is None:
@@ -165,7 +161,8 @@ class HighAvailabilityRoom(Room):
         # A recreated pod starts with the current settings, so restarts wait until a rollout is done.
         if any(i.pending_restart is not None for i in instances):
             members = await self._members(instances)
-            action = plan_restart(instances_from_pods(pods, members), cluster.spec.replicas)
+            action = plan_restart(instances_from_pods(pods, members), cluster.spec.replicas,
+                                  now=datetime.now(UTC))
             result.writes += await self._act(p, instances, action, result)
         return result
 
@@ -293,38 +290,12 @@ class HighAvailabilityRoom(Room):
         return 1 + int(recorded)
 
     async def _ensure_dynamic_config(self, p: ClusterPass, instances: list[Instance]) -> int:
-        """Keep Patroni's dynamic configuration as the spec says (orchestration.patroni_settings): read
-        from the watched `<scope>-config` ConfigMap, PATCHed on the leader only when it differs (once per
-        observed version of that ConfigMap). Patroni then reloads every member; what needs a restart
-        shows up as pending_restart on the pods."""
-        cluster, snapshot = p.cluster, p.snapshot
-        configmap = snapshot.find("v1", "ConfigMap", config_configmap_name(cluster.name))
-        patch = dynamic_config_patch(configmap, dynamic_settings(cluster))
+        """Keep Patroni's dynamic configuration as the spec says, sending only values PostgreSQL
+        accepts (controller/rooms/settings_changes.py). Patroni then reloads every member; what needs
+        a restart shows up as pending_restart on the pods."""
         primary = next((i for i in instances if i.role == ROLE_PRIMARY and i.ready and i.pod_ip
                         and not i.container_down and not i.terminating), None)
-        if patch is None or primary is None:
-            return 0
-        key, version = (cluster.namespace, cluster.name), objects.resource_version(configmap) or ""
-        if self._config_patched.get(key) == version:
-            return 0
-        try:
-            await patch_config(self.session(), primary.pod_ip, patch, patroni_auth(snapshot, cluster))
-        except PatroniError as exc:
-            log.warning("%s/%s: could not update Patroni's dynamic configuration: %s", cluster.namespace,
-                        cluster.name, exc)
-            return 0
-        self._config_patched[key] = version
-        # Names only: a parameter's value is the user's business and stays out of logs and Events.
-        settings = sorted(k for k in patch if k != "postgresql")
-        parameters = changed_parameter_names(patch)
-        described = ", ".join(settings + [f"parameter {p}" for p in parameters])
-        log.info("%s/%s: updated Patroni's dynamic configuration: %s", cluster.namespace, cluster.name,
-                 described)
-        if not parameters and settings == ["primary_start_timeout"]:
-            return 0  # the operator's own setting on an older cluster: nothing the user changed
-        recorded = await self.events.record(p.body, "Normal", "ConfigurationUpdated",
-                                            f"applied to every instance: {described}")
-        return int(recorded)
+        return await self.settings.ensure(p, primary, patroni_auth(p.snapshot, p.cluster))
 
     async def _adopt_patroni_configmaps(self, p: ClusterPass) -> int:
         """Patroni creates its ConfigMaps without an owner; give them one (not as controller: they

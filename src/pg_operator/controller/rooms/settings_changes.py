@@ -1,0 +1,233 @@
+"""Settings changes on a running cluster, the high-availability room's part that talks to PostgreSQL:
+keep Patroni's dynamic configuration as the spec says, but send only values PostgreSQL accepts, and
+tell the user only what really took effect (orchestration.parameter_check decides; this is the glue).
+
+Per pass: the parameters that differ from what Patroni holds are judged by `postgres -C` in the
+primary's container (once per cluster, image and value: the verdicts are kept); refused ones are left
+out of the PATCH and reported (Degraded `ParameterRefused`, a Warning Event once per message); after
+the PATCH the sent values are read back from pg_settings on the primary until each is in effect or
+waits for a restart (at most VERIFY_WITHIN), and only then the ConfigurationUpdated Event says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from pg_operator import objects
+from pg_operator.api.constants import SUPERUSER
+from pg_operator.controller.events import EventRecorder
+from pg_operator.controller.kube_api import load_config
+from pg_operator.controller.pod_exec import ExecError, PodExec
+from pg_operator.controller.rooms import ClusterPass, Problem
+from pg_operator.orchestration.instances import Instance
+from pg_operator.orchestration.parameter_check import (
+    Applied,
+    Verdict,
+    applied_message,
+    check_argv,
+    new_values,
+    parse_check_output,
+    read_back,
+    refusal_message,
+    value_text,
+    verify_query,
+    without_refused,
+)
+from pg_operator.orchestration.patroni_settings import (
+    changed_parameter_names,
+    config_configmap_name,
+    dynamic_config,
+    dynamic_config_patch,
+)
+from pg_operator.patroni.client import PatroniAuth, PatroniError, patch_config
+from pg_operator.specs.configmap import dynamic_settings
+
+log = logging.getLogger(__name__)
+
+PSQL = ["psql", "-h", "/var/run/postgresql", "-U", SUPERUSER, "-d", "postgres", "-AtX",
+        "-v", "ON_ERROR_STOP=1"]
+# Patroni reloads every member in its next loop (loop_wait, 10 s by default); a value not in effect
+# after this long is reported as such.
+VERIFY_WITHIN = 60.0
+VERIFY_EVERY = 2.0
+REFUSED_REASON = "ParameterRefused"
+CHECK_FAILED_REASON = "ParameterCheckFailed"
+
+ClusterKey = tuple[str, str]
+VerdictKey = tuple[str, str, str]  # (image, name, value)
+
+
+@dataclass
+class Unverified:
+    """Values sent to Patroni and not yet seen in effect on the primary."""
+
+    expected: dict[str, str]  # name → the setting `postgres -C` parsed the value to
+    removed: list[str]
+    since: float
+    tried: float = 0.0
+
+
+@dataclass
+class _ClusterMemory:
+    verdicts: dict[VerdictKey, Verdict] = field(default_factory=dict)
+    told: str = ""  # the refusal message last posted as an Event
+    patched_version: str | None = None  # the `<scope>-config` version last PATCHed at
+    unverified: Unverified | None = None
+
+
+class SettingsChanges:
+    def __init__(self, events: EventRecorder, session: Callable[[], aiohttp.ClientSession],
+                 pod_exec: PodExec | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.events = events
+        self.session = session
+        self._exec = pod_exec
+        self.clock = clock
+        self._memory: dict[ClusterKey, _ClusterMemory] = {}
+
+    def forget(self, key: ClusterKey) -> None:
+        self._memory.pop(key, None)
+
+    def pod_exec(self) -> PodExec:
+        if self._exec is None:
+            try:
+                self._exec = PodExec(load_config())
+            except SystemExit as exc:  # load_config's way of saying there is no configuration
+                raise ExecError(str(exc)) from None
+        return self._exec
+
+    async def close(self) -> None:
+        if self._exec is not None:
+            await self._exec.close()
+
+    async def ensure(self, p: ClusterPass, primary: Instance | None, auth: PatroniAuth | None) -> int:
+        """One pass: check, PATCH what is accepted, read back what was sent. Returns the writes made."""
+        key = (p.namespace, p.name)
+        memory = self._memory.setdefault(key, _ClusterMemory())
+        writes = await self._read_back(p, memory, primary)
+        configmap = p.snapshot.find("v1", "ConfigMap", config_configmap_name(p.name))
+        desired = dynamic_settings(p.cluster)
+        patch = dynamic_config_patch(configmap, desired)
+        if patch is None or primary is None:
+            if patch is None and memory.told:
+                memory.told = ""  # nothing refused any more: a later refusal is news again
+            return writes
+        values = new_values(patch)
+        verdicts = await self._judge(p, memory, primary, values)
+        refused = {n: v.reason for n, v in verdicts.items() if not v.accepted and not v.unknown}
+        unknown = {n: v.reason for n, v in verdicts.items() if v.unknown}
+        writes += await self._report(p, memory, refused, unknown)
+        if refused or unknown:
+            patch = dynamic_config_patch(configmap, without_refused(desired, dynamic_config(configmap),
+                                                                    {*refused, *unknown}))
+        elif memory.told:
+            memory.told = ""
+        if patch is None:
+            return writes
+        version = objects.resource_version(configmap) or ""
+        if memory.patched_version == version:
+            return writes  # sent at this version already; Patroni has not written it back yet
+        try:
+            await patch_config(self.session(), primary.pod_ip, patch, auth)
+        except PatroniError as exc:
+            log.warning("%s/%s: could not update Patroni's dynamic configuration: %s", p.namespace, p.name,
+                        exc)
+            return writes
+        memory.patched_version = version
+        return writes + await self._sent(p, memory, patch, verdicts)
+
+    async def _judge(self, p: ClusterPass, memory: _ClusterMemory, primary: Instance,
+                     values: Mapping[str, Any]) -> dict[str, Verdict]:
+        """PostgreSQL's verdict on each value, asked of the primary's binary only for values not judged
+        before on this image."""
+        image = primary.image or ""
+        keys = {name: (image, name, value_text(value)) for name, value in values.items()}
+        memory.verdicts = {k: v for k, v in memory.verdicts.items() if k in keys.values()}
+        missing = {name: values[name] for name, k in keys.items() if k not in memory.verdicts}
+        if missing:
+            try:
+                result = await self.pod_exec().run(p.namespace, primary.name, check_argv(missing), seconds=30)
+                judged = parse_check_output(missing, result.stdout)
+            except ExecError as exc:
+                judged = {name: Verdict(False, unknown=True, reason=f"could not check {name}: {exc}")
+                          for name in missing}
+            for name, verdict in judged.items():
+                if not verdict.unknown:  # a check that did not run is tried again next pass
+                    memory.verdicts[keys[name]] = verdict
+            found = {**{n: memory.verdicts[k] for n, k in keys.items() if k in memory.verdicts}, **judged}
+        else:
+            found = {n: memory.verdicts[k] for n, k in keys.items()}
+        return found
+
+    async def _report(self, p: ClusterPass, memory: _ClusterMemory, refused: Mapping[str, str],
+                      unknown: Mapping[str, str]) -> int:
+        problem: Problem | None = None
+        if refused:
+            problem = (REFUSED_REASON, refusal_message(refused))
+        elif unknown:
+            problem = (CHECK_FAILED_REASON, "spec.postgresql.parameters: not sent to the instances until "
+                       "PostgreSQL has checked them: " + "; ".join(sorted(unknown.values())))
+        if problem is None:
+            return 0
+        p.report(problem)
+        if not refused or memory.told == problem[1]:
+            return 0
+        memory.told = problem[1]
+        log.warning("%s/%s: %s", p.namespace, p.name, problem[1])
+        return int(await self.events.record(p.body, "Warning", REFUSED_REASON, problem[1]))
+
+    async def _sent(self, p: ClusterPass, memory: _ClusterMemory, patch: Mapping[str, Any],
+                    verdicts: Mapping[str, Verdict]) -> int:
+        settings = sorted(k for k in patch if k != "postgresql")
+        parameters = changed_parameter_names(patch)
+        sent = new_values(patch)
+        log.info("%s/%s: updated Patroni's dynamic configuration: %s", p.namespace, p.name,
+                 ", ".join(settings + [f"parameter {n}" for n in parameters]))
+        if sent or len(parameters) > len(sent):
+            memory.unverified = Unverified(
+                expected={n: verdicts[n].setting for n in sent if n in verdicts},
+                removed=[n for n in parameters if n not in sent], since=self.clock())
+        user_settings = [s for s in settings if s != "primary_start_timeout"]
+        if not user_settings:
+            return 0  # the parameters are told once read back; the operator's own setting is not news
+        recorded = await self.events.record(p.body, "Normal", "ConfigurationUpdated",
+                                            "Patroni's dynamic configuration now holds "
+                                            + ", ".join(user_settings))
+        return int(recorded)
+
+    async def _read_back(self, p: ClusterPass, memory: _ClusterMemory, primary: Instance | None) -> int:
+        """Read the values sent last from pg_settings on the primary; once each is in effect or waits
+        for a restart (or VERIFY_WITHIN passed), post the ConfigurationUpdated Event saying which."""
+        pending = memory.unverified
+        now = self.clock()
+        if pending is None or primary is None or now - pending.tried < VERIFY_EVERY:
+            return 0
+        pending.tried = now
+        result = Applied()
+        if pending.expected:
+            try:
+                out = await self.pod_exec().run(p.namespace, primary.name,
+                                                [*PSQL, "-c", verify_query(pending.expected)], seconds=20)
+            except ExecError as exc:
+                log.info("%s/%s: reading settings back: %s", p.namespace, p.name, exc)
+                out = None
+            if out is None or out.exit_status != 0:
+                if now - pending.since < VERIFY_WITHIN:
+                    return 0
+                result = Applied(not_yet=tuple(sorted(pending.expected)))
+            else:
+                result = read_back(pending.expected, out.stdout)
+        if result.not_yet and now - pending.since < VERIFY_WITHIN:
+            return 0
+        memory.unverified = None
+        message = applied_message(result, primary.name, pending.removed)
+        if not message:
+            return 0
+        event_type = "Warning" if result.not_yet else "Normal"
+        reason = "ParameterNotApplied" if result.not_yet else "ConfigurationUpdated"
+        return int(await self.events.record(p.body, event_type, reason, message))
