@@ -1,16 +1,28 @@
 """A real PostgreSQL cluster on the full profile: the operator installed from deploy/ (its image built
-locally), the user's example applied, Patroni electing a primary and two streaming replicas, and an
-application connecting with the `<name>-app` Secret."""
+locally), the user's example applied, Patroni electing a primary and two streaming replicas, an
+application connecting with the `<name>-app` Secret, and the Secrets as the source of truth for every
+password (deleted, edited, refused, and a cluster recreated over its volumes)."""
 
 from __future__ import annotations
 
+import base64
+import json
+import re
+import uuid
+from typing import Any
+
 import psycopg
+import pytest
 
 from harness.deployed_operator import EXAMPLE, EXAMPLE_NAMESPACE
-from harness.kube import get_json
+from harness.kube import get_json, get_or_none
 from harness.local_cluster import Kube
-from harness.pgcluster import connect_app, secret, service_ip, status, wait_serving
+from harness.paths import REPO
+from harness.pgcluster import Writer, connect_app, healthy, secret, service_ip, status, wait_serving
 from harness.waiting import wait_until
+from pg_operator.specs.credential_changes import APPLIED_ANNOTATION, fingerprint
+
+SWITCHOVER = "db.example.com/switchover-to"
 
 NS, NAME = EXAMPLE_NAMESPACE, EXAMPLE
 
@@ -52,3 +64,172 @@ def test_app_secret_uri_works_as_given(example: Kube) -> None:
     with psycopg.connect(uri, connect_timeout=5) as conn:
         assert conn.execute("select current_user, current_database()").fetchone() == (
             app["username"], app["dbname"])
+
+
+# --- credentials: the Secrets are the source of truth --------------------------------------------------
+
+CREDENTIALS = ("app", "replication", "superuser", "patroni-api")
+
+
+def applied_secret(kube: Kube, kind: str) -> dict[str, str] | None:
+    """The decoded Secret once the operator marked exactly its current password as applied, else None."""
+    body = get_or_none(kube, "secret", f"{NAME}-{kind}", "-n", NS)
+    if not body:
+        return None
+    data = {k: base64.b64decode(v).decode() for k, v in body.get("data", {}).items()}
+    mark = (body["metadata"].get("annotations") or {}).get(APPLIED_ANNOTATION)
+    expected = fingerprint(body["metadata"]["uid"], data.get("username", ""), data.get("password", ""))
+    return data if mark == expected else None
+
+
+def superuser_connect(kube: Kube, password: str) -> psycopg.Connection[Any]:
+    primary = status(kube, NS, NAME)["currentPrimary"]
+    ip = get_json(kube, "pod", primary, "-n", NS)["status"]["podIP"]
+    return psycopg.connect(host=ip, port=5432, user="postgres", password=password, dbname="postgres",
+                           connect_timeout=5, autocommit=True)  # fmt: skip
+
+
+def replicas_stream_after_reconnecting(kube: Kube, su: str) -> None:
+    """End every walsender: each replica connects again with the replication password it has now."""
+    with superuser_connect(kube, su) as conn:
+        conn.execute("select pg_terminate_backend(pid) from pg_stat_replication")
+
+    def streaming() -> bool:
+        with superuser_connect(kube, su) as conn:
+            rows = conn.execute("select count(*) from pg_stat_replication where state = 'streaming'")
+            return rows.fetchone() == (2,)
+
+    wait_until("both replicas to stream again", streaming, 120, 1)
+
+
+RELOADED = re.compile(r"the mounted Secrets changed \(([^)]*)\): Patroni reloads its configuration")
+
+
+def pods_reloaded(kube: Kube, kind: str) -> bool:
+    """Every instance logged that it re-read this mounted Secret and reloaded Patroni."""
+    pods = [i["name"] for i in status(kube, NS, NAME)["instances"]]
+
+    def reloaded(pod: str) -> bool:
+        log = kube.kubectl("logs", pod, "-n", NS, "-c", "postgres").stdout
+        return any(kind in m.group(1).split(", ") for m in RELOADED.finditer(log))
+
+    return all(reloaded(pod) for pod in pods)
+
+
+def test_each_deleted_secret_is_recreated_applied_and_nothing_is_locked_out(example: Kube) -> None:
+    """The lockout the issue reported: a deleted Secret came back with a password no role had."""
+    wait_serving(example, NS, NAME, 3, 120)
+    for kind in CREDENTIALS:
+        wait_until(f"{kind} applied once", lambda k=kind: applied_secret(example, k), 120, 1)  # fmt: skip
+    passwords_before = {k: secret(example, NS, f"{NAME}-{k}")["password"] for k in CREDENTIALS}
+    with Writer(example, NS, NAME, "cred_fresh") as fresh, \
+            Writer(example, NS, NAME, "cred_pooled", persistent=True) as pooled:
+        fresh.wait_for_writes(10, 60)
+        pooled.wait_for_writes(10, 60)
+        for kind in CREDENTIALS:
+            example.kubectl("delete", "secret", f"{NAME}-{kind}", "-n", NS)
+            new = wait_until(f"{NAME}-{kind} recreated and applied",
+                             lambda k=kind: applied_secret(example, k), 120, 1)  # fmt: skip
+            assert new["password"] != passwords_before[kind]
+            if kind == "app":
+                with connect_app(example, NS, NAME) as conn:  # the new Secret works at once
+                    assert conn.execute("select current_user").fetchone() == (new["username"],)
+            wait_until(f"every instance to reload {kind}", lambda k=kind: pods_reloaded(example, k), 120, 2)
+            fresh.wait_for_writes(5, 60)
+            pooled.wait_for_writes(5, 60)
+        su = secret(example, NS, f"{NAME}-superuser")["password"]
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            superuser_connect(example, passwords_before["superuser"]).close()
+        replicas_stream_after_reconnecting(example, su)
+        # The Patroni API password is the operator's own: a switchover still goes through.
+        old_primary = status(example, NS, NAME)["currentPrimary"]
+        example.kubectl("annotate", "pgc", NAME, "-n", NS, f"{SWITCHOVER}=auto", "--overwrite")
+        wait_until("the switchover", lambda: (st := healthy(example, NS, NAME, 3))
+                   and st["currentPrimary"] != old_primary, 180, 1)  # fmt: skip
+        fresh.wait_for_writes(10, 120)
+        pooled.wait_for_writes(10, 120)
+    print(json.dumps({"measure": "credential_secrets_deleted",
+                      "fresh_outage_s": round(fresh.longest_outage, 2),
+                      "pooled_outage_s": round(pooled.longest_outage, 2), "fresh_acked": len(fresh.acked),
+                      "pooled_acked": len(pooled.acked), "fresh_password_refusals": fresh.password_refusals}),
+          flush=True)  # fmt: skip
+    assert fresh.missing() == [] and pooled.missing() == [], "acknowledged writes were lost"
+    messages = [e.get("message", "") for e in get_json(example, "events", "-n", NS)["items"]
+                if e.get("reason") == "CredentialApplied"]  # fmt: skip
+    for kind in CREDENTIALS:
+        assert any(f"Secret {NAME}-{kind}" in m for m in messages), (kind, messages)
+    every_password = {*passwords_before.values(), *(secret(example, NS, f"{NAME}-{k}")["password"]
+                                                    for k in CREDENTIALS)}  # fmt: skip
+    assert not any(p in m for p in every_password for m in messages)
+    assert (condition(example, "Degraded") or {}).get("status") != "True"
+
+
+def test_an_edited_password_is_applied_and_the_uris_follow(example: Kube) -> None:
+    wait_serving(example, NS, NAME, 3, 120)
+    chosen = "rotated-" + uuid.uuid4().hex
+    patch = {"stringData": {"password": chosen}}
+    example.kubectl("patch", "secret", f"{NAME}-app", "-n", NS, "--type=merge", "-p", json.dumps(patch))
+    app = wait_until("the edited password applied", lambda: applied_secret(example, "app"), 60, 1)
+    assert app["password"] == chosen and chosen in app["uri"] and chosen in app["pgpass"]
+    uri = app["uri"].replace(app["host"], service_ip(example, NS, f"{NAME}-rw"))
+    with psycopg.connect(uri, connect_timeout=5) as conn:
+        assert conn.execute("select current_user").fetchone() == (app["username"],)
+
+
+def test_a_secret_naming_another_role_is_refused_with_a_condition(example: Kube) -> None:
+    wait_serving(example, NS, NAME, 3, 120)
+    app = secret(example, NS, f"{NAME}-app")
+    patch = {"stringData": {"username": "mallory", "password": "never-applied"}}
+    example.kubectl("patch", "secret", f"{NAME}-app", "-n", NS, "--type=merge", "-p", json.dumps(patch))
+    def refused() -> dict[str, Any] | None:
+        c = condition(example, "Degraded")
+        return c if c and c.get("reason") == "CredentialRefused" else None
+
+    degraded = wait_until("Degraded CredentialRefused", refused, 60, 1)
+    assert f"Secret {NAME}-app: key username is 'mallory'" in degraded["message"]
+    assert "never-applied" not in degraded["message"]
+    warnings = [e for e in get_json(example, "events", "-n", NS)["items"]
+                if e.get("reason") == "CredentialRefused"]  # fmt: skip
+    assert warnings and warnings[-1]["type"] == "Warning"
+    # Nothing was applied: the role keeps the password it had.
+    ip = service_ip(example, NS, f"{NAME}-rw")
+    with psycopg.connect(host=ip, port=5432, user=app["username"], password=app["password"],
+                         dbname=app["dbname"], connect_timeout=5) as conn:  # fmt: skip
+        assert conn.execute("select current_user").fetchone() == (app["username"],)
+    put_back = {"stringData": {"username": app["username"], "password": app["password"]}}
+    example.kubectl("patch", "secret", f"{NAME}-app", "-n", NS, "--type=merge", "-p", json.dumps(put_back))
+    wait_until("no longer degraded", lambda: (condition(example, "Degraded") or {}).get("status") != "True",
+               60, 1)  # fmt: skip
+
+
+def test_a_cluster_recreated_over_its_volumes_takes_its_new_secrets(example: Kube) -> None:
+    """Deleting the cluster keeps the volumes (the Secrets go with it): created again under the same
+    name, it starts on the old data with new passwords, which must work."""
+    wait_serving(example, NS, NAME, 3, 120)
+    with connect_app(example, NS, NAME) as conn:
+        conn.execute("create table if not exists kept (id int primary key)")
+        conn.execute("insert into kept values (1) on conflict do nothing")
+    old = {k: secret(example, NS, f"{NAME}-{k}")["password"] for k in CREDENTIALS}
+    pvcs = sorted(p["metadata"]["name"] for p in get_json(example, "pvc", "-n", NS)["items"])
+    example.kubectl("delete", "pgc", NAME, "-n", NS, "--wait=true", timeout=300)
+    def gone() -> bool:
+        secrets = [get_or_none(example, "secret", f"{NAME}-{k}", "-n", NS) for k in CREDENTIALS]
+        return not get_json(example, "pods", "-n", NS)["items"] and not any(secrets)
+
+    wait_until("the pods and Secrets to go", gone, 300, 2)
+    assert sorted(p["metadata"]["name"] for p in get_json(example, "pvc", "-n", NS)["items"]) == pvcs
+    example.kubectl("apply", "-f", str(REPO / "examples" / "orders-db.yaml"))
+    wait_serving(example, NS, NAME, 3, 600)
+    for kind in CREDENTIALS:
+        new = wait_until(f"{kind} applied", lambda k=kind: applied_secret(example, k), 180, 1)  # fmt: skip
+        assert new["password"] != old[kind]
+    with connect_app(example, NS, NAME) as conn:
+        assert conn.execute("select count(*) from kept").fetchone() == (1,)
+    replicas_stream_after_reconnecting(example, secret(example, NS, f"{NAME}-superuser")["password"])
+
+
+def condition(kube: Kube, type_: str) -> dict[str, Any] | None:
+    for c in status(kube, NS, NAME).get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return None

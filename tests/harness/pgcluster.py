@@ -4,6 +4,7 @@ health, container kills, network partitions and a writing client."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import subprocess
@@ -162,14 +163,20 @@ def sql_in_netns(netns: str, dsn: str, query: str) -> str:
 
 
 class Writer:
-    """A client that writes numbered rows through <cluster>-rw for as long as it runs, one connection
-    per attempt as a pooled application would reconnect, remembering every acknowledged commit and the
-    longest stretch during which no write succeeded."""
+    """A client that writes numbered rows through <cluster>-rw for as long as it runs, remembering every
+    acknowledged commit and the longest stretch during which no write succeeded. By default one
+    connection per attempt; `persistent` keeps one connection and opens a new one only when it broke,
+    as an application's pool does. Refused for its password, it reads the `<cluster>-app` Secret again,
+    as an application that follows the Secret would."""
 
     OUTAGE_GAP_S = 1.0  # a normal attempt takes well under this, even on the loaded 2-CPU node
 
-    def __init__(self, kube: Kube, namespace: str, cluster: str, table: str) -> None:
+    def __init__(
+        self, kube: Kube, namespace: str, cluster: str, table: str, *, persistent: bool = False
+    ) -> None:
         self.kube, self.namespace, self.cluster, self.table = kube, namespace, cluster, table
+        self.persistent = persistent
+        self.password_refusals = 0
         self.acked: list[int] = []
         self.outages: list[float] = []
         self._stop = threading.Event()
@@ -190,12 +197,17 @@ class Writer:
 
     def _run(self) -> None:
         n, last_ok = 1, None
+        conn: psycopg.Connection[Any] | None = None
+        insert = sql.SQL("insert into {} (id) values (%s)").format(sql.Identifier(self.table))
         while not self._stop.is_set():
             try:
-                with self._connect() as conn:
+                if conn is None:
+                    conn = self._connect()
                     conn.execute("set statement_timeout = '5s'")
-                    insert = sql.SQL("insert into {} (id) values (%s)").format(sql.Identifier(self.table))
-                    conn.execute(insert, (n,))
+                conn.execute(insert, (n,))
+                if not self.persistent:
+                    conn.close()
+                    conn = None
                 self.acked.append(n)
                 # An outage is a gap between two acknowledged writes, whether attempts failed in between
                 # or one attempt hung and then succeeded (a commit waiting for a standby).
@@ -203,12 +215,20 @@ class Writer:
                 if last_ok is not None and now - last_ok > self.OUTAGE_GAP_S:
                     self.outages.append(now - last_ok)
                 last_ok = now
-            except psycopg.Error:
-                pass
+            except psycopg.Error as exc:
+                if conn is not None:
+                    conn.close()
+                    conn = None
+                if "password authentication failed" in str(exc):
+                    self.password_refusals += 1
+                    with contextlib.suppress(Exception):  # kubectl may fail; the next refusal retries
+                        self._app = secret(self.kube, self.namespace, f"{self.cluster}-app")
             # A new id for every attempt: a failed attempt may still have committed (its answer was
             # lost with the primary), and retrying its id would fail on the primary key forever.
             n += 1
             time.sleep(0.05)
+        if conn is not None:
+            conn.close()
 
     def __enter__(self) -> Writer:
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -4,7 +4,8 @@ profile's real API server as Patroni's Kubernetes DCS.
 The two Pod objects sit on a fake node (Running, no process); the processes run on this host as those
 pods (loopback addresses, distinct ports and directories), as an unprivileged user, with a ServiceAccount
 token bound to the Role of the pod contract. Checked: leader election and role labels, streaming
-replication, the application role (scram) and database, replication of data, failover after SIGKILL of
+replication, the application role (scram) and database, replication of data, rotated replication and REST
+API passwords taken without a restart, failover after SIGKILL of
 the leader's Patroni and PostgreSQL (time measured and printed as a JSON line), and the old leader's
 return as a replica.
 """
@@ -31,6 +32,7 @@ from typing import Any
 import aiohttp
 import psycopg
 import pytest
+from psycopg import sql
 
 from harness.kube import apply_objects
 from harness.local_cluster import Kube
@@ -52,6 +54,7 @@ from harness.patroni_instance import (
 from harness.waiting import wait_until
 from pg_operator.api.instance_config import InstanceConfig
 from pg_operator.patroni.client import PatroniAuth, PatroniError, get_cluster, switchover
+from pg_operator.scram import scram_sha256_verifier
 
 
 @dataclass
@@ -205,6 +208,55 @@ async def planned_switchover(primary: Instance, candidate: Instance, api: Patron
         await switchover(session, "127.0.0.1", primary.name, candidate.name, api, port=primary.api_port)
 
 
+def post_reload(inst: Instance, auth: PatroniAuth) -> int:
+    """POST /reload (an authenticated endpoint that changes nothing): Patroni's word on the credentials."""
+
+    async def post() -> int:
+        async with aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{inst.api_port}/reload"
+            async with session.post(url, auth=aiohttp.BasicAuth(auth.username, auth.password)) as resp:
+                return resp.status
+
+    return asyncio.run(post())
+
+
+def rotate_credentials(leader: Instance, replica: Instance, su: str, api: PatroniAuth) -> PatroniAuth:
+    """What the operator and the kubelet do when the replication and Patroni API Secrets change: the role
+    gets the new password (as a verifier), the mounted files change; the running Patroni pick them up.
+    Returns the new API credentials."""
+    repl_password, new_api = secrets.token_urlsafe(32), PatroniAuth(api.username, secrets.token_urlsafe(32))
+    started = {}
+    for inst in (leader, replica):
+        with inst.connect("postgres", su) as conn:
+            started[inst.name] = conn.execute("SELECT pg_postmaster_start_time()").fetchone()
+    with leader.connect("postgres", su) as conn:
+        conn.execute(sql.SQL("ALTER ROLE replicator PASSWORD {}").format(
+            sql.Literal(scram_sha256_verifier(repl_password))))
+    for inst in (leader, replica):
+        (inst.root / "secrets" / "replication" / "password").write_text(repl_password)
+        (inst.root / "secrets" / "patroni-api" / "password").write_text(new_api.password)
+    for inst in (leader, replica):
+        wait_until(f"{inst.name} to reload", lambda i=inst: "Patroni reloads its configuration" in
+                   i.logs[-1].read_text(errors="replace"), timeout=30)  # fmt: skip
+        wait_until(f"{inst.name}'s REST API to take the new password",
+                   lambda i=inst: post_reload(i, new_api) == 202, timeout=30)  # fmt: skip
+        assert post_reload(inst, api) == 401
+    # The replica reconnects (its walsender ended) with the password from its reloaded configuration.
+    with leader.connect("postgres", su) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_replication")
+
+    def streams_again() -> bool:
+        with leader.connect("postgres", su) as conn:
+            return conn.execute("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
+                                " AND application_name = %s", (replica.name,)).fetchone() == (1,)
+
+    wait_until("the replica to stream with the new replication password", streams_again, timeout=60)
+    for inst in (leader, replica):
+        with inst.connect("postgres", su) as conn:
+            assert conn.execute("SELECT pg_postmaster_start_time()").fetchone() == started[inst.name]
+    return new_api
+
+
 def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su: str, app: str,
                api: PatroniAuth) -> None:
     by_name = {i.name: i for i in instances}
@@ -290,6 +342,9 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
     assert all(i.api("/liveness")[0] == 200 for i in instances)
     status, metrics = leader.api("/metrics")
     assert status == 200 and "patroni_primary" in metrics and "patroni_postgres_running" in metrics
+
+    # --- rotated Secrets: each Patroni reloads them from its mount, nothing restarts ----------------------
+    api = rotate_credentials(leader, replica, su, api)
 
     # --- failover: SIGKILL the leader's Patroni and PostgreSQL ---------------------------------------------
     killed_at = time.monotonic()
