@@ -22,6 +22,7 @@ from pg_operator.api.backup import (
     DEFAULT_WAL_MAX_KEEP_SIZE,
     WAL_SIZE_PATTERN,
 )
+from pg_operator.backup.archive_gate import gated_archive_command
 from pg_operator.backup.barman import ObjectStore, archive_command, restore_command
 
 # The settings this fragment owns (on top of those Patroni owns); user values for them are refused.
@@ -39,6 +40,10 @@ class ArchiveSettings:
     store: ObjectStore  # this cluster's own place: server_name = the cluster's name
     archive_timeout: str = DEFAULT_ARCHIVE_TIMEOUT
     wal_max_keep_size: str = DEFAULT_WAL_MAX_KEEP_SIZE
+    # Where the instance finds the gate the operator opens once the cluster owns its store prefix
+    # (backup.archive_gate); None: archive_command ungated (tests of barman alone). Not in instance.yaml:
+    # the entrypoint sets it to its run directory.
+    gate_dir: str | None = None
 
     def __post_init__(self) -> None:
         if not re.match(ARCHIVE_TIMEOUT_PATTERN, self.archive_timeout):
@@ -72,7 +77,11 @@ def archiving_parameters(settings: ArchiveSettings) -> dict[str, str]:
     return {
         "archive_mode": "on",
         "archive_timeout": settings.archive_timeout,
-        "archive_command": archive_command(settings.store),
+        "archive_command": (
+            gated_archive_command(settings.store, settings.gate_dir)
+            if settings.gate_dir is not None
+            else archive_command(settings.store)
+        ),
         "max_slot_wal_keep_size": settings.wal_max_keep_size,
     }
 

@@ -10,9 +10,10 @@ mappings in camelCase, so the image needs nothing beyond this package.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from pg_operator.backup.archive_gate import DEFAULT_GATE_DIR
 from pg_operator.backup.archiving import ArchiveSettings, merge, patroni_fragment
 from pg_operator.backup.barman import DEFAULT_BIN_DIR, ObjectStore
 from pg_operator.backup.recovery import RecoveryTarget, patroni_bootstrap, recovery_conflict
@@ -62,6 +63,12 @@ def section(archive: ArchiveSettings | None, recovery: RecoveryPlan | None) -> d
     return out
 
 
+def _run_dir(config: Mapping[str, Any]) -> str:
+    parameters = (config.get("postgresql") or {}).get("parameters") or {}
+    first = str(parameters.get("unix_socket_directories") or "").split(",")[0].strip()
+    return first or DEFAULT_GATE_DIR
+
+
 def apply(
     config: Mapping[str, Any],
     backup: Mapping[str, Any] | None,
@@ -77,6 +84,9 @@ def apply(
     archive_data = backup.get("archive")
     archive = ArchiveSettings.from_mapping(archive_data, bin_dir=bin_dir) if archive_data else None
     if archive is not None:
+        # archive_command waits behind the gate in the instance's run directory (its Unix socket
+        # directory), which the operator opens once the cluster owns its store prefix.
+        archive = replace(archive, gate_dir=_run_dir(out))
         out = merge(out, patroni_fragment(archive))
     recovery_data = backup.get("recovery")
     if recovery_data:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from pg_operator.api.backup import BackupConfiguration, RecoveryBootstrap
-from pg_operator.backup.barman import archive_command
+from pg_operator.backup.archive_gate import gated_archive_command
 from pg_operator.backup.from_spec import archive_settings
 from pg_operator.backup.instance_hook import apply
 from pg_operator.specs.backup_pod import instance_backup_section
@@ -39,9 +39,13 @@ def test_archiving_only() -> None:
     params = config["postgresql"]["parameters"]
     assert params["hot_standby"] == "on" and params["archive_mode"] == "on"
     assert params["max_slot_wal_keep_size"] == "5GB"
-    assert params["archive_command"] == archive_command(
-        archive_settings(backup, "orders-db", bin_dir="/opt/b").store
+    # archive_command waits behind the gate in the run directory (the default: no socket directory set).
+    assert params["archive_command"] == gated_archive_command(
+        archive_settings(backup, "orders-db", bin_dir="/opt/b").store, "/var/run/postgresql"
     )
+    sockets = {**PATRONI, "postgresql": {"parameters": {"unix_socket_directories": "/run/pg, /tmp"}}}
+    gated = apply(sockets, section, pgdata="/pgdata", bin_dir="/opt/b")["postgresql"]["parameters"]
+    assert "cat /run/pg/pgop-archive-gate 2>/dev/null" in gated["archive_command"]
     assert "orders-db %f %p" in config["postgresql"]["recovery_conf"]["restore_command"]
     assert config["bootstrap"] == PATRONI["bootstrap"]
 

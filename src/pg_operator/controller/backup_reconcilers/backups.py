@@ -1,5 +1,6 @@
 """The Backup reconciler: takes one base backup, in a detached job in one of the cluster's pods, and
-records what barman says of it in the Backup's status.
+records what barman says of it in the Backup's status. A backup starts only in a store prefix the
+cluster owns (backup.store_ownership); otherwise it fails, naming the prefix and the owner found.
 
 Keyed (namespace, cluster, name): the cache holds Backups by their cluster (spec.cluster cannot change).
 """
@@ -13,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pg_operator import objects
+from pg_operator.api.backup import BackupConfiguration
 from pg_operator.api.constants import PG_PORT, SUPERUSER
 from pg_operator.backup import jobs
 from pg_operator.backup.barman import ObjectStore, backup_show_argv, base_backup_argv
@@ -21,6 +23,7 @@ from pg_operator.backup.failures import classify
 from pg_operator.backup.lifecycle import after_poll, before_start
 from pg_operator.backup.placement import choose_instance, primary_pod
 from pg_operator.backup.scheduling import rfc3339
+from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership
 from pg_operator.controller.backup_reconcilers.resources import BackupResource
 from pg_operator.controller.backup_reconcilers.shared import (
     PSQL,
@@ -32,6 +35,7 @@ from pg_operator.controller.backup_reconcilers.shared import (
     store_of,
     wrote,
 )
+from pg_operator.controller.backup_reconcilers.store import StoreError
 from pg_operator.controller.cache import Cache
 from pg_operator.controller.keys import ClusterKey
 from pg_operator.controller.kube_api import Api
@@ -58,6 +62,7 @@ class BackupReconciler:
         cache: Cache,
         pod_exec: PodExec,
         notices: Notices,
+        ownership: StoreOwnership,
         *,
         cluster_news: Callable[[ClusterKey], None],
         backup_completed: Callable[[ClusterKey], None],
@@ -67,6 +72,7 @@ class BackupReconciler:
         self.cache = cache
         self.exec = pod_exec
         self.notices = notices
+        self.ownership = ownership
         self.cluster_news = cluster_news
         self.backup_completed = backup_completed
         self.clock = clock
@@ -126,6 +132,13 @@ class BackupReconciler:
         store = store_of(cluster, config)
         if step.kind == "start":
             assert step.pod
+            refused = await self._not_ours(cluster, config, store)
+            if refused is not None:
+                reason, message = refused
+                await self._write_status(body, {"phase": "Failed", "error": f"{reason}: {message}",
+                                                "stoppedAt": now})  # fmt: skip
+                await self._failed(key, body, cluster, reason, message)
+                return again(None)
             await self._write_status(
                 body,
                 {**step.status, "serverName": store.server_name, "destinationPath": store.destination_url},
@@ -134,6 +147,18 @@ class BackupReconciler:
             await self.notices.post(body, "Normal", "Started", step.message)
             return again(JOB_POLL_SECONDS)
         return await self._running(key, body, cluster, pods, store, now)
+
+    async def _not_ours(
+        self, cluster: Mapping[str, Any], config: BackupConfiguration, store: ObjectStore
+    ) -> tuple[str, str] | None:
+        """(reason, message) when the base backup must not be written to the store: the prefix is not
+        the cluster's, or the store cannot say (classified like barman's own failure would be)."""
+        try:
+            verdict = await self.ownership.check(cluster, config, store)
+        except StoreError as exc:
+            failure = classify(1, str(exc))
+            return failure.reason, failure.message
+        return None if verdict.ours else (verdict.reason, verdict.message)
 
     async def _running(
         self,

@@ -1,6 +1,8 @@
-"""A cluster's backup side: the object-store finalizer, continuous archiving (pg_stat_archiver on the
-primary, the store itself when archiving fails), retention, and the backup conditions and
-`status.backup` they give. Keyed like the cluster, (namespace, name).
+"""A cluster's backup side: the object-store finalizer, ownership of its store prefix (checked before
+anything is archived: the archive gate in the primary is opened only for a prefix the cluster owns),
+continuous archiving (pg_stat_archiver on the primary, the store itself when archiving fails), retention
+(only in a prefix the cluster owns), and the backup conditions and `status.backup` they give. Keyed like
+the cluster, (namespace, name).
 
 Clusters without `spec.backup` cost nothing but a look at the cached object (no exec, no request),
 unless stale backup conditions must be cleared once.
@@ -11,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import shlex
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,9 +21,11 @@ from typing import Any
 from pg_operator import objects
 from pg_operator.api.backup import BackupConfiguration
 from pg_operator.api.constants import CLUSTER_LABEL
+from pg_operator.backup.archive_gate import GateState, write_gate_script
 from pg_operator.backup.archive_health import (
     ARCHIVER_QUERY,
     ArchiverStats,
+    ArchivingCondition,
     archiving_condition,
     archiving_summary,
     last_backup_condition,
@@ -30,10 +35,13 @@ from pg_operator.backup.barman import ObjectStore, backup_list_argv
 from pg_operator.backup.failures import Failure, classify
 from pg_operator.backup.placement import primary_pod
 from pg_operator.backup.store_cleanup import decide_finalizer
+from pg_operator.backup.store_ownership import Verdict
 from pg_operator.controller.backoff import Backoff
 from pg_operator.controller.backup_reconcilers.cluster_status import ClusterWrites, Ours
+from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership
 from pg_operator.controller.backup_reconcilers.retention_enforcement import Retention
 from pg_operator.controller.backup_reconcilers.shared import PSQL, Notices, again, backup_config, store_of
+from pg_operator.controller.backup_reconcilers.store import StoreError
 from pg_operator.controller.backup_reconcilers.store_finalizer import StoreFinalizer
 from pg_operator.controller.cache import Cache
 from pg_operator.controller.keys import ClusterKey
@@ -45,8 +53,13 @@ from pg_operator.specs.backup_status import BACKUP_CONDITION_TYPES, BACKUP_STATU
 
 log = logging.getLogger(__name__)
 
-# The last probe of a cluster's pods: (primary, stats, store failure, monotonic time).
-Probe = tuple[str | None, ArchiverStats | None, Failure | None, float]
+# The last probe of a cluster's pods: (primary, gate written, stats, store failure, monotonic time).
+Probe = tuple[str | None, GateState | None, ArchiverStats | None, Failure | None, float]
+# What the condition says while the prefix is someone else's (the gate discards WAL meanwhile).
+NOT_ARCHIVED = (
+    " WAL is not archived meanwhile: the primary recycles its segments (no point-in-time recovery), "
+    "so pg_wal does not grow"
+)
 
 
 class ClusterBackupReconciler:
@@ -57,6 +70,7 @@ class ClusterBackupReconciler:
         metrics: Metrics,
         pod_exec: PodExec,
         notices: Notices,
+        ownership: StoreOwnership,
         *,
         backoff: Backoff,
         clock: Callable[[], dt.datetime],
@@ -72,8 +86,9 @@ class ClusterBackupReconciler:
         self.archive_check_seconds = archive_check_seconds
         self.retention_seconds = retention_seconds
         self.min_probe_seconds = min_probe_seconds
+        self.ownership = ownership
         self.writes = ClusterWrites(api, clock)
-        self.finalizer = StoreFinalizer(api, self.writes, notices, backoff)
+        self.finalizer = StoreFinalizer(api, self.writes, notices, backoff, ownership)
         self.retention = Retention(api, cache, pod_exec, notices, clock)
         self._retention_at: dict[ClusterKey, float] = {}
         self._probes: dict[ClusterKey, Probe] = {}
@@ -87,6 +102,7 @@ class ClusterBackupReconciler:
         self._probes.pop(key, None)
         self._retention_at.pop(key, None)
         self.notices.forget(key)
+        self.ownership.forget(key)
 
     async def reconcile(self, key: ClusterKey) -> Result:
         namespace, name = key
@@ -114,14 +130,25 @@ class ClusterBackupReconciler:
             self.metrics.forget_archive(key)
             return again(None)
         primary = primary_pod(pods, name)
-        stats, store_failure = await self._archiving(key, primary, store_of(body, config), config)
-        archiving = archiving_condition(stats, store_failure=store_failure, primary=primary)
+        store = store_of(body, config)
+        verdict, owner_failure = await self._ownership(key, body, config, store)
+        gate: GateState | None = None if verdict is None else "archive" if verdict.ours else "discard"
+        stats, store_failure = await self._archiving(key, primary, store, config, gate)
+        if verdict is not None and not verdict.ours:
+            archiving = ArchivingCondition("False", verdict.reason, verdict.message + "." + NOT_ARCHIVED)
+        else:
+            archiving = archiving_condition(
+                stats, store_failure=store_failure or owner_failure, primary=primary
+            )
         ours: Ours = {"ContinuousArchiving": archiving.as_tuple(), "BackupStoreCleanup": None}
         mine = self.cache.backups(key)
         last = last_backup_condition(mine)
         if last is not None:
             ours["LastBackupSucceeded"] = last
-        await self.writes.status(body, ours, self._summary(body, stats, primary, mine) or None)
+        # Segments the gate discarded count as archived in pg_stat_archiver: no figures then.
+        shown = stats if gate != "discard" else None
+        summary = self._summary(body, shown, primary, mine, keep_old=gate != "discard")
+        await self.writes.status(body, ours, summary or None)
         if archiving.status == "False" and archiving.reason != "NothingArchivedYet":
             await self.notices.once(
                 key, body, "Warning", archiving.reason, f"ContinuousArchiving: {archiving.message}"
@@ -131,14 +158,36 @@ class ClusterBackupReconciler:
             await self.notices.post(body, "Normal", "ArchivingResumed", archiving.message)
         return again(self.archive_check_seconds)
 
+    async def _ownership(
+        self, key: ClusterKey, body: dict[str, Any], config: BackupConfiguration, store: ObjectStore
+    ) -> tuple[Verdict | None, Failure | None]:
+        """Whether the cluster owns its store prefix (claiming or adopting it when it may); None and the
+        store's failure when the store cannot tell."""
+        try:
+            verdict = await self.ownership.check(body, config, store)
+        except StoreError as exc:
+            log.info("cluster %s/%s: store prefix ownership unknown: %s", key[0], key[1], exc)
+            return None, classify(1, str(exc))
+        if verdict.kind in ("claim", "adopt"):
+            await self.notices.post(body, "Normal", verdict.reason, verdict.message)
+        elif not verdict.ours:
+            text = verdict.message + "." + NOT_ARCHIVED
+            await self.notices.once(key, body, "Warning", verdict.reason, text)
+        return verdict, None
+
     @staticmethod
     def _summary(
-        body: dict[str, Any], stats: ArchiverStats | None, primary: str | None, mine: list[dict[str, Any]]
+        body: dict[str, Any],
+        stats: ArchiverStats | None,
+        primary: str | None,
+        mine: list[dict[str, Any]],
+        *,
+        keep_old: bool = True,
     ) -> dict[str, Any]:
         summary: dict[str, Any] = {}
         if stats is not None:
             summary["archiving"] = archiving_summary(stats, primary)
-        elif (objects.status(body).get(BACKUP_STATUS_KEY) or {}).get("archiving"):
+        elif keep_old and (objects.status(body).get(BACKUP_STATUS_KEY) or {}).get("archiving"):
             summary["archiving"] = body["status"][BACKUP_STATUS_KEY]["archiving"]
         done = [b for b in mine if objects.status(b).get("phase") == "Completed"]
         if done:
@@ -148,24 +197,33 @@ class ClusterBackupReconciler:
         return summary
 
     async def _archiving(
-        self, key: ClusterKey, primary: str | None, store: ObjectStore, config: BackupConfiguration
+        self,
+        key: ClusterKey,
+        primary: str | None,
+        store: ObjectStore,
+        config: BackupConfiguration,
+        gate: GateState | None,
     ) -> tuple[ArchiverStats | None, Failure | None]:
-        """The last probe when it is recent, its primary the same and no retention is due (woken again
-        soon by a status write or a pod event: the pod is not asked again); else a new probe."""
+        """The last probe when it is recent, its primary and gate the same and no retention is due
+        (woken again soon by a status write or a pod event: the pod is not asked again); else a new
+        probe, which also writes the gate. Retention runs only in a prefix the cluster owns."""
         clock = time.monotonic()
         cached = self._probes.get(key)
-        due_retention = config.retention is not None and (
-            self.clock().timestamp() - self._retention_at.get(key, 0.0) >= self.retention_seconds
+        due_retention = (
+            gate == "archive"
+            and config.retention is not None
+            and (self.clock().timestamp() - self._retention_at.get(key, 0.0) >= self.retention_seconds)
         )
         if (
             cached is not None
             and cached[0] == primary
-            and clock - cached[3] < self.min_probe_seconds
+            and cached[1] == gate
+            and clock - cached[4] < self.min_probe_seconds
             and not due_retention
         ):
-            return cached[1], cached[2]
-        stats, store_failure = await self._probe(key, primary, store, config, due_retention)
-        self._probes[key] = (primary, stats, store_failure, clock)
+            return cached[2], cached[3]
+        stats, store_failure = await self._probe(key, primary, store, config, due_retention, gate)
+        self._probes[key] = (primary, gate, stats, store_failure, clock)
         return stats, store_failure
 
     async def _probe(
@@ -175,15 +233,16 @@ class ClusterBackupReconciler:
         store: ObjectStore,
         config: BackupConfiguration,
         due_retention: bool,
+        gate: GateState | None,
     ) -> tuple[ArchiverStats | None, Failure | None]:
-        """pg_stat_archiver on the primary; the store itself (backup-list) when archiving fails or
-        retention is due; retention when due."""
+        """The gate written and pg_stat_archiver read on the primary (one exec); the store itself
+        (backup-list) when archiving fails or retention is due; retention when due."""
         namespace, name = key
         if primary is None:
             return None, None
         stats: ArchiverStats | None = None
         try:
-            stats = await self._archiver_stats(namespace, primary)
+            stats = await self._archiver_stats(namespace, primary, store, gate)
         except (ExecError, ValueError) as exc:
             log.info("cluster %s/%s: pg_stat_archiver unreadable on %s: %s", namespace, name, primary, exc)
         if stats is not None and stats.last_archived_time is not None:
@@ -201,8 +260,15 @@ class ClusterBackupReconciler:
                     self._retention_at[key] = self.clock().timestamp()
         return stats, store_failure
 
-    async def _archiver_stats(self, namespace: str, pod: str) -> ArchiverStats:
-        result = await self.exec.run(namespace, pod, [*PSQL, "-F", "|", "-c", ARCHIVER_QUERY], seconds=30)
+    async def _archiver_stats(
+        self, namespace: str, pod: str, store: ObjectStore, gate: GateState | None
+    ) -> ArchiverStats:
+        psql = [*PSQL, "-F", "|", "-c", ARCHIVER_QUERY]
+        if gate is None:
+            result = await self.exec.run(namespace, pod, psql, seconds=30)
+        else:  # the gate is rewritten on every probe: a restarted container or a new primary gets it
+            script = f"{write_gate_script(gate, store)} && exec {shlex.join(psql)}"
+            result = await self.exec.sh(namespace, pod, script, seconds=30)
         if result.exit_status != 0:
             raise ExecError(f"psql exited {result.exit_status}: {result.stderr.strip()[-300:]}")
         return parse_archiver_line(result.stdout.strip().splitlines()[-1])

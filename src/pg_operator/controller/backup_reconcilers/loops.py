@@ -19,6 +19,7 @@ from pg_operator.backup.store_cleanup import FINALIZER
 from pg_operator.controller.backoff import Backoff
 from pg_operator.controller.backup_reconcilers.backups import BackupKey, BackupReconciler, backup_key
 from pg_operator.controller.backup_reconcilers.cluster_backups import ClusterBackupReconciler
+from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership
 from pg_operator.controller.backup_reconcilers.scheduled_backups import ScheduledBackupReconciler
 from pg_operator.controller.backup_reconcilers.shared import Notices
 from pg_operator.controller.cache import Cache
@@ -60,8 +61,9 @@ class BackupLoops:
     ) -> None:
         self.exec = pod_exec
         recorder = EventRecorder(api, identity)
+        ownership = StoreOwnership(api, cache, clock)  # one view of who owns which prefix, for both
         cluster_side = ClusterBackupReconciler(
-            api, cache, metrics, pod_exec, Notices(recorder), backoff=BACKOFF, clock=clock,
+            api, cache, metrics, pod_exec, Notices(recorder), ownership, backoff=BACKOFF, clock=clock,
             retention_seconds=retention_seconds,
         )  # fmt: skip
         self.clusters: ReconcileLoop[ClusterKey] = ReconcileLoop(
@@ -72,6 +74,7 @@ class BackupLoops:
             cache,
             pod_exec,
             Notices(recorder),
+            ownership,
             cluster_news=lambda key: self.clusters.wake_after(key, CLUSTER_NEWS_DELAY),
             backup_completed=cluster_side.retention_due,
             clock=clock,

@@ -5,10 +5,16 @@ for the call and never logged; errors are reported with the store's own error co
 from __future__ import annotations
 
 import asyncio
+import base64
 from dataclasses import dataclass, field
 from typing import Any
 
-from pg_operator.backup.barman import CHECKSUM_ENV
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Secret
+
+from pg_operator.api.backup import BackupConfiguration
+from pg_operator.backup.barman import CHECKSUM_ENV, ObjectStore
+from pg_operator.controller.kube_api import Api
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,39 @@ class StoreAccess:
 
 class StoreError(Exception):
     """A failed store call; str() is the store's error (no secret values)."""
+
+
+async def store_access(
+    api: Api, namespace: str, config: BackupConfiguration, store: ObjectStore
+) -> StoreAccess:
+    """The store's address and the credentials from the user's Secret (read for the call, never kept)."""
+    creds = config.s3.credentials
+    try:
+        secret = await api.get(Secret, creds.secret_name, namespace)
+    except ApiError as exc:
+        raise StoreError(f"credentials Secret {creds.secret_name}: {exc.status.message}") from None
+    data = secret.data or {}
+
+    def value(key: str | None) -> str | None:
+        if key is None or key not in data:
+            return None
+        return base64.b64decode(data[key]).decode()
+
+    key_id, secret_key = value(creds.access_key_id_key), value(creds.secret_access_key_key)
+    if not key_id or not secret_key:
+        raise StoreError(
+            f"credentials Secret {creds.secret_name} lacks {creds.access_key_id_key} or "
+            f"{creds.secret_access_key_key}"
+        )
+    return StoreAccess(
+        bucket=store.bucket,
+        prefix=store.prefix,
+        endpoint_url=store.endpoint_url,
+        region=store.region,
+        access_key_id=key_id,
+        secret_access_key=secret_key,
+        session_token=value(creds.session_token_key),
+    )
 
 
 def _client(access: StoreAccess) -> Any:
@@ -86,3 +125,107 @@ def _delete_prefix(access: StoreAccess) -> int:
 async def delete_prefix(access: StoreAccess) -> int:
     """In a thread: boto3 is blocking."""
     return await asyncio.to_thread(_delete_prefix, access)
+
+
+# --- the ownership marker (backup.store_ownership) --------------------------------------------------------
+
+
+def _store_error(exc: Exception) -> StoreError:
+    from botocore.exceptions import ClientError
+
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error") or {}
+        return StoreError(f"{error.get('Code')}: {error.get('Message') or exc}")
+    return StoreError(f"{type(exc).__name__}: {exc}")
+
+
+def _read_key(client: Any, bucket: str, key: str) -> bytes | None:
+    """The object's bytes, or None when there is none."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        data: bytes = client.get_object(Bucket=bucket, Key=key)["Body"].read(65536)
+        return data
+    except ClientError as exc:
+        if (exc.response.get("Error") or {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            return None
+        raise _store_error(exc) from None
+    except BotoCoreError as exc:
+        raise _store_error(exc) from None
+
+
+def _has_any(client: Any, bucket: str, key_prefix: str, *, besides: str | None = None) -> bool:
+    """Whether any key starts with `key_prefix` (other than `besides`)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        page = client.list_objects_v2(Bucket=bucket, Prefix=key_prefix, MaxKeys=2)
+    except (ClientError, BotoCoreError) as exc:
+        raise _store_error(exc) from None
+    return any(o["Key"] != besides for o in page.get("Contents") or ())
+
+
+@dataclass(frozen=True)
+class PrefixContents:
+    """What the ownership decision needs from the store: the marker's bytes (None: no marker), whether
+    anything else is under the prefix, and the first evidence prefix with objects (its index)."""
+
+    marker: bytes | None
+    has_objects: bool
+    evidence_found: int | None = None
+
+
+def _inspect(access: StoreAccess, marker_key: str, evidence: tuple[str, ...]) -> PrefixContents:
+    client = _client(access)
+    marker = _read_key(client, access.bucket, marker_key)
+    has_objects = _has_any(client, access.bucket, access.prefix, besides=marker_key)
+    found = None
+    if marker is None and has_objects:
+        found = next((i for i, p in enumerate(evidence) if _has_any(client, access.bucket, p)), None)
+    return PrefixContents(marker, has_objects, found)
+
+
+@dataclass(frozen=True)
+class PutResult:
+    created: bool  # False: an object was there already (the store refused the conditional create)
+    conditional: bool  # the store honoured If-None-Match; False: a plain write (read-check-write)
+    read_back: bytes | None  # the marker as the store holds it afterwards
+
+
+def _put_if_absent(access: StoreAccess, key: str, data: bytes) -> PutResult:
+    """Create the object only if there is none: `If-None-Match: *` (S3 since 2024, MinIO, Ceph, moto),
+    then read it back. A store that refuses the header as not implemented gets a plain write (the caller
+    read the key just before: read-check-write, whose window between the read and the write is the race
+    it accepts there); the read-back still shows who won a race that ended before it."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    client = _client(access)
+    conditional, created = True, True
+    try:
+        client.put_object(Bucket=access.bucket, Key=key, Body=data, IfNoneMatch="*",
+                          ContentType="application/json")  # fmt: skip
+    except ClientError as exc:
+        code = str((exc.response.get("Error") or {}).get("Code"))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+            created = False
+        elif code in ("NotImplemented", "InvalidArgument") or status == 501:
+            conditional = False
+            try:
+                client.put_object(Bucket=access.bucket, Key=key, Body=data, ContentType="application/json")
+            except (ClientError, BotoCoreError) as again:
+                raise _store_error(again) from None
+        else:
+            raise _store_error(exc) from None
+    except BotoCoreError as exc:
+        raise _store_error(exc) from None
+    return PutResult(created, conditional, _read_key(client, access.bucket, key))
+
+
+async def inspect_prefix(access: StoreAccess, marker_key: str, evidence: tuple[str, ...]) -> PrefixContents:
+    """In a thread: boto3 is blocking."""
+    return await asyncio.to_thread(_inspect, access, marker_key, evidence)
+
+
+async def put_if_absent(access: StoreAccess, key: str, data: bytes) -> PutResult:
+    return await asyncio.to_thread(_put_if_absent, access, key, data)

@@ -1,67 +1,37 @@
 """The object-store finalizer's steps (decided by backup.store_cleanup.decide_finalizer): add it, stop a
-deleted cluster's instances, empty its prefix in the store from this process, release it."""
+deleted cluster's instances, empty its prefix in the store from this process — only when the prefix's
+ownership marker names this cluster (backup.store_ownership.decide_deletion; otherwise the prefix is left
+as it is, reported) — and release it."""
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Secret
 
 from pg_operator import objects
-from pg_operator.api.backup import BackupConfiguration
 from pg_operator.backup.barman import ObjectStore
 from pg_operator.backup.failures import classify
 from pg_operator.backup.store_cleanup import finalizers_with, finalizers_without
 from pg_operator.controller.backoff import Backoff
 from pg_operator.controller.backup_reconcilers.cluster_status import ClusterWrites
+from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership
 from pg_operator.controller.backup_reconcilers.shared import Notices, backup_config, store_of
-from pg_operator.controller.backup_reconcilers.store import StoreAccess, StoreError, delete_prefix
+from pg_operator.controller.backup_reconcilers.store import StoreError, delete_prefix, store_access
 from pg_operator.controller.keys import ClusterKey
 from pg_operator.controller.kube_api import Api, is_not_found
 
 log = logging.getLogger(__name__)
 
 
-async def store_access(
-    api: Api, namespace: str, config: BackupConfiguration, store: ObjectStore
-) -> StoreAccess:
-    """The store's address and the credentials from the user's Secret (read for the call, never kept)."""
-    creds = config.s3.credentials
-    try:
-        secret = await api.get(Secret, creds.secret_name, namespace)
-    except ApiError as exc:
-        raise StoreError(f"credentials Secret {creds.secret_name}: {exc.status.message}") from None
-    data = secret.data or {}
-
-    def value(key: str | None) -> str | None:
-        if key is None or key not in data:
-            return None
-        return base64.b64decode(data[key]).decode()
-
-    key_id, secret_key = value(creds.access_key_id_key), value(creds.secret_access_key_key)
-    if not key_id or not secret_key:
-        raise StoreError(
-            f"credentials Secret {creds.secret_name} lacks {creds.access_key_id_key} or "
-            f"{creds.secret_access_key_key}"
-        )
-    return StoreAccess(
-        bucket=store.bucket,
-        prefix=store.prefix,
-        endpoint_url=store.endpoint_url,
-        region=store.region,
-        access_key_id=key_id,
-        secret_access_key=secret_key,
-        session_token=value(creds.session_token_key),
-    )
-
-
 class StoreFinalizer:
-    def __init__(self, api: Api, writes: ClusterWrites, notices: Notices, backoff: Backoff) -> None:
+    def __init__(
+        self, api: Api, writes: ClusterWrites, notices: Notices, backoff: Backoff, ownership: StoreOwnership
+    ) -> None:
         self.api = api
+        self.ownership = ownership
         self.writes = writes
         self.notices = notices
         self.backoff = backoff
@@ -102,7 +72,15 @@ class StoreFinalizer:
         assert config is not None
         store = store_of(body, config)
         try:
-            deleted = await delete_prefix(await store_access(self.api, namespace, config, store))
+            deletion = await self.ownership.deletion(body, config, store)
+            if deletion.kind == "leave":
+                # Not ours: nothing is deleted, and the cluster is not held back for it.
+                await self.notices.post(body, "Warning", deletion.reason, deletion.message)
+                await self.writes.finalizers(body, finalizers_without(objects.meta(body)))
+                return None
+            deleted = 0
+            if deletion.kind == "delete":
+                deleted = await delete_prefix(await store_access(self.api, namespace, config, store))
         except StoreError as exc:
             text = str(exc)
             if not text.startswith("NoSuchBucket"):

@@ -12,6 +12,7 @@ from pg_operator.backup.store_cleanup import FINALIZER
 from pg_operator.controller.backup_reconcilers.backups import BackupReconciler
 from pg_operator.controller.backup_reconcilers.cluster_backups import ClusterBackupReconciler
 from pg_operator.controller.backup_reconcilers.loops import BACKOFF, BackupLoops
+from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership
 from pg_operator.controller.backup_reconcilers.scheduled_backups import ScheduledBackupReconciler
 from pg_operator.controller.backup_reconcilers.shared import Notices
 from pg_operator.controller.cache import Cache, watched_kinds
@@ -147,7 +148,8 @@ async def test_passes_that_need_no_request() -> None:
     c = cache()
     metrics = Metrics()
     notices = Notices(Recorded())
-    backups = BackupReconciler(NO_API, c, NO_EXEC, notices, cluster_news=lambda _: None,
+    ownership = StoreOwnership(NO_API, c, lambda: T0)
+    backups = BackupReconciler(NO_API, c, NO_EXEC, notices, ownership, cluster_news=lambda _: None,
                                backup_completed=lambda _: None, clock=lambda: T0)  # fmt: skip
     assert (await backups.reconcile((NS, "db", "nosuch"))).gone
     c.observe(backup("done", "db", phase="Completed"), None)
@@ -160,7 +162,7 @@ async def test_passes_that_need_no_request() -> None:
     assert (await sched.reconcile((NS, "going"))).requeue_after is None
 
     clusters = ClusterBackupReconciler(
-        NO_API, c, metrics, NO_EXEC, notices, backoff=BACKOFF, clock=lambda: T0
+        NO_API, c, metrics, NO_EXEC, notices, ownership, backoff=BACKOFF, clock=lambda: T0
     )
     metrics.set_last_archived((NS, "db"), T0.timestamp())
     assert (await clusters.reconcile((NS, "db"))).gone  # not in the cache

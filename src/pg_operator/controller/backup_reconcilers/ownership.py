@@ -1,0 +1,122 @@
+"""Who owns a cluster's store prefix, asked of the store from the operator process (boto3, the user's
+credentials read for the call), decided by backup.store_ownership: the marker is read, an empty prefix
+is claimed (conditional create) and a prefix the cluster's records prove it wrote is adopted.
+
+Shared by the cluster's backup pass (archiving and retention) and the Backup reconciler (a base backup):
+a verdict of "ours" is kept for OWNED_SECONDS per cluster uid and store, so a steady cluster costs the
+store one read every ten minutes; any other verdict is asked again on the next pass."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pg_operator import objects
+from pg_operator.api.backup import BackupConfiguration
+from pg_operator.backup.barman import ObjectStore
+from pg_operator.backup.store_ownership import (
+    Deletion,
+    Owner,
+    UnreadableMarker,
+    Verdict,
+    adoption_evidence,
+    decide,
+    decide_deletion,
+    marker_body,
+    marker_key,
+    owner_of,
+    parse_marker,
+)
+from pg_operator.controller.backup_reconcilers.store import (
+    StoreError,
+    inspect_prefix,
+    put_if_absent,
+    store_access,
+)
+from pg_operator.controller.cache import Cache
+from pg_operator.controller.keys import ClusterKey
+from pg_operator.controller.kube_api import Api
+
+log = logging.getLogger(__name__)
+
+OWNED_SECONDS = 600.0
+
+
+def _read_marker(data: bytes | None) -> tuple[Owner | None, str | None]:
+    if data is None:
+        return None, None
+    try:
+        return parse_marker(data), None
+    except UnreadableMarker as exc:
+        return None, str(exc)
+
+
+def _identity(cluster: Mapping[str, Any], store: ObjectStore) -> tuple[str, ...]:
+    return (str(objects.meta(cluster).get("uid") or ""), store.endpoint_url or "", store.bucket, store.prefix)
+
+
+class StoreOwnership:
+    def __init__(self, api: Api, cache: Cache, clock: Callable[[], dt.datetime]) -> None:
+        self.api = api
+        self.cache = cache
+        self.clock = clock
+        self._owned: dict[ClusterKey, tuple[tuple[str, ...], float]] = {}
+
+    def forget(self, key: ClusterKey) -> None:
+        self._owned.pop(key, None)
+
+    async def check(
+        self, cluster: Mapping[str, Any], config: BackupConfiguration, store: ObjectStore
+    ) -> Verdict:
+        """The verdict for archiving and base backups; a claim or adoption is written before it returns.
+        Raises StoreError when the store (or the credentials Secret) cannot answer."""
+        key = (objects.namespace(cluster), objects.name(cluster))
+        me = owner_of(cluster)
+        identity = _identity(cluster, store)
+        cached = self._owned.get(key)
+        if cached is not None and cached[0] == identity and time.monotonic() - cached[1] < OWNED_SECONDS:
+            return Verdict(
+                "owned", "StorePrefixOwned", "store prefix owned by this cluster (checked recently)"
+            )
+        if not me.uid:
+            raise StoreError("the cluster has no uid yet")
+        access = await store_access(self.api, me.namespace, config, store)
+        evidence = adoption_evidence(cluster, self.cache.backups(key), store)
+        contents = await inspect_prefix(access, marker_key(store), tuple(e.key_prefix for e in evidence))
+        marker, problem = _read_marker(contents.marker)
+        proof = evidence[contents.evidence_found].what if contents.evidence_found is not None else None
+        verdict = decide(me, store, marker=marker, marker_problem=problem,
+                         has_objects=contents.has_objects, proof=proof)  # fmt: skip
+        if verdict.kind in ("claim", "adopt"):
+            body = marker_body(me, how="claimed" if verdict.kind == "claim" else "adopted", now=self.clock())
+            put = await put_if_absent(access, marker_key(store), body)
+            if not put.conditional:
+                log.warning(
+                    "store of %s/%s refused a conditional create; wrote the marker after reading it "
+                    "(read-check-write)", me.namespace, me.name,
+                )  # fmt: skip
+            marker, problem = _read_marker(put.read_back)
+            if marker is None or marker.uid != me.uid:
+                # Someone else's marker won the race (or the store lost ours): decide on what is there.
+                verdict = decide(me, store, marker=marker, marker_problem=problem or (
+                    None if marker is not None else "the marker vanished right after it was written"),
+                    has_objects=True)  # fmt: skip
+        if verdict.ours:
+            self._owned[key] = (identity, time.monotonic())
+        else:
+            self._owned.pop(key, None)
+        return verdict
+
+    async def deletion(
+        self, cluster: Mapping[str, Any], config: BackupConfiguration, store: ObjectStore
+    ) -> Deletion:
+        """For the store finalizer: always read afresh (never from the cache). Raises StoreError."""
+        me = owner_of(cluster)
+        access = await store_access(self.api, me.namespace, config, store)
+        contents = await inspect_prefix(access, marker_key(store), ())
+        marker, problem = _read_marker(contents.marker)
+        return decide_deletion(me, store, marker=marker, marker_problem=problem,
+                               has_objects=contents.has_objects or contents.marker is not None)  # fmt: skip
