@@ -80,7 +80,9 @@ def test_a_reloadable_parameter_reaches_every_instance_without_a_restart(cluster
     wait_until("work_mem 8MB on every instance", lambda: everywhere(cluster, "show work_mem", "8MB"), 120, 1)
     assert start_times(cluster) == before, "a reload-only parameter restarted an instance"
     assert pending(cluster) == []
-    assert any("work_mem" in m for m in events(cluster, "ConfigurationUpdated"))
+    # Told once pg_settings on the primary shows it (read back after Patroni's reload).
+    wait_until("ConfigurationUpdated naming work_mem",
+               lambda: any("work_mem" in m for m in events(cluster, "ConfigurationUpdated")), 60, 1)
 
 
 def test_a_parameter_that_needs_a_restart_rolls_replicas_first_then_the_primary_in_place(
@@ -146,3 +148,116 @@ def test_removed_parameters_return_to_their_defaults_and_sync_replication_can_be
                         ["config"])
     assert config["synchronous_mode"] is False
     assert "work_mem" not in config["postgresql"]["parameters"]
+
+
+def degraded(kube: Kube) -> dict[str, Any]:
+    st = get_json(kube, "pgc", NAME, "-n", NS).get("status") or {}
+    return next((c for c in st.get("conditions") or [] if c.get("type") == "Degraded"), {})
+
+
+def event_names(kube: Kube) -> set[str]:
+    items = get_json(kube, "events", "-n", NS, "--field-selector", f"involvedObject.name={NAME}")["items"]
+    return {e["metadata"]["name"] for e in items}
+
+
+def new_events(kube: Kube, before: set[str], reason: str) -> list[dict[str, Any]]:
+    items = get_json(kube, "events", "-n", NS, "--field-selector", f"involvedObject.name={NAME}")["items"]
+    return [e for e in items if e["metadata"]["name"] not in before and e.get("reason") == reason]
+
+
+def write_on_primary(kube: Kube, value: str) -> None:
+    """A write acknowledged by the primary, connecting to its pod directly."""
+    app = secret(kube, NS, f"{NAME}-app")
+    primary = str(get_json(kube, "pgc", NAME, "-n", NS)["status"]["currentPrimary"])
+    pod = get_json(kube, "pod", primary, "-n", NS)
+    with psycopg.connect(host=pod["status"]["podIP"], port=int(app["port"]), user=app["username"],
+                         password=app["password"], dbname=app["dbname"], connect_timeout=3) as conn:
+        conn.execute("create table if not exists settings_probe (v text)")
+        conn.execute("insert into settings_probe values (%s)", (value,))
+        row = conn.execute("select count(*) from settings_probe where v = %s", (value,)).fetchone()
+    assert row is not None and row[0] == 1
+
+
+def test_a_value_postgresql_refuses_is_reported_never_sent_and_the_rest_of_the_edit_applies(
+        cluster: Kube) -> None:
+    wait_until("healthy", lambda: healthy(cluster, NS, NAME, 3), 300, 2)
+    work_mem = on_each_pod(cluster, "show work_mem")
+    assert len(set(work_mem.values())) == 1
+    seen = event_names(cluster)
+    set_parameters(cluster, {"work_mem": "lots", "maintenance_work_mem": "96MB"})
+
+    said = 'invalid value for parameter "work_mem": "lots"'
+    cond = wait_until("Degraded ParameterRefused", lambda: (
+        d if (d := degraded(cluster)).get("reason") == "ParameterRefused" and d.get("status") == "True"
+        else None), 120, 1)
+    assert "work_mem" in cond["message"] and said in cond["message"], cond
+    warnings = wait_until("a ParameterRefused Warning", lambda: new_events(cluster, seen, "ParameterRefused"),
+                          60, 1)
+    assert all(e["type"] == "Warning" for e in warnings)
+    assert any(said in e["message"] for e in warnings), warnings
+    # The valid half of the same edit is applied everywhere; the refused value reaches no instance.
+    wait_until("maintenance_work_mem 96MB everywhere",
+               lambda: everywhere(cluster, "show maintenance_work_mem", "96MB"), 120, 1)
+    assert on_each_pod(cluster, "show work_mem") == work_mem
+    config = json.loads(get_json(cluster, "configmap", f"{NAME}-config", "-n", NS)["metadata"]["annotations"]
+                        ["config"])
+    assert config["postgresql"]["parameters"].get("work_mem") != "lots"
+    assert config["postgresql"]["parameters"]["maintenance_work_mem"] == "96MB"
+    # ConfigurationUpdated names what PostgreSQL shows, and never the refused parameter.
+    updated = wait_until("ConfigurationUpdated for maintenance_work_mem", lambda: [
+        e for e in new_events(cluster, seen, "ConfigurationUpdated")
+        if "maintenance_work_mem" in e["message"]], 60, 1)
+    assert all("work_mem" not in e["message"].replace("maintenance_work_mem", "") for e in updated), updated
+    assert all("applied on primary" in e["message"] for e in updated), updated
+    # Still serving: the primary acknowledges writes, every instance ready.
+    write_on_primary(cluster, "while work_mem was refused")
+    assert healthy(cluster, NS, NAME, 3)
+
+    set_parameters(cluster, {"work_mem": None, "maintenance_work_mem": None})
+    wait_until("no longer Degraded", lambda: degraded(cluster).get("status") == "False", 120, 1)
+    wait_until("maintenance_work_mem back to 64MB",
+               lambda: everywhere(cluster, "show maintenance_work_mem", "64MB"), 120, 1)
+
+
+def test_a_value_an_instance_cannot_start_with_halts_the_restart_at_one_replica_and_reverting_heals(
+        cluster: Kube) -> None:
+    st = wait_until("healthy", lambda: healthy(cluster, NS, NAME, 3), 300, 2)
+    primary = st["currentPrimary"]
+    before = on_each_pod(cluster, "show max_connections")
+    assert len(set(before.values())) == 1
+    starts = start_times(cluster)
+    set_parameters(cluster, {"max_connections": "200000"})
+
+    cond = wait_until("Degraded RolloutHalted", lambda: (
+        d if (d := degraded(cluster)).get("reason") == "RolloutHalted" and d.get("status") == "True"
+        else None), 600, 2)
+    message = cond["message"]
+    halted_at = message.split()[0]
+    print(json.dumps({"measure": "restart_halt", "message": message}), flush=True)
+    assert halted_at != primary and halted_at.startswith(f"{NAME}-"), message
+    assert "max_connections" in message and f"stopped at {halted_at}" in message, message
+    assert f"primary {primary} keeps serving" in message, message
+    # One replica down, nothing else restarted, the primary where it was and writable.
+    st = get_json(cluster, "pgc", NAME, "-n", NS)["status"]
+    assert st["currentPrimary"] == primary
+    ready = {i["name"]: i["ready"] for i in st["instances"]}
+    assert ready[halted_at] is False and sum(1 for r in ready.values() if not r) == 1, ready
+    write_on_primary(cluster, "while max_connections was halted")
+    others = {name: t for name, t in starts.items() if name != halted_at}
+    app = secret(cluster, NS, f"{NAME}-app")
+    for name, started in others.items():
+        pod = get_json(cluster, "pod", name, "-n", NS)
+        with psycopg.connect(host=pod["status"]["podIP"], port=int(app["port"]), user=app["username"],
+                             password=app["password"], dbname=app["dbname"], connect_timeout=3) as conn:
+            row = conn.execute(
+                "select pg_postmaster_start_time(), current_setting('max_connections')").fetchone()
+        assert row is not None and row[0] == started and row[1] == before[name], (name, row)
+
+    reverted_at = time.monotonic()
+    set_parameters(cluster, {"max_connections": None})
+    wait_until("healthy after the revert", lambda: healthy(cluster, NS, NAME, 3), 300, 1)
+    healed = time.monotonic() - reverted_at
+    wait_until("no longer Degraded", lambda: degraded(cluster).get("status") == "False", 120, 1)
+    print(json.dumps({"measure": "restart_halt_heal", "seconds": round(healed, 1)}), flush=True)
+    assert on_each_pod(cluster, "show max_connections") == before
+    assert pending(cluster) == []

@@ -14,9 +14,8 @@ After: the values Patroni was sent are read back from `pg_settings` on the prima
 value is in effect is reported applied, one PostgreSQL marks `pending_restart` waits for the rolling
 restart, and one that shows neither is reported as not (yet) applied — never as applied.
 
-Values travel as arguments of the exec request (the same channel as the names): parameter values are
-configuration, not credentials; the operator's log and Events name parameters, and quote a value only
-where PostgreSQL's own refusal quotes it.
+Values travel on the exec's stdin, not in its URL; the operator's log and Events name parameters, and
+quote a value only where PostgreSQL's own refusal quotes it.
 """
 
 from __future__ import annotations
@@ -26,23 +25,26 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pg_operator.api.parameters import PARAMETER_NAME_PATTERN
+
 # One block per parameter: a marker line, then the printed setting (accepted) or the server's
-# messages (refused). Arguments: name value [name value ...]. stderr is dropped on success (log lines
-# such as "skipping missing configuration file"), and captured on refusal by running it again.
+# messages (refused). Input on stdin, one `name=value` a line (values hold no control characters: the
+# API refuses them). stderr is dropped on success (log lines such as "skipping missing configuration
+# file"), and captured on refusal by running it again.
 CHECK_SCRIPT = r"""
-while [ "$#" -gt 1 ]; do
-  if value=$(postgres -C "$1" -c "$1=$2" -D "$PGDATA" 2>/dev/null); then
-    printf '%s %s\n%s\n' '@@pgop-accepted' "$1" "$value"
+while IFS= read -r line; do
+  name=${line%%=*}
+  if value=$(postgres -C "$name" -c "$line" -D "$PGDATA" 2>/dev/null); then
+    printf '%s %s\n%s\n' '@@pgop-accepted' "$name" "$value"
   else
-    printf '%s %s\n' '@@pgop-refused' "$1"
-    postgres -C "$1" -c "$1=$2" -D "$PGDATA" 2>&1 >/dev/null
+    printf '%s %s\n' '@@pgop-refused' "$name"
+    postgres -C "$name" -c "$line" -D "$PGDATA" 2>&1 >/dev/null
   fi
-  shift 2
 done
 """
 ACCEPTED_MARK, REFUSED_MARK = "@@pgop-accepted", "@@pgop-refused"
-# A setting's name as the schema admits it (and as psql may quote without escaping).
-NAME_PATTERN = re.compile(r"^[a-z_][a-z0-9_.]*$")
+# A setting's name as the schema admits it (so psql may quote it without escaping).
+NAME_PATTERN = re.compile(PARAMETER_NAME_PATTERN)
 # The severity tag PostgreSQL puts after whatever log_line_prefix says: "FATAL:  message".
 _MESSAGE = re.compile(r"\b(FATAL|ERROR|DETAIL|HINT):\s+(.*)$")
 
@@ -65,12 +67,16 @@ def value_text(value: Any) -> str:
     return str(value)
 
 
-def check_argv(values: Mapping[str, Any]) -> list[str]:
-    """The command run in the instance's container to judge `values` ({name: value})."""
-    argv = ["sh", "-c", CHECK_SCRIPT, "parameter-check"]
-    for name in sorted(values):
-        argv += [name, value_text(values[name])]
-    return argv
+CHECK_ARGV = ["sh", "-c", CHECK_SCRIPT]
+
+
+def check_input(values: Mapping[str, Any]) -> bytes:
+    """CHECK_SCRIPT's stdin for `values` ({name: value}): the values stay out of the exec request's
+    URL (and so out of the API server's logs)."""
+    for name, value in values.items():
+        if not NAME_PATTERN.match(name) or any(ord(c) < 32 or ord(c) == 127 for c in value_text(value)):
+            raise ValueError(f"{name}: not a parameter name, or a value with a control character")
+    return "".join(f"{name}={value_text(values[name])}\n" for name in sorted(values)).encode()
 
 
 def postgres_reason(lines: list[str]) -> str:

@@ -31,7 +31,8 @@ STALL_AFTER = timedelta(minutes=5)
 # A restart for a setting takes seconds; an instance not ready for this long while settings wait for
 # a restart has not come back. Patroni's own word (FAILED_STATES) halts at once.
 RESTART_STALL_AFTER = timedelta(seconds=60)
-FAILED_STATES = frozenset({"start failed", "restart failed", "crashed"})
+# Patroni says "restart failed (running)": the state before the restart in brackets.
+FAILED_STATES = ("start failed", "restart failed", "crashed")
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ def restart_halt(instances: Sequence[Instance], now: datetime | None, *,
         state = _member_state(i)
         stalled = (now is not None and i.not_ready_since is not None
                    and now - i.not_ready_since > stall_after)
-        if state not in FAILED_STATES and not stalled:
+        if not state.startswith(FAILED_STATES) and not stalled:
             continue
         settings = ", ".join(waiting) or "a setting"
         primary = next((p.name for p in instances if p.role == ROLE_PRIMARY and p.ready), "")

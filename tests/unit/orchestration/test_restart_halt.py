@@ -55,6 +55,9 @@ def test_patronis_state_from_the_pod_annotation_is_enough() -> None:
             pod("db-2", "replica", ready=False, state="crashed")]
     action = plan_restart(instances_from_pods(pods), 3, now=NOW)
     assert (action.kind, action.target) == ("halt", "db-2") and "Patroni: crashed" in action.reason
+    pods[2] = pod("db-2", "replica", ready=False, state="restart failed (running)")
+    action = plan_restart(instances_from_pods(pods), 3, now=NOW)
+    assert action.kind == "halt" and "Patroni: restart failed (running)" in action.reason
 
 
 def test_a_restart_in_progress_is_waited_for_then_halts_when_it_stalls() -> None:

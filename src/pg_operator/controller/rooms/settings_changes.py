@@ -27,10 +27,11 @@ from pg_operator.controller.pod_exec import ExecError, PodExec
 from pg_operator.controller.rooms import ClusterPass, Problem
 from pg_operator.orchestration.instances import Instance
 from pg_operator.orchestration.parameter_check import (
+    CHECK_ARGV,
     Applied,
     Verdict,
     applied_message,
-    check_argv,
+    check_input,
     new_values,
     parse_check_output,
     read_back,
@@ -87,6 +88,7 @@ class SettingsChanges:
         self.events = events
         self.session = session
         self._exec = pod_exec
+        self._own_exec = False  # made here (no shared one given): closed here too
         self.clock = clock
         self._memory: dict[ClusterKey, _ClusterMemory] = {}
 
@@ -97,12 +99,13 @@ class SettingsChanges:
         if self._exec is None:
             try:
                 self._exec = PodExec(load_config())
+                self._own_exec = True
             except SystemExit as exc:  # load_config's way of saying there is no configuration
                 raise ExecError(str(exc)) from None
         return self._exec
 
     async def close(self) -> None:
-        if self._exec is not None:
+        if self._exec is not None and self._own_exec:
             await self._exec.close()
 
     async def ensure(self, p: ClusterPass, primary: Instance | None, auth: PatroniAuth | None) -> int:
@@ -151,7 +154,8 @@ class SettingsChanges:
         missing = {name: values[name] for name, k in keys.items() if k not in memory.verdicts}
         if missing:
             try:
-                result = await self.pod_exec().run(p.namespace, primary.name, check_argv(missing), seconds=30)
+                result = await self.pod_exec().run(p.namespace, primary.name, CHECK_ARGV,
+                                                   stdin=check_input(missing), seconds=30)
                 judged = parse_check_output(missing, result.stdout)
             except ExecError as exc:
                 judged = {name: Verdict(False, unknown=True, reason=f"could not check {name}: {exc}")
