@@ -27,6 +27,7 @@ from harness.net import free_port
 from harness.processes import stop_process
 from harness.waiting import wait_until
 from pg_operator.backup import catalog, instance_hook
+from pg_operator.backup.archive_gate import GATE_FILE, gate_line
 from pg_operator.backup.archiving import ArchiveSettings, archiving_parameters
 from pg_operator.backup.barman import (
     SECRET_KEY_ENV,
@@ -271,6 +272,11 @@ def test_patroni_restores_with_the_custom_bootstrap(harness: Harness, scenario: 
             },
         }
         config = instance_hook.apply(plain, backup, pgdata=str(pgdata), bin_dir=str(h.barman_bin))
+        # archive_command waits behind the gate in the socket directory until the operator opens it; this
+        # cluster owns its prefix here, so the test opens it as the operator would.
+        gate = base / GATE_FILE
+        gate.write_text(gate_line("archive", h.store(BUCKET, name)) + "\n")
+        os.chown(gate, h.user.pw_uid, h.user.pw_gid)
         config_file = base / "patroni.yml"
         config_file.write_text(yaml.safe_dump(config))
         os.chown(config_file, h.user.pw_uid, h.user.pw_gid)
@@ -301,7 +307,7 @@ def test_patroni_restores_with_the_custom_bootstrap(harness: Harness, scenario: 
             ((timeline,),) = pg.query("SELECT timeline_id FROM pg_control_checkpoint()")
             assert timeline == 2
             ((command,),) = pg.query("SHOW archive_command")
-            assert command.endswith(f" {name} %p")
+            assert f" {name} %p ;; " in command and GATE_FILE in command
             pg.query("INSERT INTO orders (batch) VALUES ('patroni')")
             switch_and_archive(pg)
             assert any(k.endswith("00000002.history.gz") for k in h.s3.keys(BUCKET, f"{name}/"))

@@ -51,6 +51,7 @@ from harness.s3 import REGION, S3Server, s3_server
 from harness.waiting import wait_until
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.instance_config import InstanceConfig
+from pg_operator.backup.archive_gate import write_gate_script
 from pg_operator.backup.barman import base_backup_argv
 from pg_operator.backup.from_spec import archive_settings
 from pg_operator.specs.configmap import instance_config
@@ -131,6 +132,12 @@ class Clusters:
             "PGOP_PG_BIN_DIR": str(self.pg_home / "bin"), "PGOP_LISTEN_HOST": "127.0.0.1",
             "PGOP_BARMAN_BIN_DIR": str(self.barman_bin),
         }  # fmt: skip
+        if cluster.spec.backup is not None:
+            # The operator's part (backup.archive_gate): each cluster here owns its prefix, so its gate
+            # in the run directory is open.
+            own = archive_settings(cluster.spec.backup, name, bin_dir=str(self.barman_bin)).store
+            (root / "run").mkdir(exist_ok=True)
+            subprocess.run(["sh", "-c", write_gate_script("archive", own, str(root / "run"))], check=True)
         argv = local_postgres.as_user(self.user, [str(self.python), "-m", "pg_operator.instance"])
         inst = Instance(pod, pg_port, api_port, root, env, argv)
         subprocess.run(["chown", "-R", f"{self.user.pw_uid}:{self.user.pw_gid}", str(root)], check=True)
