@@ -99,8 +99,10 @@ class Wakeups:
             if event_type != "DELETED":
                 self.controller.wake_soon(key)
                 return
-        elif owning_cluster_name(body) is None:
-            return  # labelled but not ours (e.g. Patroni's own ConfigMaps)
+        elif owning_cluster_name(body) is None and kind != "Secret":
+            # Labelled but not ours (e.g. Patroni's own ConfigMaps). A labelled Secret may be the user's
+            # own in place of a credential Secret: its password is to be applied (rooms/credentials.py).
+            return
         elif kind == "StatefulSet" and event_type == "MODIFIED":
             self.controller.wake_soon(key)  # mostly its status moving; our own applies come back here too
             return

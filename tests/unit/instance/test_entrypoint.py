@@ -115,3 +115,15 @@ def test_wrong_major_in_the_image_is_refused(tmp_path: Path) -> None:
     pod, _ = main.build_config({**env, "PGOP_PG_BIN_DIR": str(fake.parent)})
     with pytest.raises(ValueError, match="this image holds PostgreSQL 15, but PGOP_PG_MAJOR=16"):
         main.check_server_major(pod)
+
+
+def test_secrets_digests_change_with_a_rotated_password_and_hold_no_password(tmp_path: Path) -> None:
+    env = pod_files(tmp_path)
+    before = main.secrets_digests(env["PGOP_SECRETS_DIR"])
+    assert set(before) == set(PASSWORDS) and main.secrets_digests(env["PGOP_SECRETS_DIR"]) == before
+    assert not any(p in d for p in PASSWORDS.values() for d in before.values())
+    (tmp_path / "secrets" / "replication" / "password").write_text("rotated-0123456789")
+    after = main.secrets_digests(env["PGOP_SECRETS_DIR"])
+    assert [role for role in after if after[role] != before[role]] == ["replication"]
+    (tmp_path / "secrets" / "app" / "password").unlink()  # mid-rewrite by the kubelet: a change, no error
+    assert main.secrets_digests(env["PGOP_SECRETS_DIR"])["app"] != after["app"]
