@@ -2,8 +2,10 @@
 pods and the operator at the host side of the pod bridge: WAL archiving with its condition, a
 ScheduledBackup's first Backup taken on a replica, point-in-time and latest restores into new clusters,
 archiving from the new primary after a failover, the store emptied (or kept) when a cluster is deleted,
-and bad credentials, a missing bucket and an unreachable endpoint each reported by a condition and an
-Event while the cluster keeps serving.
+bad credentials, a missing bucket and an unreachable endpoint each reported by a condition and an
+Event while the cluster keeps serving, and a same-named cluster in another namespace on the same bucket
+and path refused the prefix (condition, Event, no archive, no base backup, still serving) and its
+deletion with onDelete: delete leaving the owner's objects.
 """
 
 from __future__ import annotations
@@ -17,20 +19,23 @@ import pytest
 
 from harness.e2e_backup import (
     BRIDGE_HOST,
+    BUCKET,
     Moto,
     archived_after_switch,
     backup_cluster,
     rows,
     s3,
     status_condition,
+    superuser_sql,
     wait_backup,
     wait_condition,
 )
 from harness.kube import apply_objects, events, get_json
 from harness.local_cluster import Kube
-from harness.objects import backup, scheduled_backup
+from harness.objects import backup, s3_credentials_secret, scheduled_backup
 from harness.pgcluster import connect_app, status, wait_serving
 from harness.waiting import wait_until
+from pg_operator.backup.store_ownership import MARKER_NAME
 
 # --- the source cluster ---------------------------------------------------------------------------------
 
@@ -206,3 +211,87 @@ def test_deleting_with_delete_empties_the_prefix_and_releases_the_finalizer(
     assert moto.keys(f"e2e/{source}/") == []
     reasons = {e["reason"] for e in events(operator, ns, "PostgresCluster", source)}
     assert "BackupStoreDeleted" in reasons, reasons
+
+
+# --- two same-named clusters on one bucket and path -----------------------------------------------------
+
+
+def store_objects(moto: Moto, prefix: str) -> dict[str, str]:
+    """Every object under the prefix with its ETag (an overwritten object changes its ETag)."""
+    out: dict[str, str] = {}
+    for page in moto.client().get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        out.update({o["Key"]: o["ETag"] for o in page.get("Contents", [])})
+    return out
+
+
+def test_a_same_named_cluster_elsewhere_refuses_the_prefix_and_deleting_it_leaves_the_owners_objects(
+    operator: Kube, ns: str, moto: Moto
+) -> None:
+    name, prefix = "dup", "e2e/dup/"
+    # The owner: `dup` in this module's namespace, onDelete keep, with WAL archived and a base backup.
+    owner_store = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "keep"}
+    apply_objects(operator, backup_cluster(name, ns, 1, backup=owner_store))
+    wait_serving(operator, ns, name, 1, 900)
+    wait_condition(operator, ns, name, "ContinuousArchiving", "True", "Archiving", 300)
+    apply_objects(operator, backup("dup-owner-once", ns, name))
+    assert wait_backup(operator, ns, "dup-owner-once", 600)["phase"] == "Completed"
+    owner_uid = get_json(operator, "pgc", name, "-n", ns)["metadata"]["uid"]
+    marker = json.loads(moto.client().get_object(Bucket=BUCKET, Key=prefix + MARKER_NAME)["Body"].read())
+    assert (marker["namespace"], marker["name"], marker["uid"]) == (ns, name, owner_uid), marker
+    claimed = {e["reason"] for e in events(operator, ns, "PostgresCluster", name)}
+    assert "StorePrefixClaimed" in claimed, claimed
+
+    # The second: `dup` in another namespace, same bucket and path, onDelete delete.
+    other_ns = f"{ns}-b"
+    operator.kubectl("create", "namespace", other_ns)
+    creds = s3_credentials_secret("s3-creds", other_ns, moto.access_key_id, moto.secret_access_key)
+    operator.kubectl("apply", "-f", "-", input=json.dumps(creds))
+    before = store_objects(moto, prefix)
+    second_store = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "delete"}
+    apply_objects(operator, backup_cluster(name, other_ns, 1, backup=second_store))
+    wait_serving(operator, other_ns, name, 1, 900)
+    refusal = "StorePrefixOwnedElsewhere"
+    cond = wait_condition(operator, other_ns, name, "ContinuousArchiving", "False", refusal, 180)
+    assert f"s3://{BUCKET}/{prefix}" in cond["message"] and owner_uid in cond["message"], cond
+    assert f"{ns}/{name}" in cond["message"], cond
+    warned = [e for e in events(operator, other_ns, "PostgresCluster", name)
+              if e["type"] == "Warning" and e["reason"] == refusal]  # fmt: skip
+    assert warned and f"s3://{BUCKET}/{prefix}" in warned[0]["message"] and owner_uid in warned[0]["message"]
+
+    # It keeps serving writes, and its WAL does not pile up: segments switched are recycled, not kept.
+    with connect_app(operator, other_ns, name) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO items SELECT generate_series(1, 500)")
+    primary = str(status(operator, other_ns, name)["currentPrimary"])
+    for _ in range(3):
+        superuser_sql(operator, other_ns, primary, "SELECT pg_switch_wal()")
+        with connect_app(operator, other_ns, name) as conn:
+            conn.execute("INSERT INTO items SELECT max(id) + 1 FROM items")
+
+    def drained() -> bool:
+        pending = "SELECT count(*) FROM pg_ls_archive_statusdir() WHERE name LIKE '%.ready'"
+        return bool(superuser_sql(operator, other_ns, primary, pending) == "0")
+
+    wait_until("the refused cluster's switched segments to be recycled, not kept", drained, 180, 3)
+    assert rows(operator, other_ns, name) == list(range(1, 504))
+    # No base backup into someone else's prefix either.
+    apply_objects(operator, backup("dup-second-once", other_ns, name))
+    refused = wait_backup(operator, other_ns, "dup-second-once", 300)
+    assert refused["phase"] == "Failed" and refused["error"].startswith(refusal), refused
+
+    # Deleting it with onDelete: delete leaves every object of the owner, unchanged, and does not hang.
+    during = store_objects(moto, prefix)
+    assert all(during.get(k) == etag for k, etag in before.items()), "an object of the owner changed"
+    operator.kubectl("delete", "pgc", name, "-n", other_ns, timeout=400)  # waits for the finalizer
+    after = store_objects(moto, prefix)
+    missing = sorted(set(before) - set(after))
+    changed = sorted(k for k in before if k in after and after[k] != before[k])
+    assert not missing and not changed, (missing, changed)
+    assert set(during) <= set(after)
+    left = [e for e in events(operator, other_ns, "PostgresCluster", name)
+            if e["reason"] == "StorePrefixNotOurs"]  # fmt: skip
+    assert left and f"s3://{BUCKET}/{prefix}" in left[0]["message"], left
+    # The owner still archives there.
+    archived_after_switch(operator, ns, name, 240)
+    operator.kubectl("delete", "namespace", other_ns, "--wait=false")
+    operator.kubectl("delete", "pgc", name, "-n", ns, "--wait=false")
