@@ -11,6 +11,7 @@ waits for a restart (at most VERIFY_WITHIN), and only then the ConfigurationUpda
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -71,7 +72,6 @@ class Unverified:
     expected: dict[str, str]  # name → the setting `postgres -C` parsed the value to
     removed: list[str]
     since: float
-    tried: float = 0.0
 
 
 @dataclass
@@ -80,6 +80,7 @@ class _ClusterMemory:
     told: str = ""  # the refusal message last posted as an Event
     patched_version: str | None = None  # the `<scope>-config` version last PATCHed at
     unverified: Unverified | None = None
+    reader: asyncio.Task[None] | None = None  # reads the sent values back (nothing else wakes a pass)
 
 
 class SettingsChanges:
@@ -93,7 +94,9 @@ class SettingsChanges:
         self._memory: dict[ClusterKey, _ClusterMemory] = {}
 
     def forget(self, key: ClusterKey) -> None:
-        self._memory.pop(key, None)
+        memory = self._memory.pop(key, None)
+        if memory is not None and memory.reader is not None:
+            memory.reader.cancel()
 
     def pod_exec(self) -> PodExec:
         if self._exec is None:
@@ -105,6 +108,9 @@ class SettingsChanges:
         return self._exec
 
     async def close(self) -> None:
+        for memory in self._memory.values():
+            if memory.reader is not None:
+                memory.reader.cancel()
         if self._exec is not None and self._own_exec:
             await self._exec.close()
 
@@ -112,7 +118,7 @@ class SettingsChanges:
         """One pass: check, PATCH what is accepted, read back what was sent. Returns the writes made."""
         key = (p.namespace, p.name)
         memory = self._memory.setdefault(key, _ClusterMemory())
-        writes = await self._read_back(p, memory, primary)
+        writes = 0
         configmap = p.snapshot.find("v1", "ConfigMap", config_configmap_name(p.name))
         desired = dynamic_settings(p.cluster)
         patch = dynamic_config_patch(configmap, desired)
@@ -142,7 +148,7 @@ class SettingsChanges:
                         exc)
             return writes
         memory.patched_version = version
-        return writes + await self._sent(p, memory, patch, verdicts)
+        return writes + await self._sent(p, memory, patch, verdicts, primary.name)
 
     async def _judge(self, p: ClusterPass, memory: _ClusterMemory, primary: Instance,
                      values: Mapping[str, Any]) -> dict[str, Verdict]:
@@ -186,7 +192,7 @@ class SettingsChanges:
         return int(await self.events.record(p.body, "Warning", REFUSED_REASON, problem[1]))
 
     async def _sent(self, p: ClusterPass, memory: _ClusterMemory, patch: Mapping[str, Any],
-                    verdicts: Mapping[str, Verdict]) -> int:
+                    verdicts: Mapping[str, Verdict], primary: str) -> int:
         settings = sorted(k for k in patch if k != "postgresql")
         parameters = changed_parameter_names(patch)
         sent = new_values(patch)
@@ -196,6 +202,8 @@ class SettingsChanges:
             memory.unverified = Unverified(
                 expected={n: verdicts[n].setting for n in sent if n in verdicts},
                 removed=[n for n in parameters if n not in sent], since=self.clock())
+            if memory.reader is None or memory.reader.done():
+                memory.reader = asyncio.create_task(self._read_back_until_known(p, memory, primary))
         user_settings = [s for s in settings if s != "primary_start_timeout"]
         if not user_settings:
             return 0  # the parameters are told once read back; the operator's own setting is not news
@@ -204,34 +212,46 @@ class SettingsChanges:
                                             + ", ".join(user_settings))
         return int(recorded)
 
-    async def _read_back(self, p: ClusterPass, memory: _ClusterMemory, primary: Instance | None) -> int:
+    async def _read_back_until_known(self, p: ClusterPass, memory: _ClusterMemory, primary: str) -> None:
+        """Runs beside the passes after a PATCH (on the primary it went to): Patroni's reload changes
+        no object the operator watches, so no pass would come to look. Ends once the Event is posted."""
+        try:
+            while memory.unverified is not None:
+                await asyncio.sleep(VERIFY_EVERY)
+                await self._read_back(p, memory, primary)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # an Event must never take the operator down
+            log.exception("%s/%s: reading settings back failed", p.namespace, p.name)
+
+    async def _read_back(self, p: ClusterPass, memory: _ClusterMemory, primary: str) -> None:
         """Read the values sent last from pg_settings on the primary; once each is in effect or waits
         for a restart (or VERIFY_WITHIN passed), post the ConfigurationUpdated Event saying which."""
         pending = memory.unverified
+        if pending is None:
+            return
         now = self.clock()
-        if pending is None or primary is None or now - pending.tried < VERIFY_EVERY:
-            return 0
-        pending.tried = now
         result = Applied()
         if pending.expected:
-            try:
-                out = await self.pod_exec().run(p.namespace, primary.name,
-                                                [*PSQL, "-c", verify_query(pending.expected)], seconds=20)
-            except ExecError as exc:
-                log.info("%s/%s: reading settings back: %s", p.namespace, p.name, exc)
-                out = None
+            out = None
+            if primary:
+                try:
+                    out = await self.pod_exec().run(p.namespace, primary,
+                                                    [*PSQL, "-c", verify_query(pending.expected)], seconds=20)
+                except ExecError as exc:
+                    log.info("%s/%s: reading settings back: %s", p.namespace, p.name, exc)
             if out is None or out.exit_status != 0:
                 if now - pending.since < VERIFY_WITHIN:
-                    return 0
+                    return
                 result = Applied(not_yet=tuple(sorted(pending.expected)))
             else:
                 result = read_back(pending.expected, out.stdout)
         if result.not_yet and now - pending.since < VERIFY_WITHIN:
-            return 0
+            return
         memory.unverified = None
-        message = applied_message(result, primary.name, pending.removed)
+        message = applied_message(result, primary or "the primary", pending.removed)
         if not message:
-            return 0
+            return
         event_type = "Warning" if result.not_yet else "Normal"
         reason = "ParameterNotApplied" if result.not_yet else "ConfigurationUpdated"
-        return int(await self.events.record(p.body, event_type, reason, message))
+        await self.events.record(p.body, event_type, reason, message)
