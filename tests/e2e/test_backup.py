@@ -232,7 +232,9 @@ def test_a_same_named_cluster_elsewhere_refuses_the_prefix_and_deleting_it_leave
     owner_store = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "keep"}
     apply_objects(operator, backup_cluster(name, ns, 1, backup=owner_store))
     wait_serving(operator, ns, name, 1, 900)
-    wait_condition(operator, ns, name, "ContinuousArchiving", "True", "Archiving", 300)
+    # An idle new cluster may not finish its first segment for minutes: switch one.
+    archived_after_switch(operator, ns, name, 300)
+    wait_condition(operator, ns, name, "ContinuousArchiving", "True", "Archiving", 120)
     apply_objects(operator, backup("dup-owner-once", ns, name))
     assert wait_backup(operator, ns, "dup-owner-once", 600)["phase"] == "Completed"
     owner_uid = get_json(operator, "pgc", name, "-n", ns)["metadata"]["uid"]

@@ -92,6 +92,7 @@ class ClusterBackupReconciler:
         self.retention = Retention(api, cache, pod_exec, notices, clock)
         self._retention_at: dict[ClusterKey, float] = {}
         self._probes: dict[ClusterKey, Probe] = {}
+        self._gates: dict[ClusterKey, GateState] = {}  # the last gate written, per cluster
 
     def retention_due(self, key: ClusterKey) -> None:
         """A backup of the cluster completed: retention runs on its next pass."""
@@ -101,6 +102,7 @@ class ClusterBackupReconciler:
         self.metrics.forget_archive(key)
         self._probes.pop(key, None)
         self._retention_at.pop(key, None)
+        self._gates.pop(key, None)
         self.notices.forget(key)
         self.ownership.forget(key)
 
@@ -145,9 +147,13 @@ class ClusterBackupReconciler:
         last = last_backup_condition(mine)
         if last is not None:
             ours["LastBackupSucceeded"] = last
-        # Segments the gate discarded count as archived in pg_stat_archiver: no figures then.
-        shown = stats if gate != "discard" else None
-        summary = self._summary(body, shown, primary, mine, keep_old=gate != "discard")
+        # Segments the gate discarded count as archived in pg_stat_archiver: no figures while the pod's
+        # gate may say discard (also when the store cannot be asked now and it said so last time).
+        if gate is not None:
+            self._gates[key] = gate
+        discarding = self._gates.get(key) == "discard"
+        shown = None if discarding else stats
+        summary = self._summary(body, shown, primary, mine, keep_old=not discarding)
         await self.writes.status(body, ours, summary or None)
         if archiving.status == "False" and archiving.reason != "NothingArchivedYet":
             await self.notices.once(
