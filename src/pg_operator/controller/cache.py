@@ -216,6 +216,9 @@ class Cache:
         # Told of every object that arrives, until it opens (None: a cache filled by hand, in tests).
         self.gate = gate
         self.pruner: RelistPruner | None = None  # told of relists once synced (operator._lead sets it)
+        # False when the operator may not read StorageClasses (a namespaced install): none are watched, so
+        # a snapshot never claims to know them (rooms/storage.py skips its check).
+        self.storage_classes_readable = True
 
     @property
     def synced(self) -> bool:
@@ -293,5 +296,5 @@ class Cache:
 
     def snapshot(self, key: ClusterKey) -> Snapshot:
         children = {(k.api_version, k.kind): self._unpacked((k.api_version, k.kind), key) for k in self.kinds}
-        known = self.synced
+        known = self.synced and self.storage_classes_readable
         return Snapshot(self.cluster(key), children, self.storage_classes() if known else frozenset(), known)

@@ -21,8 +21,9 @@ from lightkube.core.exceptions import ApiError
 
 from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.controller import cache_sync
+from pg_operator.controller.backoff import Backoff
 from pg_operator.controller.backup_reconcilers.loops import BackupLoops
-from pg_operator.controller.cache import Cache, WatchedKind, listed_kinds, watched_kinds
+from pg_operator.controller.cache import STORAGE_CLASS_KIND, Cache, WatchedKind, listed_kinds, watched_kinds
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.health import HealthServer, HealthState
 from pg_operator.controller.kopf_diffbase import EmptyDiffBase
@@ -32,6 +33,7 @@ from pg_operator.controller.loop import ReconcileLoop
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcile import Reconciler, namespace_terminating
+from pg_operator.controller.rooms.storage import STORAGE_CLASSES_UNREADABLE, storage_classes_readable
 from pg_operator.controller.wakeups import Wakeups, build_registry
 from pg_operator.specs import MANAGED_KINDS
 
@@ -105,6 +107,28 @@ def kopf_settings(kinds: list[WatchedKind] | None = None) -> kopf.OperatorSettin
     return settings
 
 
+async def may_read_storage_classes(api: Api, opts: Options) -> bool:
+    """A cluster-wide install holds StorageClass reads (deploy/operator/rbac.yaml); a namespaced one may
+    not (deploy/namespaced/): the API server's authorizer says, asked until it answers."""
+    if not opts.namespaces:
+        return True
+    backoff = Backoff()
+    failures = 0
+    while True:
+        try:
+            readable = await storage_classes_readable(api)
+            break
+        except Exception as exc:
+            failures += 1
+            delay = backoff.delay(failures)
+            log.warning("asking whether StorageClasses are readable failed, retrying in %.1fs: %s",
+                        delay, exc)  # fmt: skip
+            await asyncio.sleep(delay)
+    if not readable:
+        log.warning("%s", STORAGE_CLASSES_UNREADABLE)
+    return readable
+
+
 async def run(opts: Options) -> int:
     metrics = Metrics()
     api = Api(metrics)
@@ -147,6 +171,17 @@ async def run(opts: Options) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
+        probe = asyncio.create_task(may_read_storage_classes(api, opts))
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({probe, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            probe.cancel()
+            return 0
+        stopping.cancel()
+        storage_classes = probe.result()
+        if not storage_classes:
+            listed = [k for k in listed if k.key != STORAGE_CLASS_KIND]
+            gate = cache_sync.SyncGate(k.key for k in listed)
         state.role = "candidate"
         log.info("candidate %s for lease %s/%s", opts.identity, opts.lease_namespace, opts.lease_name)
         acquired = asyncio.create_task(elector.acquire())
@@ -159,7 +194,8 @@ async def run(opts: Options) -> int:
         state.role = "leader"
         metrics.leader.set(1)
         log.info("leading as %s; starting the controller", opts.identity)
-        return await _lead(opts, api, elector, metrics, stop, kopf_ready, state, kinds, listed, gate)
+        return await _lead(opts, api, elector, metrics, stop, kopf_ready, state, kinds, listed, gate,
+                           storage_classes=storage_classes)  # fmt: skip
     finally:
         metrics.leader.set(0)
         state.role = "stopping"
@@ -185,8 +221,11 @@ async def _lead(
     kinds: list[WatchedKind],
     listed: list[cache_sync.ListedKind],
     gate: cache_sync.SyncGate,
+    *,
+    storage_classes: bool = True,
 ) -> int:
     cache = Cache(kinds, gate)
+    cache.storage_classes_readable = storage_classes
     pod_exec = PodExec(load_config(), metrics)
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity), pod_exec)
     controller = ReconcileLoop(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds,
@@ -194,7 +233,7 @@ async def _lead(
                                on_failure=reconciler.report_failure)  # fmt: skip
     backups = BackupLoops(api, cache, metrics, pod_exec, opts.identity,
                           retention_seconds=opts.backup_retention_seconds)  # fmt: skip
-    registry = build_registry(Wakeups(controller, cache, backups), kinds)
+    registry = build_registry(Wakeups(controller, cache, backups), kinds, storage_classes=storage_classes)
     kopf_stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 

@@ -141,7 +141,10 @@ class Wakeups:
                 self.controller.wake(key)
 
 
-def build_registry(wakeups: Wakeups, kinds: list[WatchedKind]) -> kopf.OperatorRegistry:
+def build_registry(
+    wakeups: Wakeups, kinds: list[WatchedKind], *, storage_classes: bool = True
+) -> kopf.OperatorRegistry:
+    """`storage_classes`: False when the operator may not read them (rooms/storage.py): no watch of them."""
     registry = kopf.OperatorRegistry()
     kopf.on.login(registry=registry)(kopf_login)
     labelled = {CLUSTER_LABEL: kopf.PRESENT}
@@ -176,9 +179,10 @@ def build_registry(wakeups: Wakeups, kinds: list[WatchedKind]) -> kopf.OperatorR
         kopf.on.event(GROUP, VERSION, SCHEDULED_BACKUP_PLURAL, id="wake_scheduledbackup", registry=registry)(
             scheduled_backup_event
         )
-    kopf.on.event("storage.k8s.io", "v1", "storageclasses", id="wake_storageclass", registry=registry)(
-        storage_class_event
-    )
+    if storage_classes:
+        kopf.on.event("storage.k8s.io", "v1", "storageclasses", id="wake_storageclass", registry=registry)(
+            storage_class_event
+        )
     # kopf_settings() gives kopf an empty diff base, which only a registry without these can afford.
     unexpected = change_detecting_handlers(registry)
     if unexpected:

@@ -1,5 +1,10 @@
 """The storage room: a StorageClass that does not exist is reported (the StatefulSet waits for it), and
-data volumes grow when spec.storage does (a refusal, e.g. a class without expansion, is reported)."""
+data volumes grow when spec.storage does (a refusal, e.g. a class without expansion, is reported).
+
+StorageClasses are cluster-scoped: a namespaced install may not read them. The operator then asks the
+API server once, at start, whether it may (`storage_classes_readable`), and without that permission it
+neither lists nor watches them and skips the check (the cache's snapshot says the classes are unknown).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightkube.core.exceptions import ApiError
+from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAccessReviewSpec
+from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 
 from pg_operator import objects
 from pg_operator.controller.cache import Snapshot
@@ -17,6 +24,28 @@ from pg_operator.controller.writes import WriteId, WriteMemo, canonical
 from pg_operator.specs import pvc_resizes
 
 log = logging.getLogger(__name__)
+
+# What the cache does with StorageClasses: list them (cache_sync) and watch them (kopf).
+STORAGE_CLASS_VERBS = ("list", "watch")
+STORAGE_CLASSES_UNREADABLE = (
+    "this operator may not list and watch StorageClasses (a namespaced install): spec.storageClassName "
+    "is not checked; a cluster naming a class that does not exist waits with Pending volume claims"
+)
+
+
+def storage_class_review(verb: str) -> SelfSubjectAccessReview:
+    """May this operator `verb` StorageClasses cluster-wide? (Any authenticated user may ask.)"""
+    attributes = ResourceAttributes(group="storage.k8s.io", resource="storageclasses", verb=verb)
+    return SelfSubjectAccessReview(spec=SelfSubjectAccessReviewSpec(resourceAttributes=attributes))
+
+
+async def storage_classes_readable(api: Api) -> bool:
+    """Whether the API server's authorizer lets this operator list and watch StorageClasses."""
+    for verb in STORAGE_CLASS_VERBS:
+        review = await api.create(storage_class_review(verb))
+        if not (review.status is not None and review.status.allowed):
+            return False
+    return True
 
 
 def storage_class_problem(spec: Mapping[str, Any], snapshot: Snapshot) -> Problem | None:
