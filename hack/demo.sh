@@ -31,7 +31,12 @@ kubectl -n shop get pgc
 step "a query through orders-db-rw with the orders-db-app Secret"
 secret() { kubectl -n shop get secret orders-db-app -o "jsonpath={.data.$1}" | base64 -d; }
 rw_ip=$(kubectl -n shop get service orders-db-rw -o jsonpath='{.spec.clusterIP}')
-PGPASSWORD=$(secret password) PGUSER=$(secret username) PGDATABASE=$(secret dbname) PGHOST=$rw_ip \
+# TLS: the server's certificate is checked against the cluster's CA (the Secret's ca.crt) and the
+# Service's name; this machine cannot resolve that name, so libpq connects to hostaddr.
+ca=${XDG_CACHE_HOME:-$HOME/.cache}/pg-operator/orders-db-ca.crt
+mkdir -p "$(dirname "$ca")" && secret 'ca\.crt' > "$ca"
+PGPASSWORD=$(secret password) PGUSER=$(secret username) PGDATABASE=$(secret dbname) \
+  PGHOST=orders-db-rw.shop.svc PGHOSTADDR=$rw_ip PGSSLMODE=verify-full PGSSLROOTCERT=$ca \
   .venv/bin/python - <<'PY'
 import time
 import psycopg
@@ -55,15 +60,15 @@ app_user=$(secret username) app_db=$(secret dbname)
 command -v psql >/dev/null || apt-get install -y -qq postgresql-client >/dev/null
 # kube-proxy follows the endpoints a moment after Ready: retry for a while before calling it broken.
 try_psql() {
-  local host=$1 what=$2 i
+  local addr=$1 what=$2 i
   for i in $(seq 30); do
-    if PGPASSWORD=$(secret password) psql "host=$host port=5432 user=$app_user dbname=$app_db connect_timeout=5" \
+    if PGPASSWORD=$(secret password) psql "host=$what.shop.svc hostaddr=$addr port=5432 user=$app_user dbname=$app_db sslmode=verify-full sslrootcert=$ca connect_timeout=5" \
         -X -A -t -c "select 'psql to $what: in recovery = ' || pg_is_in_recovery()" 2>/dev/null; then
       return 0
     fi
     sleep 2
   done
-  echo "psql to $what ($host) failed" >&2
+  echo "psql to $what ($addr) failed" >&2
   return 1
 }
 try_psql "$rw_ip" orders-db-rw
@@ -74,8 +79,9 @@ cat <<MSG
 orders-db is Ready. Connect from this machine (kube-proxy routes the Service addresses here):
   export KUBECONFIG=$KUBECONFIG PATH=$bin:\$PATH
   export PGPASSWORD=\$(kubectl -n shop get secret orders-db-app -o jsonpath='{.data.password}' | base64 -d)
-  psql "host=$rw_ip port=5432 user=$app_user dbname=$app_db"   # orders-db-rw: the primary (read-write)
-  psql "host=$ro_ip port=5432 user=$app_user dbname=$app_db"   # orders-db-ro: the replicas (read-only)
+  export PGSSLMODE=verify-full PGSSLROOTCERT=$ca   # TLS, the server checked against the cluster's CA
+  psql "host=orders-db-rw.shop.svc hostaddr=$rw_ip user=$app_user dbname=$app_db"   # the primary (read-write)
+  psql "host=orders-db-ro.shop.svc hostaddr=$ro_ip user=$app_user dbname=$app_db"   # the replicas (read-only)
 From a pod in the cluster, the Secret's uri (orders-db-rw.shop.svc:5432):
   kubectl -n shop get secret orders-db-app -o jsonpath='{.data.uri}' | base64 -d
 Watch it:

@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from psycopg import sql
 from harness.kube import apply_objects
 from harness.local_cluster import Kube
 from harness.net import free_ports
+from harness.objects import cluster_model
 from harness.paths import REPO
 from harness.patroni_instance import (
     LOOP_WAIT,
@@ -55,6 +57,7 @@ from harness.waiting import wait_until
 from pg_operator.api.instance_config import InstanceConfig
 from pg_operator.patroni.client import PatroniAuth, PatroniError, get_cluster, switchover
 from pg_operator.scram import scram_sha256_verifier
+from pg_operator.specs.tls import issue_server, new_ca
 
 
 @dataclass
@@ -90,6 +93,11 @@ def patroni_pair(
         kubeconfig = work / "kubeconfig"
         work.mkdir(parents=True)
         kubeconfig.write_text(json.dumps(service_account_kubeconfig(kube, ns, f"{cluster}-instance")))
+        # What Secret <cluster>-server-tls holds, as the operator issues it (its names cover 127.0.0.1).
+        now = datetime.now(UTC)
+        ca = new_ca(cluster_model(cluster, ns), now)
+        server = issue_server(cluster_model(cluster, ns), ca, now)
+        (work / "ca.crt").write_bytes(ca.cert_pem)
         ports = free_ports(4)
         for i, (pg_port, api_port) in zip("ab", zip(ports[::2], ports[1::2], strict=True), strict=True):
             name = f"{cluster}-{i}"
@@ -117,6 +125,10 @@ def patroni_pair(
                 }
             )
             (root / "config" / "instance.yaml").write_text(settings.to_yaml())
+            (root / "tls").mkdir()
+            tls_files = (("tls.crt", server.cert_pem), ("tls.key", server.key_pem), ("ca.crt", ca.cert_pem))
+            for file, content in tls_files:
+                (root / "tls" / file).write_bytes(content)
             for role, username in users.items():
                 (root / "secrets" / role).mkdir(parents=True)
                 (root / "secrets" / role / "username").write_text(username)
@@ -139,6 +151,7 @@ def patroni_pair(
                 "PGDATA": str(root / "data" / "pgdata"),
                 "PGOP_CONFIG_FILE": str(root / "config" / "instance.yaml"),
                 "PGOP_SECRETS_DIR": str(root / "secrets"),
+                "PGOP_TLS_DIR": str(root / "tls"),
                 "PGOP_RUN_DIR": str(root / "run"),
                 "PGOP_PG_BIN_DIR": str(postgresql_16 / "bin"),
                 "PGOP_LISTEN_HOST": "127.0.0.1",
@@ -241,14 +254,17 @@ def rotate_credentials(leader: Instance, replica: Instance, su: str, api: Patron
         wait_until(f"{inst.name}'s REST API to take the new password",
                    lambda i=inst: post_reload(i, new_api) == 202, timeout=30)  # fmt: skip
         assert post_reload(inst, api) == 401
-    # The replica reconnects (its walsender ended) with the password from its reloaded configuration.
+    # The replica reconnects (its walsender ended) with the password from its reloaded configuration, and
+    # is the synchronous standby again before the failover below.
     with leader.connect("postgres", su) as conn:
+        ended = conn.execute("SELECT now()").fetchone()
         conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_replication")
 
     def streams_again() -> bool:
         with leader.connect("postgres", su) as conn:
             return conn.execute("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
-                                " AND application_name = %s", (replica.name,)).fetchone() == (1,)
+                                " AND sync_state = 'sync' AND application_name = %s AND backend_start > %s",
+                                (replica.name, ended[0] if ended else None)).fetchone() == (1,)  # fmt: skip
 
     wait_until("the replica to stream with the new replication password", streams_again, timeout=60)
     for inst in (leader, replica):
@@ -311,9 +327,25 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
         assert conn.execute("SHOW data_checksums").fetchone() == ("on",)
         assert conn.execute("SHOW password_encryption").fetchone() == ("scram-sha-256",)
         methods = {r[0] for r in conn.execute("SELECT auth_method FROM pg_hba_file_rules").fetchall()}
-        assert methods == {"peer", "scram-sha-256"}
-        addresses = {r[0] for r in conn.execute("SELECT address FROM pg_hba_file_rules WHERE type = 'host'")}
+        assert methods == {"peer", "scram-sha-256", "reject"}
+        rules = conn.execute("SELECT type, address FROM pg_hba_file_rules").fetchall()
+        addresses = {address for type_, address in rules if type_ == "hostssl"}
         assert addresses == {"127.0.0.1", "::1"}  # the configured network, and loopback for replication
+        assert {type_ for type_, _ in rules} == {"local", "hostssl", "hostnossl"}
+        assert conn.execute("SHOW ssl").fetchone() == ("on",)
+        # Replication itself runs over TLS.
+        assert conn.execute("SELECT bool_and(ssl) FROM pg_stat_ssl JOIN pg_stat_replication USING (pid)"
+                            ).fetchone() == (True,)  # fmt: skip
+
+    # --- TLS only: the server's name checked against the cluster's CA; no TLS, no connection ------------
+    with psycopg.connect(host="127.0.0.1", port=leader.pg_port, user="app", password=app, dbname="app",
+                         sslmode="verify-full", sslrootcert=str(leader.root.parent / "ca.crt")) as conn:
+        assert conn.execute("SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+                            ).fetchone()[0] is True  # fmt: skip
+    with pytest.raises(psycopg.OperationalError, match="rejects connection"):
+        psycopg.connect(host="127.0.0.1", port=leader.pg_port, user="app", password=app, dbname="app",
+                        sslmode="disable").close()
+    with leader.connect("postgres", su) as conn:
         verifier = conn.execute("SELECT rolpassword FROM pg_authid WHERE rolname = 'app'").fetchone()
         assert verifier is not None and verifier[0].startswith("SCRAM-SHA-256$4096:")
         owner = conn.execute(
@@ -345,6 +377,7 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
 
     # --- rotated Secrets: each Patroni reloads them from its mount, nothing restarts ----------------------
     api = rotate_credentials(leader, replica, su, api)
+    wait_until(f"{cluster}-sync to name the replica again", lambda: sync_key_names(replica.name), timeout=30)
 
     # --- failover: SIGKILL the leader's Patroni and PostgreSQL ---------------------------------------------
     killed_at = time.monotonic()

@@ -40,6 +40,7 @@ PATRONI_PORT_NAME: Final = "patroni"
 CONFIG_MOUNT: Final = "/etc/pg-operator/config"
 INSTANCE_CONFIG_KEY: Final = "instance.yaml"
 SECRETS_MOUNT: Final = "/etc/pg-operator/secrets"
+TLS_MOUNT: Final = "/etc/pg-operator/tls"  # tls.crt, tls.key, ca.crt of Secret <name>-server-tls
 DATA_MOUNT: Final = "/var/lib/postgresql/data"
 PGDATA: Final = f"{DATA_MOUNT}/pgdata"
 DATA_VOLUME: Final = "data"

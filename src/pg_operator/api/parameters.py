@@ -48,6 +48,9 @@ OPERATOR_OWNED_PARAMETERS: tuple[str, ...] = (
     "recovery_target_timeline",
     "recovery_target_xid",
     "restore_command",
+    # TLS: the operator's certificates, and no protocol older than TLS 1.2 (docs/tls.md).
+    "ssl",
+    "ssl_min_protocol_version",
     "synchronous_standby_names",
     "unix_socket_directories",
     "unix_socket_group",
@@ -65,7 +68,7 @@ RUNS_A_PROGRAM = "runs a shell command on the server and cannot be set"
 LOADS_CODE = "loads code into the server and cannot be set"
 NAMES_A_FILE = "names a file or directory on the server and cannot be set"
 WRITES_THE_LOG = "chooses where the server writes log files and cannot be set"
-NEEDS_TLS_FILES = "cannot be set: TLS needs key and certificate files, which the operator does not provide"
+KEYS_ARE_UNENCRYPTED = "cannot be set: the operator's TLS keys have no passphrase"
 
 REFUSED_PARAMETERS: dict[str, str] = {
     # A command line PostgreSQL runs through the shell (the other *_command settings are owned; any
@@ -97,10 +100,9 @@ REFUSED_PARAMETERS: dict[str, str] = {
     "log_filename": WRITES_THE_LOG,
     "event_source": WRITES_THE_LOG,
     "stats_temp_directory": NAMES_A_FILE,
-    # `ssl = on` reads server.crt and server.key from PGDATA; without them PostgreSQL does not start. The
-    # passphrase command's companion means nothing without the command.
-    "ssl": NEEDS_TLS_FILES,
-    "ssl_passphrase_command_supports_reload": NEEDS_TLS_FILES,
+    # The passphrase command's companion means nothing without the command (the operator's keys have no
+    # passphrase).
+    "ssl_passphrase_command_supports_reload": KEYS_ARE_UNENCRYPTED,
 }
 
 # Name endings that mean the same whatever the setting (an extension's too, e.g. `myext.reload_command`):

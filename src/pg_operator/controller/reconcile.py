@@ -32,6 +32,7 @@ from pg_operator.controller.rooms.credentials import CredentialsRoom
 from pg_operator.controller.rooms.high_availability import HighAvailabilityRoom
 from pg_operator.controller.rooms.instances import InstancesRoom
 from pg_operator.controller.rooms.storage import StorageRoom
+from pg_operator.controller.rooms.tls import TlsRoom
 from pg_operator.controller.writes import Applier, WriteMemo, all_of, canonical
 from pg_operator.specs import MANAGED_KINDS, compute_status
 from pg_operator.specs.status import replication_lag
@@ -125,6 +126,7 @@ class Reconciler:
             self.high_availability,
             InstancesRoom(events),
             CredentialsRoom(api, self.memo, events, pod_exec),
+            TlsRoom(api, self.memo, events),
         )
         self._invalid_seen: dict[ClusterKey, int] = {}
         # Clusters whose namespace refused a write because it is being deleted, by the cluster version

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 # Pod contract (docs/contracts.md). The paths can be moved by environment for tests on one host.
 DEFAULT_CONFIG_FILE = "/etc/pg-operator/config/instance.yaml"
 DEFAULT_SECRETS_DIR = "/etc/pg-operator/secrets"
+# Secret <name>-server-tls: the server certificate, its key and the cluster's CA (api.constants.TLS_MOUNT).
+DEFAULT_TLS_DIR = "/etc/pg-operator/tls"
+TLS_FILES = ("tls.crt", "tls.key", "ca.crt")
 # Patroni's config file, its pgpass and PostgreSQL's Unix socket; the image creates it, owned by uid 999.
 DEFAULT_RUN_DIR = "/var/run/postgresql"
 # The image links the one PostgreSQL it holds here (images/postgres/recipe.sh).
@@ -54,6 +57,21 @@ class PodEnvironment:
     # set PGOP_LISTEN_HOST=127.0.0.1.
     listen_host: str = ""
     barman_bin_dir: str = DEFAULT_BARMAN_BIN_DIR
+    tls_dir: str = DEFAULT_TLS_DIR
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """Where PostgreSQL finds its certificate, key and CA: private copies in the run directory (the key
+    must belong to the server's user with mode 0600; a Secret volume gives neither)."""
+
+    cert: str
+    key: str
+    ca: str
+
+
+def tls_files(run_dir: str) -> TlsFiles:
+    return TlsFiles(cert=f"{run_dir}/tls/tls.crt", key=f"{run_dir}/tls/tls.key", ca=f"{run_dir}/tls/ca.crt")
 
 
 def _required(env: Mapping[str, str], name: str) -> str:
@@ -91,6 +109,7 @@ def pod_environment(env: Mapping[str, str]) -> PodEnvironment:
         pg_bin_dir=env.get("PGOP_PG_BIN_DIR") or DEFAULT_PG_BIN_DIR,
         listen_host=env.get("PGOP_LISTEN_HOST", "").strip(),
         barman_bin_dir=env.get("PGOP_BARMAN_BIN_DIR") or DEFAULT_BARMAN_BIN_DIR,
+        tls_dir=env.get("PGOP_TLS_DIR") or DEFAULT_TLS_DIR,
     )
 
 

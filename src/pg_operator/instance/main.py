@@ -38,11 +38,13 @@ import yaml
 
 from pg_operator.instance.inputs import (
     SECRET_ROLES,
+    TLS_FILES,
     Credentials,
     PodEnvironment,
     credentials_from_files,
     pod_environment,
     server_major,
+    tls_files,
 )
 from pg_operator.instance.patroni_config import redacted, render_patroni_config
 
@@ -111,8 +113,22 @@ def build_config(env: Mapping[str, str]) -> tuple[PodEnvironment, dict[str, Any]
         credentials=read_credentials(pod.secrets_dir),
         os_user=os_user(),
         post_bootstrap=f"{shlex.quote(sys.executable)} -m pg_operator.instance post-bootstrap",
+        tls=tls_files(pod.run_dir),
     )
     return pod, config
+
+
+def install_tls(pod: PodEnvironment) -> None:
+    """Copy the mounted certificate, key and CA to where PostgreSQL reads them, private to this user
+    (PostgreSQL refuses a key file that others may read; a Secret volume's files belong to root)."""
+    target = tls_files(pod.run_dir)
+    for name, dest in zip(TLS_FILES, (target.cert, target.key, target.ca), strict=True):
+        source = Path(pod.tls_dir, name)
+        try:
+            content = source.read_text(encoding="ascii")
+        except (OSError, UnicodeDecodeError):
+            raise ValueError(f"TLS: cannot read {source} (Secret <cluster>-server-tls)") from None
+        write_private(Path(dest), content)
 
 
 def write_private(path: Path, text: str) -> None:
@@ -128,45 +144,53 @@ def write_private(path: Path, text: str) -> None:
         raise
 
 
-def secrets_digests(secrets_dir: str) -> dict[str, str]:
-    """A digest of each mounted Secret's username and password (never the values), to notice a change."""
-    digests = {}
-    for role in SECRET_ROLES:
-        h = hashlib.sha256()
-        for key in ("username", "password"):
-            try:
-                h.update(Path(secrets_dir, role, key).read_bytes())
-            except OSError:
-                h.update(b"\0missing")
-            h.update(b"\0")
-        digests[role] = h.hexdigest()
+def _digest(files: list[Path]) -> str:
+    h = hashlib.sha256()
+    for file in files:
+        try:
+            h.update(file.read_bytes())
+        except OSError:
+            h.update(b"\0missing")
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def secrets_digests(secrets_dir: str, tls_dir: str) -> dict[str, str]:
+    """A digest of each mounted Secret (never the values), to notice a change: the credentials by role,
+    the server certificate as `tls`."""
+    digests = {role: _digest([Path(secrets_dir, role, key) for key in ("username", "password")])
+               for role in SECRET_ROLES}  # fmt: skip
+    digests["tls"] = _digest([Path(tls_dir, name) for name in TLS_FILES])
     return digests
 
 
 def run(env: Mapping[str, str]) -> int:
     """Render the config, run Patroni, and while it runs follow the mounted Secrets: the kubelet rewrites
     them when a Secret changes, and Patroni reloads a re-rendered config on SIGHUP (new replication,
-    superuser and REST API passwords, no restart). Returns Patroni's exit status."""
+    superuser and REST API passwords, a renewed certificate: no restart). Returns Patroni's exit status."""
     pod, config = build_config(env)
     version = check_server_major(pod)
+    install_tls(pod)
     path = Path(pod.run_dir, PATRONI_CONFIG_NAME)
     write_private(path, yaml.safe_dump(config, sort_keys=False))
     _log(f"{version}; member {pod.pod_name} of {pod.namespace}/{pod.cluster}; starting Patroni with {path}")
     patroni = subprocess.Popen([sys.executable, "-m", "patroni", str(path)])
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: patroni.send_signal(signum))
-    seen = secrets_digests(pod.secrets_dir)
+    seen = secrets_digests(pod.secrets_dir, pod.tls_dir)
     while True:
         try:
             code = patroni.wait(timeout=SECRETS_POLL_SECONDS)
             return code if code >= 0 else 128 - code
         except subprocess.TimeoutExpired:
             pass
-        now = secrets_digests(pod.secrets_dir)
+        now = secrets_digests(pod.secrets_dir, pod.tls_dir)
         if now == seen:
             continue
-        changed = ", ".join(role for role in SECRET_ROLES if now[role] != seen[role])
+        changed = ", ".join(role for role in now if now[role] != seen[role])
         try:
+            if now["tls"] != seen["tls"]:
+                install_tls(pod)  # Patroni's reload makes PostgreSQL read the new certificate
             _, config = build_config(env)
         except ValueError as e:  # a half-written or broken Secret: keep what runs, try on the next change
             _log(f"the mounted Secrets changed ({changed}) but cannot be used: {e}")

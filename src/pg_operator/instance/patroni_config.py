@@ -14,7 +14,7 @@ from typing import Any
 
 from pg_operator.api import postgresql as api_postgresql
 from pg_operator.backup import instance_hook
-from pg_operator.instance.inputs import Credentials, PodEnvironment
+from pg_operator.instance.inputs import Credentials, PodEnvironment, TlsFiles
 from pg_operator.orchestration import patroni_settings
 
 # Labels of the pod contract (docs/contracts.md, pg_operator.api.constants). Repeated here so the image
@@ -138,19 +138,31 @@ def allowed_networks(cidrs: Any) -> list[str]:
 
 
 def pg_hba(*, superuser: str, replication: str, networks: list[str]) -> list[str]:
-    """Unix socket: the superuser through the peer map only. TCP: scram-sha-256 from the pod network only
-    (replication connections for the replication role; every role for databases). Nothing else matches,
-    so everything else is refused."""
+    """Unix socket: the superuser through the peer map only. TCP: TLS only, scram-sha-256 from the allowed
+    networks only (replication connections for the replication role; every role for databases); a
+    connection without TLS is rejected by name. Nothing else matches, so everything else is refused."""
     lines = [f"local all {_hba_name(superuser)} peer map={LOCAL_IDENT_MAP}"]
     # Patroni asks its own PostgreSQL for the timeline over a loopback replication connection (when an
     # old primary rejoins): without these lines a crashed primary cannot come back as a replica.
     for loopback in ("127.0.0.1/32", "::1/128"):
-        lines.append(f"host replication {_hba_name(replication)} {loopback} scram-sha-256")
+        lines.append(f"hostssl replication {_hba_name(replication)} {loopback} scram-sha-256")
     for network in networks:
-        lines.append(f"host replication {_hba_name(replication)} {network} scram-sha-256")
+        lines.append(f"hostssl replication {_hba_name(replication)} {network} scram-sha-256")
     for network in networks:
-        lines.append(f"host all all {network} scram-sha-256")
+        lines.append(f"hostssl all all {network} scram-sha-256")
+    # `all` does not match replication connections: both kinds are named.
+    for everywhere in ("0.0.0.0/0", "::/0"):
+        lines += [f"hostnossl all all {everywhere} reject", f"hostnossl replication all {everywhere} reject"]
     return lines
+
+
+# Replicas (and pg_rewind, which connects as the superuser) check the primary's certificate against the
+# cluster's CA. Not verify-full: Patroni connects to members by pod IP, which the certificate cannot name.
+PEER_SSLMODE = "verify-ca"
+
+
+def _peer_tls(tls: TlsFiles) -> dict[str, str]:
+    return {"sslmode": PEER_SSLMODE, "sslrootcert": tls.ca}
 
 
 def _hba_name(name: str) -> str:
@@ -200,6 +212,7 @@ def render_patroni_config(
     credentials: Mapping[str, Credentials],
     os_user: str,
     post_bootstrap: str,
+    tls: TlsFiles,
 ) -> dict[str, Any]:
     """The complete Patroni YAML document (as a dict) for this pod. With instance.yaml's `backup` section:
     archiving (archive_mode/command/timeout, max_slot_wal_keep_size, replicas' restore_command) and, for a
@@ -230,6 +243,12 @@ def render_patroni_config(
         # Checksums (initdb) already let pg_rewind work; hint bits logging is the belt to those braces.
         "wal_log_hints": "on",
         "hot_standby": "on",
+        # TLS on every network connection (pg_hba rejects the others), with the operator's certificate.
+        "ssl": "on",
+        "ssl_cert_file": tls.cert,
+        "ssl_key_file": tls.key,
+        "ssl_ca_file": tls.ca,
+        "ssl_min_protocol_version": "TLSv1.2",
     }
     config = {
         "scope": pod.cluster,
@@ -294,8 +313,10 @@ def render_patroni_config(
             "use_unix_socket": True,
             "use_unix_socket_repl": False,
             "authentication": {
-                "superuser": {"username": superuser.username, "password": superuser.password},
-                "replication": {"username": replication.username, "password": replication.password},
+                "superuser": {"username": superuser.username, "password": superuser.password,
+                              **_peer_tls(tls)},
+                "replication": {"username": replication.username, "password": replication.password,
+                                **_peer_tls(tls)},
             },
             "parameters": owned_parameters,
             "pg_hba": pg_hba(

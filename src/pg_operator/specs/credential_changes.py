@@ -158,6 +158,27 @@ def applied_patch(cluster: PostgresCluster, change: Change, secret: Mapping[str,
     return patch
 
 
+def stale_app_keys(cluster: PostgresCluster, secret: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A merge patch for the application Secret when its password is applied but the keys derived from
+    it are not what they should be (an older operator wrote them differently, or a hand edit); else
+    None."""
+    if secret is None or objects.deleting(secret):
+        return None
+    password = _decoded(secret, "password")
+    password = password[:-1] if password and password.endswith("\n") else password
+    username = (_decoded(secret, "username") or "").strip()
+    if not password or objects.annotation(secret, APPLIED_ANNOTATION) != fingerprint(
+            objects.uid(secret), username, password):
+        return None
+    app = next(slot for slot in slots(cluster) if slot.kind == "app")
+    change = Change(app, objects.resource_version(secret), "", password)
+    patch = applied_patch(cluster, change, secret)
+    if "data" not in patch:
+        return None
+    del patch["metadata"]["annotations"]
+    return patch
+
+
 def without_verifiers(text: str) -> str:
     """psql's output, for a message: any line that could quote a verifier is left out."""
     return "\n".join(line for line in text.splitlines() if "SCRAM-SHA-256$" not in line).strip()

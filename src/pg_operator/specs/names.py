@@ -52,6 +52,14 @@ def patroni_api_secret(cluster: PostgresCluster) -> str:
     return f"{cluster.name}-patroni-api"
 
 
+def ca_secret(cluster: PostgresCluster) -> str:
+    return f"{cluster.name}-ca"
+
+
+def server_tls_secret(cluster: PostgresCluster) -> str:
+    return f"{cluster.name}-server-tls"
+
+
 def pod(cluster: PostgresCluster, ordinal: int) -> str:
     return f"{statefulset(cluster)}-{ordinal}"
 

@@ -18,6 +18,8 @@ from pg_operator.api.constants import PATRONI_API_USER, PG_PORT, REPLICATION_USE
 from pg_operator.specs import names
 from pg_operator.specs.labels import COMPONENT_CREDENTIALS, child_metadata
 
+APP_SSLMODE = "verify-full"
+
 # 32 random bytes, URL-safe base64: 43 characters, 256 bits.
 PASSWORD_BYTES = 32
 
@@ -35,6 +37,8 @@ APP_SECRET_KEYS = (
     "fqdn-uri",
     "fqdn-jdbc-uri",
 )
+# Added by the TLS room once the cluster's CA exists (controller/rooms/tls.py).
+APP_CA_KEY = "ca.crt"
 
 
 def _password() -> str:
@@ -83,11 +87,13 @@ def app_connection(cluster: PostgresCluster, password: str) -> dict[str, str]:
     u = quote(user, safe="")
     db = quote(dbname, safe="")
 
+    # TLS always, and the server's name checked against the cluster's CA (key `ca.crt`; libpq and the JDBC
+    # driver read it from ~/.postgresql/root.crt unless `sslrootcert` says otherwise, docs/tls.md).
     def uri(h: str) -> str:
-        return f"postgresql://{u}:{pw}@{h}:{port}/{db}"
+        return f"postgresql://{u}:{pw}@{h}:{port}/{db}?sslmode={APP_SSLMODE}"
 
     def jdbc(h: str) -> str:
-        return f"jdbc:postgresql://{h}:{port}/{db}?user={u}&password={pw}"
+        return f"jdbc:postgresql://{h}:{port}/{db}?user={u}&password={pw}&sslmode={APP_SSLMODE}"
 
     pgpass = ":".join(_pgpass_field(v) for v in (host, port, dbname, user, password)) + "\n"
     return {

@@ -24,6 +24,7 @@ from pg_operator.api.constants import (
     PGDATA,
     POSTGRES_UID,
     SECRETS_MOUNT,
+    TLS_MOUNT,
 )
 from pg_operator.images import default_image
 from pg_operator.specs import names
@@ -106,6 +107,7 @@ def _container(cluster: PostgresCluster) -> dict[str, Any]:
             {"name": f"secret-{kind}", "mountPath": f"{SECRETS_MOUNT}/{kind}", "readOnly": True}
             for kind, _ in _SECRET_VOLUMES
         ),
+        {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True},
         {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - a pod-private memory volume
     ]
     return {
@@ -150,6 +152,15 @@ def _volumes(cluster: PostgresCluster) -> list[dict[str, Any]]:
             }
             for kind, name_of in _SECRET_VOLUMES
         ),
+        # The server certificate, its key and the CA (never the CA's key).
+        {
+            "name": "tls",
+            "secret": {
+                "secretName": names.server_tls_secret(cluster),
+                "items": [{"key": k, "path": k} for k in ("tls.crt", "tls.key", "ca.crt")],
+                "defaultMode": 0o440,
+            },
+        },
         # The container runtime's default 64Mi /dev/shm is too small for PostgreSQL's parallel queries.
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
     ]

@@ -12,9 +12,9 @@ import pytest
 from pg_operator.api.cluster import POSTGRES_CLUSTER, PostgresCluster
 from pg_operator.api.crd import build
 from pg_operator.api.parameters import (
+    KEYS_ARE_UNENCRYPTED,
     LOADS_CODE,
     NAMES_A_FILE,
-    NEEDS_TLS_FILES,
     OPERATOR_OWNED_PARAMETERS,
     OWNED_REASON,
     PARAMETER_RULES,
@@ -68,8 +68,7 @@ def kept(parameters: dict[str, str]) -> dict[str, str]:
         ("log_directory", WRITES_THE_LOG),
         ("log_filename", WRITES_THE_LOG),
         ("event_source", WRITES_THE_LOG),
-        ("ssl", NEEDS_TLS_FILES),
-        ("ssl_passphrase_command_supports_reload", NEEDS_TLS_FILES),
+        ("ssl_passphrase_command_supports_reload", KEYS_ARE_UNENCRYPTED),
     ],
 )
 def test_settings_that_run_load_or_name_files_are_refused_naming_them(name: str, reason: str) -> None:
@@ -82,6 +81,11 @@ def test_settings_that_run_load_or_name_files_are_refused_naming_them(name: str,
 )
 def test_file_locations_the_operator_owns_say_so(name: str) -> None:
     assert refused({name: "/tmp/x"}) == f"spec.postgresql.parameters: {name} {OWNED_REASON}"
+
+
+@pytest.mark.parametrize(("name", "value"), [("ssl", "off"), ("ssl_min_protocol_version", "TLSv1")])
+def test_tls_cannot_be_turned_off_or_weakened(name: str, value: str) -> None:
+    assert refused({name: value}) == f"spec.postgresql.parameters: {name} {OWNED_REASON}"
 
 
 def test_the_reason_is_told_whatever_the_case_of_the_name() -> None:
@@ -122,7 +126,7 @@ def test_ordinary_settings_stay_admitted() -> None:
         "log_file_mode": "0600",  # a permission, not a place
         "logging_collector": "off",
         "ssl_ciphers": "HIGH:MEDIUM:+3DES:!aNULL",  # TLS settings that name no file
-        "ssl_min_protocol_version": "TLSv1.3",
+        "ssl_max_protocol_version": "TLSv1.3",
         "search_path": '"$user", public',
         "shared_buffers": "256MB",
         "auto_explain.log_min_duration": "1s",

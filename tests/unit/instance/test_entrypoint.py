@@ -34,7 +34,11 @@ def pod_files(tmp_path: Path) -> dict[str, str]:
         (tmp_path / "secrets" / role).mkdir(parents=True)
         (tmp_path / "secrets" / role / "username").write_text(USERS[role])
         (tmp_path / "secrets" / role / "password").write_text(password + "\n")
+    (tmp_path / "tls").mkdir()
+    for name, content in (("tls.crt", "CERT"), ("tls.key", "KEY"), ("ca.crt", "CA")):
+        (tmp_path / "tls" / name).write_text(content)
     return {
+        "PGOP_TLS_DIR": str(tmp_path / "tls"),
         "PGOP_CLUSTER_NAME": "orders-db",
         "PGOP_NAMESPACE": "shop",
         "PGOP_POD_NAME": "orders-db-0",
@@ -67,6 +71,8 @@ def test_build_config_reads_secrets_and_trims_the_newline(tmp_path: Path) -> Non
     assert config["postgresql"]["authentication"]["replication"] == {
         "username": "replicator",
         "password": PASSWORDS["replication"],
+        "sslmode": "verify-ca",
+        "sslrootcert": f"{tmp_path}/run/tls/ca.crt",
     }
     assert config["bootstrap"]["post_bootstrap"].endswith("-m pg_operator.instance post-bootstrap")
 
@@ -119,11 +125,25 @@ def test_wrong_major_in_the_image_is_refused(tmp_path: Path) -> None:
 
 def test_secrets_digests_change_with_a_rotated_password_and_hold_no_password(tmp_path: Path) -> None:
     env = pod_files(tmp_path)
-    before = main.secrets_digests(env["PGOP_SECRETS_DIR"])
-    assert set(before) == set(PASSWORDS) and main.secrets_digests(env["PGOP_SECRETS_DIR"]) == before
+    dirs = (env["PGOP_SECRETS_DIR"], env["PGOP_TLS_DIR"])
+    before = main.secrets_digests(*dirs)
+    assert set(before) == {*PASSWORDS, "tls"} and main.secrets_digests(*dirs) == before
     assert not any(p in d for p in PASSWORDS.values() for d in before.values())
     (tmp_path / "secrets" / "replication" / "password").write_text("rotated-0123456789")
-    after = main.secrets_digests(env["PGOP_SECRETS_DIR"])
+    after = main.secrets_digests(*dirs)
     assert [role for role in after if after[role] != before[role]] == ["replication"]
     (tmp_path / "secrets" / "app" / "password").unlink()  # mid-rewrite by the kubelet: a change, no error
-    assert main.secrets_digests(env["PGOP_SECRETS_DIR"])["app"] != after["app"]
+    assert main.secrets_digests(*dirs)["app"] != after["app"]
+    (tmp_path / "tls" / "tls.crt").write_text("renewed")
+    assert main.secrets_digests(*dirs)["tls"] != after["tls"]
+
+
+def test_the_key_is_copied_private_and_a_missing_file_is_named(tmp_path: Path) -> None:
+    env = pod_files(tmp_path)
+    pod = main.pod_environment(env)
+    main.install_tls(pod)
+    key = tmp_path / "run" / "tls" / "tls.key"
+    assert key.read_text() == "KEY" and stat.S_IMODE(key.stat().st_mode) == 0o600
+    (tmp_path / "tls" / "ca.crt").unlink()
+    with pytest.raises(ValueError, match=r"TLS: cannot read .*/tls/ca.crt \(Secret <cluster>-server-tls\)"):
+        main.install_tls(pod)

@@ -12,7 +12,7 @@ from pg_operator.api import constants
 from pg_operator.api.instance_config import InstanceConfig
 from pg_operator.api.postgresql import OPERATOR_OWNED_PARAMETERS as API_OWNED
 from pg_operator.instance import patroni_config as pc
-from pg_operator.instance.inputs import Credentials, pod_environment
+from pg_operator.instance.inputs import Credentials, pod_environment, tls_files
 from pg_operator.orchestration.patroni_settings import desired_dynamic_settings, dynamic_config_patch
 
 ENV = {
@@ -39,6 +39,9 @@ INSTANCE: dict[str, Any] = {
     "patroni": {"ttl": 20, "loopWait": 2, "retryTimeout": 5, "port": 8008},
 }
 
+TLS = tls_files("/var/run/postgresql")
+PEER_TLS = {"sslmode": "verify-ca", "sslrootcert": "/var/run/postgresql/tls/ca.crt"}
+
 CREDS = {
     "superuser": Credentials("postgres", "su-secret-pw"),
     "replication": Credentials("replicator", "repl-secret-pw"),
@@ -54,6 +57,7 @@ def render(instance: dict[str, Any] | None = None, env: dict[str, str] | None = 
         credentials=CREDS,
         os_user="postgres",
         post_bootstrap="/opt/pg-operator/bin/python -m pg_operator.instance post-bootstrap",
+        tls=TLS,
     )
 
 
@@ -129,30 +133,35 @@ def test_initdb_checksums_scram_and_replicas_by_basebackup() -> None:
 
 def test_users_from_secrets() -> None:
     auth = render()["postgresql"]["authentication"]
-    assert auth["superuser"] == {"username": "postgres", "password": "su-secret-pw"}
-    assert auth["replication"] == {"username": "replicator", "password": "repl-secret-pw"}
+    assert auth["superuser"] == {"username": "postgres", "password": "su-secret-pw", **PEER_TLS}
+    assert auth["replication"] == {"username": "replicator", "password": "repl-secret-pw", **PEER_TLS}
 
 
-def test_pg_hba_only_pod_network_and_scram() -> None:
+def test_pg_hba_only_tls_from_the_pod_network_and_scram() -> None:
     instance = with_changes("postgresql.allowedCIDRs", ["10.244.0.0/16", "fd00:10:244::/56"])
     hba = render(instance)["postgresql"]["pg_hba"]
     assert hba == [
         f'local all "postgres" peer map={pc.LOCAL_IDENT_MAP}',
-        'host replication "replicator" 127.0.0.1/32 scram-sha-256',
-        'host replication "replicator" ::1/128 scram-sha-256',
-        'host replication "replicator" 10.244.0.0/16 scram-sha-256',
-        'host replication "replicator" fd00:10:244::/56 scram-sha-256',
-        "host all all 10.244.0.0/16 scram-sha-256",
-        "host all all fd00:10:244::/56 scram-sha-256",
+        'hostssl replication "replicator" 127.0.0.1/32 scram-sha-256',
+        'hostssl replication "replicator" ::1/128 scram-sha-256',
+        'hostssl replication "replicator" 10.244.0.0/16 scram-sha-256',
+        'hostssl replication "replicator" fd00:10:244::/56 scram-sha-256',
+        "hostssl all all 10.244.0.0/16 scram-sha-256",
+        "hostssl all all fd00:10:244::/56 scram-sha-256",
+        "hostnossl all all 0.0.0.0/0 reject",
+        "hostnossl replication all 0.0.0.0/0 reject",
+        "hostnossl all all ::/0 reject",
+        "hostnossl replication all ::/0 reject",
     ]
-    assert not any(("trust" in line or "md5" in line or "0.0.0.0/0" in line) for line in hba)
+    assert not any(("trust" in line or "md5" in line) for line in hba)
+    assert all(line.endswith("reject") for line in hba if "0.0.0.0/0" in line or "::/0" in line)
     ident = render()["postgresql"]["pg_ident"]
     assert ident == [f'{pc.LOCAL_IDENT_MAP} postgres "postgres"']
 
 
 def test_cidr_is_normalised_and_bad_cidr_is_named() -> None:
     instance = with_changes("postgresql.allowedCIDRs", ["10.244.1.9/16"])
-    assert "host all all 10.244.0.0/16 scram-sha-256" in render(instance)["postgresql"]["pg_hba"]
+    assert "hostssl all all 10.244.0.0/16 scram-sha-256" in render(instance)["postgresql"]["pg_hba"]
     with pytest.raises(ValueError, match=r"allowedCIDRs entry '10\.244\.0\.0/99'"):
         render(with_changes("postgresql.allowedCIDRs", ["10.244.0.0/99"]))
     with pytest.raises(ValueError, match="allowedCIDRs must be a non-empty list"):
@@ -198,6 +207,17 @@ def test_user_parameters_go_to_dcs_only() -> None:
     local = config["postgresql"]["parameters"]
     assert "shared_buffers" not in local and "max_connections" not in local
     assert local["unix_socket_directories"] == "/var/run/postgresql"
+
+
+def test_tls_is_on_with_the_private_copies_of_the_certificate() -> None:
+    local = render()["postgresql"]["parameters"]
+    assert {k: v for k, v in local.items() if k.startswith("ssl")} == {
+        "ssl": "on",
+        "ssl_cert_file": "/var/run/postgresql/tls/tls.crt",
+        "ssl_key_file": "/var/run/postgresql/tls/tls.key",
+        "ssl_ca_file": "/var/run/postgresql/tls/ca.crt",
+        "ssl_min_protocol_version": "TLSv1.2",
+    }
 
 
 def test_bootstrap_dcs_equals_what_the_operator_enforces() -> None:
@@ -290,4 +310,4 @@ def test_unsafe_rest_endpoints_require_the_api_credentials() -> None:
     without = {k: v for k, v in CREDS.items() if k != "patroni-api"}
     with pytest.raises(ValueError, match="patroni-api"):
         pc.render_patroni_config(pod=pod_environment(ENV), instance=INSTANCE, credentials=without,
-                                 os_user="postgres", post_bootstrap="true")
+                                 os_user="postgres", post_bootstrap="true", tls=TLS)

@@ -15,7 +15,7 @@ from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.instance_config import InstanceConfig
 from pg_operator.backup.barman import DEFAULT_BIN_DIR
 from pg_operator.instance import patroni_config as pc
-from pg_operator.instance.inputs import DEFAULT_BARMAN_BIN_DIR, Credentials, pod_environment
+from pg_operator.instance.inputs import DEFAULT_BARMAN_BIN_DIR, Credentials, pod_environment, tls_files
 from pg_operator.specs.configmap import configmap
 from pg_operator.specs.statefulset import BACKUP_CONFIG_ANNOTATION, statefulset
 
@@ -58,6 +58,7 @@ def rendered(c: PostgresCluster) -> dict[str, Any]:
         credentials=CREDS,
         os_user="postgres",
         post_bootstrap="python -m pg_operator.instance post-bootstrap",
+        tls=tls_files("/var/run/postgresql"),
     )
 
 
@@ -160,14 +161,14 @@ def test_a_bad_backup_section_is_refused() -> None:
     with pytest.raises(ValueError, match=r"instance\.yaml: backup\.store: required mapping"):
         pc.render_patroni_config(
             pod=pod_environment(ENV), instance=settings.model_dump(by_alias=True, mode="json"),
-            credentials=CREDS, os_user="postgres", post_bootstrap="pb",
+            credentials=CREDS, os_user="postgres", post_bootstrap="pb", tls=tls_files("/run"),
         )  # fmt: skip
     bad_bucket = {"store": {**base["backup"]["archive"]["store"], "bucket": "Bad_Bucket"}}
     settings = InstanceConfig.model_validate({**base, "backup": {"archive": bad_bucket}})
     with pytest.raises(ValueError, match=r"backup\.s3\.bucket"):
         pc.render_patroni_config(
             pod=pod_environment(ENV), instance=settings.model_dump(by_alias=True, mode="json"),
-            credentials=CREDS, os_user="postgres", post_bootstrap="pb",
+            credentials=CREDS, os_user="postgres", post_bootstrap="pb", tls=tls_files("/run"),
         )  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from pg_operator.specs.credential_changes import (
     fingerprint,
     plan,
     role_sql,
+    stale_app_keys,
     without_verifiers,
 )
 
@@ -135,3 +136,16 @@ def test_no_password_in_a_repr_and_no_verifier_in_a_message() -> None:
     out = ("psql:<stdin>:4: ERROR:  role \"x\" does not exist\n"
            "LINE 1: ALTER ROLE x PASSWORD 'SCRAM-SHA-256$4096:abc'")
     assert without_verifiers(out) == 'psql:<stdin>:4: ERROR:  role "x" does not exist'
+
+
+def test_an_applied_app_secret_with_old_style_uris_gets_them_rewritten_and_nothing_else() -> None:
+    secrets = marked(stored())
+    app = secrets["orders-db-app"]
+    assert stale_app_keys(cluster(), app) is None  # as built: nothing to do
+    set_key(app, "uri", "postgresql://app:app-pw@orders-db-rw.shop.svc:5432/app")  # before TLS
+    patch = stale_app_keys(cluster(), app)
+    assert patch is not None and set(patch["data"]) == {"uri"}
+    assert patch["metadata"] == {"resourceVersion": "12"}
+    assert base64.b64decode(patch["data"]["uri"]).decode().endswith("?sslmode=verify-full")
+    set_key(app, "password", "not-applied-yet")  # the applying pass rewrites the keys itself
+    assert stale_app_keys(cluster(), app) is None

@@ -66,8 +66,10 @@ def test_uris_percent_encode_the_password() -> None:
         assert parts.path == "/app" and parts.username == "app"
         assert parts.password is not None and unquote(parts.password) == PASSWORDS.app
         assert "p@ss" not in app[key]
+        assert parts.query == "sslmode=verify-full"  # TLS, and the server's name checked
     assert app["jdbc-uri"] == (
         "jdbc:postgresql://orders-db-rw.shop.svc:5432/app?user=app&password=p%40ss%3Aw%2Frd%3F%26%25%5C"
+        "&sslmode=verify-full"
     )
     assert app["fqdn-jdbc-uri"].startswith("jdbc:postgresql://orders-db-rw.shop.svc.cluster.local:5432/app?")
 
@@ -82,7 +84,7 @@ def test_app_secret_follows_bootstrap_names() -> None:
         build_secrets(cluster(bootstrap={"initdb": {"database": "orders", "owner": "shop"}}), PASSWORDS)[2]
     )
     assert (app["username"], app["dbname"]) == ("shop", "orders")
-    assert app["uri"].endswith("@orders-db-rw.shop.svc:5432/orders")
+    assert app["uri"].endswith("@orders-db-rw.shop.svc:5432/orders?sslmode=verify-full")
 
 
 def test_generated_passwords_are_long_random_and_distinct() -> None:

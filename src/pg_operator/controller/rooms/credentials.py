@@ -26,13 +26,14 @@ from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.controller.writes import WriteMemo, all_of
 from pg_operator.orchestration.instances import instances_from_pods, patroni_state
-from pg_operator.specs import ClusterPasswords, build_secrets, secret_names
+from pg_operator.specs import ClusterPasswords, build_secrets, names, secret_names
 from pg_operator.specs.credential_changes import (
     Change,
     Plan,
     applied_patch,
     plan,
     role_sql,
+    stale_app_keys,
     without_verifiers,
 )
 
@@ -61,6 +62,7 @@ class CredentialsRoom(Room):
             p.report(("CredentialRefused", message))
             p.writes += await self._warn_once(p, "CredentialRefused", message)
         if not wanted.changes:
+            p.writes += await self._refresh_app_keys(p, secrets)
             return
         roles = wanted.role_changes
         if roles:
@@ -73,6 +75,19 @@ class CredentialsRoom(Room):
                 p.writes += await self._warn_once(p, "CredentialNotApplied", failure)
                 return
         p.writes += await self._mark_applied(p, wanted, secrets)
+
+    async def _refresh_app_keys(self, p: ClusterPass, secrets: Mapping[str, Mapping[str, Any] | None]) -> int:
+        """The application Secret's URIs follow its (applied) password and today's form."""
+        name = names.app_secret(p.cluster)
+        patch = stale_app_keys(p.cluster, secrets.get(name))
+        if patch is None:
+            return 0
+        try:
+            await self.api.merge_patch(Secret, name, p.namespace, patch)
+        except ApiError as exc:
+            if not (is_conflict(exc) or is_not_found(exc)):
+                raise
+        return 1
 
     @staticmethod
     def _running_primary(p: ClusterPass) -> str | None:

@@ -1,0 +1,208 @@
+"""TLS for a cluster: its own certificate authority and the server certificate every instance presents.
+
+The operator is the CA: Secret `<name>-ca` holds its certificate and key (the key never leaves the
+operator and that Secret; no pod mounts it). Secret `<name>-server-tls` (type kubernetes.io/tls) holds the
+instances' server certificate, its key and the CA certificate, and is mounted in every pod. The server
+certificate names every way a client reaches an instance: each Service (`<name>`, `-rw`, `-ro`, `-r`) in
+its short, `.<ns>`, `.<ns>.svc` and `.svc.cluster.local` forms, every pod through the headless Service
+(wildcards), and loopback. ECDSA P-256 keys; a leaf is renewed once a third of its life is left, and
+re-issued at once when the names it must carry or its CA changed. Pure: the caller passes the time.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from pg_operator.api.cluster import PostgresCluster
+from pg_operator.specs import names
+from pg_operator.specs.labels import COMPONENT_CREDENTIALS, child_metadata
+
+CA_LIFETIME = dt.timedelta(days=3650)
+LEAF_LIFETIME = dt.timedelta(days=90)
+# Backdated, so a node whose clock runs a little behind accepts a certificate issued a moment ago.
+CLOCK_SKEW = dt.timedelta(minutes=5)
+CLUSTER_DOMAIN = "cluster.local"
+
+CA_CERT_KEY, CA_KEY_KEY = "ca.crt", "ca.key"
+TLS_CERT_KEY, TLS_KEY_KEY = "tls.crt", "tls.key"
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    cert_pem: bytes
+    key_pem: bytes
+
+    def __repr__(self) -> str:  # the key never appears in a repr
+        return "KeyPair(<certificate>, <key>)"
+
+
+def server_dns_names(cluster: PostgresCluster, domain: str = CLUSTER_DOMAIN) -> list[str]:
+    ns = cluster.namespace
+    out: list[str] = []
+    services = (names.headless_service(cluster), names.rw_service(cluster), names.ro_service(cluster),
+                names.r_service(cluster))  # fmt: skip
+    for svc in services:
+        out += [svc, f"{svc}.{ns}", f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.{domain}"]
+    headless = names.headless_service(cluster)
+    out += [f"*.{headless}.{ns}.svc", f"*.{headless}.{ns}.svc.{domain}", "localhost"]
+    return out
+
+
+SERVER_IPS = ("127.0.0.1", "::1")
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())  # fmt: skip
+
+
+def _key_usage(*, signs_certificates: bool) -> x509.KeyUsage:
+    """A CA signs certificates and revocation lists; a server signs its TLS handshakes (ECDHE)."""
+    return x509.KeyUsage(digital_signature=not signs_certificates, content_commitment=False,
+                         key_encipherment=False, data_encipherment=False,
+                         key_agreement=not signs_certificates, key_cert_sign=signs_certificates,
+                         crl_sign=signs_certificates, encipher_only=False, decipher_only=False)
+
+
+def new_ca(cluster: PostgresCluster, now: dt.datetime) -> KeyPair:
+    key = _key()
+    subject = x509.Name([
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "pg-operator"),
+        x509.NameAttribute(NameOID.COMMON_NAME, f"{cluster.namespace}/{cluster.name} CA"),
+    ])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(now + CA_LIFETIME)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_key_usage(signs_certificates=True), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def issue_server(cluster: PostgresCluster, ca: KeyPair, now: dt.datetime) -> KeyPair:
+    """The instances' server certificate, signed by the cluster's CA."""
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
+    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = _key()
+    dns = server_dns_names(cluster)
+    alt: list[x509.GeneralName] = [x509.DNSName(n) for n in dns]
+    alt += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in SERVER_IPS]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names.rw_host(cluster))]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(min(now + LEAF_LIFETIME, ca_cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_key_usage(signs_certificates=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(alt), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                       critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def _data(secret: Mapping[str, Any] | None, key: str) -> bytes | None:
+    raw = ((secret or {}).get("data") or {}).get(key)
+    try:
+        return base64.b64decode(str(raw), validate=True) if raw else None
+    except ValueError:
+        return None
+
+
+def ca_from_secret(secret: Mapping[str, Any] | None) -> KeyPair | None:
+    cert, key = _data(secret, CA_CERT_KEY), _data(secret, CA_KEY_KEY)
+    if not cert or not key:
+        return None
+    try:
+        x509.load_pem_x509_certificate(cert)
+        serialization.load_pem_private_key(key, password=None)
+    except ValueError:
+        return None
+    return KeyPair(cert, key)
+
+
+def server_renewal(cluster: PostgresCluster, ca: KeyPair, secret: Mapping[str, Any] | None,
+                   now: dt.datetime) -> str | None:
+    """Why the server certificate must be (re-)issued now, or None while it is good."""
+    cert_pem = _data(secret, TLS_CERT_KEY)
+    if not cert_pem or not _data(secret, TLS_KEY_KEY):
+        return "no server certificate yet"
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError:
+        return "the server certificate cannot be read"
+    if _data(secret, CA_CERT_KEY) != ca.cert_pem or cert.issuer != x509.load_pem_x509_certificate(
+            ca.cert_pem).subject:
+        return "the certificate authority changed"
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return "the server certificate names no host"
+    if sorted(sans.get_values_for_type(x509.DNSName)) != sorted(server_dns_names(cluster)):
+        return "the names the server certificate must carry changed"
+    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+    if now >= end - (end - start) / 3:
+        return f"the server certificate expires at {end.isoformat()}"
+    return None
+
+
+def expiry(secret: Mapping[str, Any] | None, key: str = TLS_CERT_KEY) -> dt.datetime | None:
+    pem = _data(secret, key)
+    if not pem:
+        return None
+    try:
+        return x509.load_pem_x509_certificate(pem).not_valid_after_utc
+    except ValueError:
+        return None
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def ca_secret(cluster: PostgresCluster, ca: KeyPair) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": child_metadata(cluster, names.ca_secret(cluster), COMPONENT_CREDENTIALS),
+        "type": "Opaque",
+        "data": {CA_CERT_KEY: _b64(ca.cert_pem), CA_KEY_KEY: _b64(ca.key_pem)},
+    }
+
+
+def server_secret(cluster: PostgresCluster, ca: KeyPair, server: KeyPair) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": child_metadata(cluster, names.server_tls_secret(cluster), COMPONENT_CREDENTIALS),
+        "type": "kubernetes.io/tls",
+        "data": {TLS_CERT_KEY: _b64(server.cert_pem), TLS_KEY_KEY: _b64(server.key_pem),
+                 CA_CERT_KEY: _b64(ca.cert_pem)},
+    }

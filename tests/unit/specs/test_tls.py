@@ -1,0 +1,81 @@
+"""The cluster's CA and server certificate: names, chain, renewal, and no key in a repr."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ipaddress
+
+from cryptography import x509
+
+from harness.objects import cluster_model as cluster
+from pg_operator.specs.tls import (
+    LEAF_LIFETIME,
+    ca_from_secret,
+    ca_secret,
+    issue_server,
+    new_ca,
+    server_dns_names,
+    server_renewal,
+    server_secret,
+)
+
+NOW = dt.datetime(2026, 12, 2, 10, 0, tzinfo=dt.UTC)
+
+
+def cert(pem: bytes) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(pem)
+
+
+def test_the_server_certificate_names_every_service_every_pod_and_loopback() -> None:
+    names = server_dns_names(cluster())
+    for svc in ("orders-db", "orders-db-rw", "orders-db-ro", "orders-db-r"):
+        assert {svc, f"{svc}.shop", f"{svc}.shop.svc", f"{svc}.shop.svc.cluster.local"} <= set(names)
+    assert {"*.orders-db.shop.svc", "*.orders-db.shop.svc.cluster.local", "localhost"} <= set(names)
+    ca = new_ca(cluster(), NOW)
+    leaf = cert(issue_server(cluster(), ca, NOW).cert_pem)
+    sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sorted(sans.get_values_for_type(x509.DNSName)) == sorted(names)
+    assert set(sans.get_values_for_type(x509.IPAddress)) == {ipaddress.ip_address("127.0.0.1"),
+                                                             ipaddress.ip_address("::1")}  # fmt: skip
+
+
+def test_the_chain_verifies_and_the_lifetimes_are_bounded() -> None:
+    ca = new_ca(cluster(), NOW)
+    ca_cert, leaf = cert(ca.cert_pem), cert(issue_server(cluster(), ca, NOW).cert_pem)
+    leaf.verify_directly_issued_by(ca_cert)  # raises on a wrong issuer or signature
+    assert ca_cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is True
+    assert leaf.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
+    assert leaf.not_valid_after_utc - NOW == LEAF_LIFETIME
+    assert leaf.not_valid_before_utc < NOW  # backdated for clock skew
+    other = new_ca(cluster(name="other-db"), NOW)
+    assert cert(other.cert_pem).subject != ca_cert.subject  # each cluster its own CA
+
+
+def test_renewal_when_missing_late_in_life_renamed_or_under_another_ca() -> None:
+    c = cluster()
+    ca = new_ca(c, NOW)
+    assert server_renewal(c, ca, None, NOW) == "no server certificate yet"
+    secret = server_secret(c, ca, issue_server(c, ca, NOW))
+    assert server_renewal(c, ca, secret, NOW) is None
+    assert server_renewal(c, ca, secret, NOW + dt.timedelta(days=59)) is None
+    assert (server_renewal(c, ca, secret, NOW + dt.timedelta(days=61)) or "").startswith(
+        "the server certificate expires at")
+    assert server_renewal(c, new_ca(c, NOW), secret, NOW) == "the certificate authority changed"
+    renamed = cluster(namespace="other")  # the names it must carry changed
+    assert server_renewal(renamed, ca, secret, NOW) == "the names the server certificate must carry changed"
+    broken = {**secret, "data": {**secret["data"], "tls.crt": base64.b64encode(b"junk").decode()}}
+    assert server_renewal(c, ca, broken, NOW) == "the server certificate cannot be read"
+
+
+def test_secrets_round_trip_and_no_key_in_a_repr() -> None:
+    c = cluster()
+    ca = new_ca(c, NOW)
+    assert ca_from_secret(ca_secret(c, ca)) == ca
+    assert ca_from_secret({"data": {"ca.crt": "bm9wZQ=="}}) is None
+    server = issue_server(c, ca, NOW)
+    secret = server_secret(c, ca, server)
+    assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    assert "ca.key" not in secret["data"]  # the CA's key stays in <name>-ca
+    assert "PRIVATE" not in repr(ca) + repr(server)
+    assert secret["metadata"]["ownerReferences"][0]["controller"] is True
