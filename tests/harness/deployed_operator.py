@@ -3,11 +3,15 @@ the full profile's node, then `kubectl apply -k deploy/`; and the user's example
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
 from localkube.images.containerd import ensure_images
 
+from harness.kube import KubectlLike
 from harness.local_cluster import Kube
 from harness.paths import REPO
 from pg_operator.images import default_image, image_for
@@ -30,3 +34,38 @@ def install_operator(kube: Kube) -> None:
     kube.kubectl("apply", "-k", str(REPO / "deploy"))
     kube.kubectl("-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment/pg-operator",
                  "--timeout=300s", timeout=320)  # fmt: skip
+
+
+# --- The namespaced install (deploy/namespaced/) ---------------------------------------------------
+
+NAMESPACED_EXAMPLE = "shop"  # the watched namespace the overlay ships with (watch/shop)
+
+
+def namespaced_overlay(kube: KubectlLike, work: Path, watched: Sequence[str]) -> list[dict[str, Any]]:
+    """deploy/namespaced/ rendered to watch `watched`, edited as docs/install.md tells a user: a copy of
+    deploy/ in `work`, one component per namespace made from watch/shop, the components list replaced."""
+    root = work / "deploy"
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(REPO / "deploy", root)
+    overlay = root / "namespaced"
+    example = overlay / "watch" / NAMESPACED_EXAMPLE
+    for ns in watched:
+        if ns != NAMESPACED_EXAMPLE:
+            shutil.copytree(example, overlay / "watch" / ns)
+            for path in (overlay / "watch" / ns).rglob("kustomization.yaml"):
+                path.write_text(path.read_text().replace(NAMESPACED_EXAMPLE, ns))
+    kustomization = overlay / "kustomization.yaml"
+    listed = f"  - watch/{NAMESPACED_EXAMPLE}\n"
+    text = kustomization.read_text()
+    assert text.count(listed) == 1, "deploy/namespaced/kustomization.yaml no longer lists watch/shop once"
+    kustomization.write_text(text.replace(listed, "".join(f"  - watch/{ns}\n" for ns in watched)))
+    rendered = kube.kubectl("kustomize", str(overlay)).stdout
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def operator_namespaces(objects: Sequence[dict[str, Any]]) -> list[str]:
+    """The namespaces the rendered Deployment tells the operator to watch (its --namespace flags)."""
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    args = next(c for c in containers if c["name"] == "operator")["args"]
+    return [a.split("=", 1)[1] for a in args if a.startswith("--namespace=")]
