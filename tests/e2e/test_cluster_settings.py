@@ -184,17 +184,20 @@ def test_a_value_postgresql_refuses_is_reported_never_sent_and_the_rest_of_the_e
     work_mem = on_each_pod(cluster, "show work_mem")
     assert len(set(work_mem.values())) == 1
     seen = event_names(cluster)
-    set_parameters(cluster, {"work_mem": "lots", "maintenance_work_mem": "96MB"})
+    # A value PostgreSQL cannot parse, and a misspelled name (which would keep PostgreSQL from starting
+    # at its next restart), beside a valid change.
+    set_parameters(cluster, {"work_mem": "lots", "work_mme": "8MB", "maintenance_work_mem": "96MB"})
 
     said = 'invalid value for parameter "work_mem": "lots"'
+    misspelled = 'unrecognized configuration parameter "work_mme"'
     cond = wait_until("Degraded ParameterRefused", lambda: (
         d if (d := degraded(cluster)).get("reason") == "ParameterRefused" and d.get("status") == "True"
         else None), 120, 1)
-    assert "work_mem" in cond["message"] and said in cond["message"], cond
+    assert said in cond["message"] and misspelled in cond["message"], cond
     warnings = wait_until("a ParameterRefused Warning", lambda: new_events(cluster, seen, "ParameterRefused"),
                           60, 1)
     assert all(e["type"] == "Warning" for e in warnings)
-    assert any(said in e["message"] for e in warnings), warnings
+    assert any(said in e["message"] and misspelled in e["message"] for e in warnings), warnings
     # The valid half of the same edit is applied everywhere; the refused value reaches no instance.
     wait_until("maintenance_work_mem 96MB everywhere",
                lambda: everywhere(cluster, "show maintenance_work_mem", "96MB"), 120, 1)
@@ -202,18 +205,19 @@ def test_a_value_postgresql_refuses_is_reported_never_sent_and_the_rest_of_the_e
     config = json.loads(get_json(cluster, "configmap", f"{NAME}-config", "-n", NS)["metadata"]["annotations"]
                         ["config"])
     assert config["postgresql"]["parameters"].get("work_mem") != "lots"
+    assert "work_mme" not in config["postgresql"]["parameters"]
     assert config["postgresql"]["parameters"]["maintenance_work_mem"] == "96MB"
     # ConfigurationUpdated names what PostgreSQL shows, and never the refused parameter.
     updated = wait_until("ConfigurationUpdated for maintenance_work_mem", lambda: [
         e for e in new_events(cluster, seen, "ConfigurationUpdated")
         if "maintenance_work_mem" in e["message"]], 60, 1)
-    assert all("work_mem" not in e["message"].replace("maintenance_work_mem", "") for e in updated), updated
+    assert all("work_m" not in e["message"].replace("maintenance_work_mem", "") for e in updated), updated
     assert all("applied on primary" in e["message"] for e in updated), updated
     # Still serving: the primary acknowledges writes, every instance ready.
     write_on_primary(cluster, "while work_mem was refused")
     assert healthy(cluster, NS, NAME, 3)
 
-    set_parameters(cluster, {"work_mem": None, "maintenance_work_mem": None})
+    set_parameters(cluster, {"work_mem": None, "work_mme": None, "maintenance_work_mem": None})
     wait_until("no longer Degraded", lambda: degraded(cluster).get("status") == "False", 120, 1)
     wait_until("maintenance_work_mem back to 64MB",
                lambda: everywhere(cluster, "show maintenance_work_mem", "64MB"), 120, 1)
@@ -237,6 +241,9 @@ def test_a_value_an_instance_cannot_start_with_halts_the_restart_at_one_replica_
     assert halted_at != primary and halted_at.startswith(f"{NAME}-"), message
     assert "max_connections" in message and f"stopped at {halted_at}" in message, message
     assert f"primary {primary} keeps serving" in message, message
+    halts = wait_until("a RolloutHalted Warning", lambda: [
+        e for e in new_events(cluster, set(), "RolloutHalted") if e["message"] == message], 30, 1)
+    assert all(e["type"] == "Warning" for e in halts), halts
     # One replica down, nothing else restarted, the primary where it was and writable.
     st = get_json(cluster, "pgc", NAME, "-n", NS)["status"]
     assert st["currentPrimary"] == primary

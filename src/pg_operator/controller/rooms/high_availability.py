@@ -96,6 +96,7 @@ class HighAvailabilityRoom(Room):
         self.events = events
         self._session: aiohttp.ClientSession | None = None
         self.settings = SettingsChanges(events, self.session, pod_exec)
+        self._halt_told: dict[tuple[str, str], str] = {}  # the RolloutHalted message last posted
 
     async def close(self) -> None:
         if self._session is not None:
@@ -109,6 +110,7 @@ class HighAvailabilityRoom(Room):
 
     def forget(self, key: tuple[str, str]) -> None:
         self.settings.forget(key)
+        self._halt_told.pop(key, None)
 
     async def act(self, p: ClusterPass) -> None:
         if p.statefulset is None:
@@ -122,6 +124,8 @@ class HighAvailabilityRoom(Room):
             step = StepResult(problem=("DataPlaneActionFailed", str(exc.status.message)))
         p.writes += step.writes
         p.report(step.problem)
+        if step.problem is None or step.problem[0] != "RolloutHalted":
+            self._halt_told.pop((p.namespace, p.name), None)  # a later halt is news again
         if step.replicas is not None:
             p.replicas = step.replicas
 
@@ -224,7 +228,12 @@ class HighAvailabilityRoom(Room):
             return 0
         if action.kind == "halt":
             result.problem = ("RolloutHalted", action.reason)
-            return 0
+            # The condition may have been Degraded for the instance being down already (no new Event
+            # then): say why the rollout stopped once per message.
+            if self._halt_told.get((p.namespace, p.name)) == action.reason:
+                return 0
+            self._halt_told[(p.namespace, p.name)] = action.reason
+            return int(await self.events.record(body, "Warning", "RolloutHalted", action.reason))
         if action.kind == "delete_pod":
             log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
             try:
