@@ -119,7 +119,7 @@ class Reconciler:
         self.events = events
         self.memo = WriteMemo()
         self.applier = Applier(api, self.memo)
-        self.high_availability = HighAvailabilityRoom(api, events)
+        self.high_availability = HighAvailabilityRoom(api, events, pod_exec)
         # In phase order: the storage check comes first so the StatefulSet waits for its class.
         self.rooms: tuple[Room, ...] = (
             StorageRoom(api, self.memo),

@@ -65,12 +65,18 @@ PATRONI_CONFIGMAP_SUFFIXES = ("-leader", "-config", "-sync", "-failover")
 SWITCHOVER_ANNOTATION = "db.example.com/switchover-to"
 
 
+UNAUTHORIZED = "HTTP 401"  # in a PatroniError: the basic-auth password was refused
+
+
 @dataclass
 class StepResult:
     writes: int = 0
     replicas: int | None = None  # the StatefulSet size to apply now, when it differs from the spec
     problem: tuple[str, str] | None = None
     message: str = ""  # what the data plane is waiting for or doing, for the phase
+    # Patroni refused the operator's REST API password: an instance has not reloaded a rotated Secret yet
+    # (rooms/credentials.py), so the same request will go through once it has.
+    credentials_pending: bool = False
 
 
 def _desired_image(statefulset: Mapping[str, Any] | None) -> str | None:
@@ -191,6 +197,8 @@ class HighAvailabilityRoom(Room):
             return 0
         action = Action("switchover", target=target.name, reason=f"switchover to {target.name} requested")
         writes = await self._act(p, instances, action, result)
+        if result.credentials_pending:
+            return writes  # kept: asked again on the next pass
         # Done, or refused by Patroni (its reason is in the SwitchoverRefused Event): either way the
         # request is answered; asking again is the user's call.
         return writes + await self._clear_request(p, None, "", "")
@@ -253,6 +261,12 @@ class HighAvailabilityRoom(Room):
         try:
             await switchover(self.session(), primary.pod_ip, primary.name, action.target, auth)
         except PatroniError as exc:
+            if UNAUTHORIZED in str(exc):
+                result.credentials_pending = True
+                result.message = (f"switchover to {action.target} waits for {primary.name} to load the "
+                                  f"Patroni API password of Secret {names.patroni_api_secret(cluster)}")
+                log.info("%s/%s: %s", cluster.namespace, cluster.name, result.message)
+                return 0
             # Patroni says why (e.g. the candidate is not the synchronous standby yet): try again later.
             log.warning("%s/%s: switchover refused: %s", cluster.namespace, cluster.name, exc)
             result.message = f"switchover to {action.target} refused by Patroni; retrying"
