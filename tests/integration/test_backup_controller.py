@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from harness.operator_process import OperatorEnv, OperatorProcess, OperatorSpec
 from harness.s3 import S3Server, s3_server
 from harness.waiting import wait_until
 from pg_operator.backup.store_cleanup import FINALIZER, RELEASE_ANNOTATION
+from pg_operator.backup.store_ownership import MARKER_NAME, marker_body, owner_of
 
 BUCKET = "it-backups"
 # The backup kinds exist before the operator starts (it resolves its resources once, at start).
@@ -130,6 +132,13 @@ def test_on_delete_delete_empties_the_prefix_and_releases_the_finalizer(
     apply(kube, secret(ns, s3))
     apply(kube, cluster("gone-db", ns, replicas=1, backup=backup_spec(s3.endpoint, "delete")))
     mine = put_objects(s3, "gone-db")
+    # The prefix is this cluster's as its first archived segment would have claimed it (on kwok nothing
+    # archives): only then may the finalizer empty it (backup/store_ownership.py).
+    owner = owner_of(cluster_obj(kube, ns, "gone-db"))
+    marker = f"it/gone-db/{MARKER_NAME}"
+    body = marker_body(owner, how="claimed", now=datetime.now(UTC))
+    s3.client().put_object(Bucket=BUCKET, Key=marker, Body=body)
+    mine.append(marker)
     others = [*put_objects(s3, "other-db"), "it/gone-db-2/base/x"]
     s3.client().put_object(Bucket=BUCKET, Key=others[-1], Body=b"y")
     wait_until("the finalizer", lambda: FINALIZER in finalizers(kube, ns, "gone-db"), 30)
@@ -143,6 +152,25 @@ def test_on_delete_delete_empties_the_prefix_and_releases_the_finalizer(
     reasons = [e["reason"] for e in events(kube, ns, "PostgresCluster", "gone-db")]
     assert "BackupStoreDeleted" in reasons, reasons
     assert "Traceback" not in operator.log_text()
+    kube.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def test_on_delete_delete_leaves_a_prefix_it_does_not_own_and_still_lets_the_cluster_go(
+    operator: OperatorProcess, operator_env: OperatorEnv, s3: S3Server
+) -> None:
+    """Objects under the cluster's prefix but no marker of its own (an earlier cluster of the same name, or
+    one in another namespace): nothing is deleted, and the deletion is not held."""
+    kube = operator_env.kube
+    ns = make_namespace(kube, "alien")
+    apply(kube, secret(ns, s3))
+    apply(kube, cluster("alien-db", ns, replicas=1, backup=backup_spec(s3.endpoint, "delete")))
+    theirs = put_objects(s3, "alien-db")
+    wait_until("the finalizer", lambda: FINALIZER in finalizers(kube, ns, "alien-db"), 30)
+    kube.kubectl("delete", "postgrescluster", "alien-db", "-n", ns, "--wait=false")
+    wait_until("the cluster to be gone", lambda: cluster_obj(kube, ns, "alien-db") is None, 120)
+    assert set(theirs) <= set(s3.keys(BUCKET))
+    reasons = [e["reason"] for e in events(kube, ns, "PostgresCluster", "alien-db")]
+    assert "StorePrefixNotOurs" in reasons and "BackupStoreDeleted" not in reasons, reasons
     kube.kubectl("delete", "namespace", ns, "--wait=false")
 
 

@@ -22,6 +22,7 @@ from harness.waiting import wait_until
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.controller.diff import object_differences, with_hash
 from pg_operator.specs import desired_children, secret_names
+from pg_operator.specs.tls import tls_secret_names
 
 RESYNC = 12.0
 OPERATOR = OperatorSpec("lifecycle", ("--resync-seconds", str(RESYNC)))
@@ -56,7 +57,7 @@ def owned_objects(kube: Any, ns: str, name: str) -> dict[tuple[str, str], dict[s
 def expected_names(kube: Any, ns: str, name: str) -> set[tuple[str, str]]:
     cluster = PostgresCluster.from_obj(cluster_obj(kube, ns, name))
     names = {(c["kind"], c["metadata"]["name"]) for c in desired_children(cluster)}
-    return names | {("Secret", s) for s in secret_names(cluster)}
+    return names | {("Secret", s) for s in secret_names(cluster) + tls_secret_names(cluster)}
 
 
 def assert_children_match(kube: Any, ns: str, name: str) -> None:
@@ -210,7 +211,8 @@ def test_kill_9_mid_reconcile_then_restart_converges(
     assert_children_match(kube, ns, "kill-db")
     assert set(owned_objects(kube, ns, "kill-db")) == expected_names(kube, ns, "kill-db"), "orphans left"
     creates = env.audit.writes_since(mark)
-    secrets = len(secret_names(PostgresCluster.from_obj(cluster_obj(kube, ns, "kill-db"))))
+    parsed = PostgresCluster.from_obj(cluster_obj(kube, ns, "kill-db"))
+    secrets = len(secret_names(parsed) + tls_secret_names(parsed))
     assert creates.get(("create", "secrets"), 0) == secrets, (
         f"Secrets created more than once: {dict(creates)}"
     )

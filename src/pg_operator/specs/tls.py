@@ -46,6 +46,11 @@ class KeyPair:
         return "KeyPair(<certificate>, <key>)"
 
 
+def tls_secret_names(cluster: PostgresCluster) -> list[str]:
+    """The Secrets the TLS room owns (the credentials' are `specs.secret_names`)."""
+    return [names.ca_secret(cluster), names.server_tls_secret(cluster)]
+
+
 def server_dns_names(cluster: PostgresCluster, domain: str = CLUSTER_DOMAIN) -> list[str]:
     ns = cluster.namespace
     out: list[str] = []

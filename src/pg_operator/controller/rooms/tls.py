@@ -28,6 +28,7 @@ from pg_operator.specs.tls import (
     new_ca,
     server_renewal,
     server_secret,
+    tls_secret_names,
 )
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ class TlsRoom(Room):
         self.clock = clock
 
     async def create(self, p: ClusterPass) -> int:
-        ca_name, server_name = names.ca_secret(p.cluster), names.server_tls_secret(p.cluster)
+        ca_name, server_name = tls_secret_names(p.cluster)
         p.wanted.update({("v1", "Secret", ca_name), ("v1", "Secret", server_name)})
         now = self.clock()
         observed_ca = p.snapshot.find("v1", "Secret", ca_name)
