@@ -86,10 +86,9 @@ def fingerprint(secret_uid: str, username: str, password: str) -> str:
 
 
 def _decoded(secret: Mapping[str, Any], key: str) -> str | None:
-    raw = (secret.get("data") or {}).get(key)
+    raw = (secret.get("data") or {}).get(key)  # the API server has turned any stringData into data
     if raw is None:
-        value = (secret.get("stringData") or {}).get(key)
-        return None if value is None else str(value)
+        return None
     try:
         return base64.b64decode(str(raw), validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):

@@ -11,17 +11,17 @@ from typing import Any
 
 from pg_operator import objects
 from pg_operator.api.backup import BackupConfiguration
-from pg_operator.api.constants import SUPERUSER
 from pg_operator.backup.barman import ObjectStore
 from pg_operator.backup.from_spec import archive_settings
+from pg_operator.controller import pod_exec
 from pg_operator.controller.cache import Cache
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.loop import Result
 
 log = logging.getLogger(__name__)
 
-SOCKET_DIR = "/var/run/postgresql"
-PSQL = ["psql", "-h", SOCKET_DIR, "-U", SUPERUSER, "-d", "postgres", "-AtX", "-v", "ON_ERROR_STOP=1"]
+# The psql command line in the instance's container (one definition, beside the exec that runs it).
+SOCKET_DIR, PSQL = pod_exec.SOCKET_DIR, pod_exec.PSQL
 
 
 def again(seconds: float | None) -> Result:

@@ -21,10 +21,9 @@ from typing import Any
 import aiohttp
 
 from pg_operator import objects
-from pg_operator.api.constants import SUPERUSER
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.kube_api import load_config
-from pg_operator.controller.pod_exec import ExecError, PodExec
+from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
 from pg_operator.controller.rooms import ClusterPass, Problem
 from pg_operator.orchestration.instances import Instance
 from pg_operator.orchestration.parameter_check import (
@@ -52,8 +51,6 @@ from pg_operator.specs.configmap import dynamic_settings
 
 log = logging.getLogger(__name__)
 
-PSQL = ["psql", "-h", "/var/run/postgresql", "-U", SUPERUSER, "-d", "postgres", "-AtX",
-        "-v", "ON_ERROR_STOP=1"]
 # Patroni reloads every member in its next loop (loop_wait, 10 s by default); a value not in effect
 # after this long is reported as such.
 VERIFY_WITHIN = 60.0
