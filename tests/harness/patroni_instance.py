@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ import psycopg
 from harness.binaries import postgresql_binaries, system_user
 from harness.kube import KubectlLike
 from harness.net import http_get
-from harness.objects import CLUSTER_LABEL
+from harness.objects import CLUSTER_LABEL, cluster_model
+from pg_operator.specs.tls import KeyPair, issue_server, new_ca
 
 PG_VERSION = "16.15"
 PATRONI_VERSION = "4.1.5"
@@ -170,6 +172,20 @@ def service_account_kubeconfig(kube: KubectlLike, ns: str, sa: str) -> dict[str,
         "contexts": [{"name": "instance", "context": {"cluster": "local", "user": sa, "namespace": ns}}],
         "current-context": "instance",
     }
+
+
+def write_tls(tls_dir: Path, ca: KeyPair, server: KeyPair) -> None:
+    """What Secret <cluster>-server-tls holds, as the pod's mount (PGOP_TLS_DIR) shows it."""
+    tls_dir.mkdir(parents=True, exist_ok=True)
+    for name, content in (("tls.crt", server.cert_pem), ("tls.key", server.key_pem), ("ca.crt", ca.cert_pem)):
+        (tls_dir / name).write_bytes(content)
+
+
+def issued_tls(cluster: str, ns: str) -> tuple[KeyPair, KeyPair]:
+    """A cluster CA and the server certificate the operator would issue under it (it names 127.0.0.1)."""
+    now = datetime.now(UTC)
+    ca = new_ca(cluster_model(cluster, ns), now)
+    return ca, issue_server(cluster_model(cluster, ns), ca, now)
 
 
 def pod_object(ns: str, cluster: str, name: str) -> dict[str, Any]:

@@ -177,6 +177,7 @@ class Writer:
         self.kube, self.namespace, self.cluster, self.table = kube, namespace, cluster, table
         self.persistent = persistent
         self.password_refusals = 0
+        self.failures = 0  # attempts that raised (refused, broken or timed out), acknowledged or not
         self.acked: list[int] = []
         self.outages: list[float] = []
         self._stop = threading.Event()
@@ -216,6 +217,7 @@ class Writer:
                     self.outages.append(now - last_ok)
                 last_ok = now
             except psycopg.Error as exc:
+                self.failures += 1
                 if conn is not None:
                     conn.close()
                     conn = None

@@ -43,9 +43,11 @@ from harness.patroni_instance import (
     Instance,
     become_subreaper,
     instance_rbac,
+    issued_tls,
     pod_object,
     reaping,
     service_account_kubeconfig,
+    write_tls,
 )
 from harness.s3 import REGION, S3Server, s3_server
 from harness.waiting import wait_until
@@ -56,6 +58,7 @@ from pg_operator.backup.barman import base_backup_argv
 from pg_operator.backup.from_spec import archive_settings
 from pg_operator.specs.configmap import instance_config
 from pg_operator.specs.statefulset import statefulset
+from pg_operator.specs.tls import KeyPair
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -78,6 +81,7 @@ class Clusters:
         self.secret_data = {("s3", "ACCESS_KEY_ID"): s3.access_key_id,
                             ("s3", "ACCESS_SECRET_KEY"): s3.secret_access_key}  # fmt: skip
         self.passwords: dict[str, dict[str, str]] = {}
+        self.tls: dict[str, tuple[KeyPair, KeyPair]] = {}  # one CA and server certificate per cluster
 
     def s3_spec(self) -> dict[str, Any]:
         return {"endpointURL": self.s3.endpoint, "bucket": BUCKET, "path": PATH, "region": REGION,
@@ -111,6 +115,9 @@ class Clusters:
         assert InstanceConfig.from_yaml(text) == settings
         (root / "config" / "instance.yaml").write_text(text)
         self.passwords.setdefault(name, {role: secrets.token_urlsafe(24) for role in USERS})
+        if name not in self.tls:
+            self.tls[name] = issued_tls(name, self.ns)
+        write_tls(root / "tls", *self.tls[name])
         for role, username in USERS.items():
             (root / "secrets" / role).mkdir(parents=True)
             (root / "secrets" / role / "username").write_text(username)
@@ -129,6 +136,7 @@ class Clusters:
             "KUBECONFIG": str(kubeconfig), "PATRONI_KUBERNETES_CONTEXT": "instance",
             "PGOP_CONFIG_FILE": str(root / "config" / "instance.yaml"),
             "PGOP_SECRETS_DIR": str(root / "secrets"), "PGOP_RUN_DIR": str(root / "run"),
+            "PGOP_TLS_DIR": str(root / "tls"),
             "PGOP_PG_BIN_DIR": str(self.pg_home / "bin"), "PGOP_LISTEN_HOST": "127.0.0.1",
             "PGOP_BARMAN_BIN_DIR": str(self.barman_bin),
         }  # fmt: skip

@@ -180,9 +180,15 @@ def test_control_characters_in_a_value_are_refused_naming_the_parameter(api: Api
         "log_min_duration_statement": "250ms",
         "log_file_mode": "0600",
         "ssl_ciphers": "HIGH:!aNULL",
-        "ssl_min_protocol_version": "TLSv1.3",
+        "ssl_max_protocol_version": "TLSv1.3",
     }
     assert api.create("admitted", postgresql={"parameters": admitted}).returncode == 0
+
+
+@pytest.mark.parametrize(("name", "value"), [("ssl", "off"), ("ssl_min_protocol_version", "TLSv1")])
+def test_tls_cannot_be_turned_off_or_weakened(api: Api, name: str, value: str) -> None:
+    refused(api.create("plain", postgresql={"parameters": {name: value}}), "spec.postgresql.parameters",
+            f"{name} is set by the operator")  # fmt: skip
 
 
 def test_what_pods_and_the_operator_refuse_is_refused_naming_the_field(api: Api) -> None:

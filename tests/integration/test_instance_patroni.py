@@ -26,7 +26,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,6 @@ from psycopg import sql
 from harness.kube import apply_objects
 from harness.local_cluster import Kube
 from harness.net import free_ports
-from harness.objects import cluster_model
 from harness.paths import REPO
 from harness.patroni_instance import (
     LOOP_WAIT,
@@ -48,16 +46,17 @@ from harness.patroni_instance import (
     Instance,
     become_subreaper,
     instance_rbac,
+    issued_tls,
     pod_object,
     reaping,
     role_labels,
     service_account_kubeconfig,
+    write_tls,
 )
 from harness.waiting import wait_until
 from pg_operator.api.instance_config import InstanceConfig
 from pg_operator.patroni.client import PatroniAuth, PatroniError, get_cluster, switchover
 from pg_operator.scram import scram_sha256_verifier
-from pg_operator.specs.tls import issue_server, new_ca
 
 
 @dataclass
@@ -93,10 +92,7 @@ def patroni_pair(
         kubeconfig = work / "kubeconfig"
         work.mkdir(parents=True)
         kubeconfig.write_text(json.dumps(service_account_kubeconfig(kube, ns, f"{cluster}-instance")))
-        # What Secret <cluster>-server-tls holds, as the operator issues it (its names cover 127.0.0.1).
-        now = datetime.now(UTC)
-        ca = new_ca(cluster_model(cluster, ns), now)
-        server = issue_server(cluster_model(cluster, ns), ca, now)
+        ca, server = issued_tls(cluster, ns)
         (work / "ca.crt").write_bytes(ca.cert_pem)
         ports = free_ports(4)
         for i, (pg_port, api_port) in zip("ab", zip(ports[::2], ports[1::2], strict=True), strict=True):
@@ -125,10 +121,7 @@ def patroni_pair(
                 }
             )
             (root / "config" / "instance.yaml").write_text(settings.to_yaml())
-            (root / "tls").mkdir()
-            tls_files = (("tls.crt", server.cert_pem), ("tls.key", server.key_pem), ("ca.crt", ca.cert_pem))
-            for file, content in tls_files:
-                (root / "tls" / file).write_bytes(content)
+            write_tls(root / "tls", ca, server)
             for role, username in users.items():
                 (root / "secrets" / role).mkdir(parents=True)
                 (root / "secrets" / role / "username").write_text(username)
