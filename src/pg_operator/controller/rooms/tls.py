@@ -90,9 +90,12 @@ class TlsRoom(Room):
         name = names.server_tls_secret(p.cluster)
         observed = p.snapshot.find("v1", "Secret", name)
         why = server_renewal(p.cluster, ca, observed, now)
-        if why is None:
-            return 0
         ident = (p.namespace, "Secret", name, "issue")
+        if why is None:
+            # The cache shows what was issued: forget the write, or the Secret deleted soon after would
+            # look like our issue not yet seen, and stay missing until the memo expires and a resync comes.
+            self.memo.seen(ident)
+            return 0
         rv = objects.resource_version(observed)
         if self.memo.pending(ident, rv, why):
             return 0
