@@ -170,7 +170,7 @@ class Reconciler:
         await self._delete_undesired(p)
         for room in self.rooms:
             p.writes += await room.settle(p)
-        outcome = Outcome(problem=p.problem)
+        outcome = Outcome(problem=p.problem, requeue_after=p.requeue_after)
         p.writes += await self._report(p, outcome)
         outcome.writes = p.writes
         return outcome

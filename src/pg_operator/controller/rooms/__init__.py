@@ -37,6 +37,9 @@ class ClusterPass:
     problem: Problem | None = None  # the first one found is the one reported
     replicas: int | None = None  # a StatefulSet size to apply now instead of spec.replicas
     wanted: set[ObjectId] = field(default_factory=set)  # children the pass keeps; the rest is deleted
+    # Come back after this many seconds even if nothing changes (a step waits on something no watch
+    # event announces, e.g. an instance reloading a rotated password).
+    requeue_after: float | None = None
 
     @property
     def namespace(self) -> str:
@@ -45,6 +48,9 @@ class ClusterPass:
     @property
     def name(self) -> str:
         return self.cluster.name
+
+    def again_in(self, seconds: float) -> None:
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
 
     def report(self, problem: Problem | None) -> None:
         if problem is not None and self.problem is None:

@@ -66,6 +66,7 @@ SWITCHOVER_ANNOTATION = "db.example.com/switchover-to"
 
 
 UNAUTHORIZED = "HTTP 401"  # in a PatroniError: the basic-auth password was refused
+CREDENTIALS_RETRY_SECONDS = 2.0
 
 
 @dataclass
@@ -198,7 +199,8 @@ class HighAvailabilityRoom(Room):
         action = Action("switchover", target=target.name, reason=f"switchover to {target.name} requested")
         writes = await self._act(p, instances, action, result)
         if result.credentials_pending:
-            return writes  # kept: asked again on the next pass
+            p.again_in(CREDENTIALS_RETRY_SECONDS)  # kept, and asked again soon: no event announces the reload
+            return writes
         # Done, or refused by Patroni (its reason is in the SwitchoverRefused Event): either way the
         # request is answered; asking again is the user's call.
         return writes + await self._clear_request(p, None, "", "")
