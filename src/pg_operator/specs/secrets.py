@@ -1,8 +1,10 @@
 """Credentials: Secrets `<name>-superuser`, `<name>-replication`, `<name>-app` and `<name>-patroni-api`
 (basic auth for Patroni's unsafe REST endpoints, which the operator uses for switchovers).
 
-Create-only: the controller creates the missing ones with fresh passwords and never updates them, so a
-password is generated once per Secret. No password ever appears in a repr, a log line or an Event.
+The controller creates the missing ones with fresh passwords and never writes a password into one: a
+password is generated once per Secret, and what the Secret holds is what the role gets
+(credential_changes.py; the app Secret's derived keys and `ca.crt` are kept up to date). No password ever
+appears in a repr, a log line or an Event.
 """
 
 from __future__ import annotations
