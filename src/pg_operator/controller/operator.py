@@ -14,7 +14,7 @@ import signal
 import socket
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
 from lightkube.core.exceptions import ApiError
@@ -38,6 +38,7 @@ from pg_operator.controller.wakeups import Wakeups, build_registry
 from pg_operator.specs import MANAGED_KINDS
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 DEFAULT_LEASE_NAMESPACE = "pg-operator-system"
 
 
@@ -107,6 +108,18 @@ def kopf_settings(kinds: list[WatchedKind] | None = None) -> kopf.OperatorSettin
     return settings
 
 
+async def unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> tuple[bool, T | None]:
+    """Await `work` unless `stop` is set first: (True, its result), or (False, None) with it cancelled.
+    An exception of `work` is raised (a failed lease acquisition must not look like leadership)."""
+    task = asyncio.create_task(work)
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if stop.is_set():
+        task.cancel()
+        return False, None
+    stopping.cancel()
+    return True, task.result()
+
 async def may_read_storage_classes(api: Api, opts: Options) -> bool:
     """A cluster-wide install holds StorageClass reads (deploy/operator/rbac.yaml); a namespaced one may
     not (deploy/namespaced/): the API server's authorizer says, asked until it answers."""
@@ -171,26 +184,18 @@ async def run(opts: Options) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        probe = asyncio.create_task(may_read_storage_classes(api, opts))
-        stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({probe, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        if stop.is_set():
-            probe.cancel()
+        done, readable = await unless_stopped(may_read_storage_classes(api, opts), stop)
+        if not done:
             return 0
-        stopping.cancel()
-        storage_classes = probe.result()
+        storage_classes = bool(readable)
         if not storage_classes:
             listed = [k for k in listed if k.key != STORAGE_CLASS_KIND]
             gate = cache_sync.SyncGate(k.key for k in listed)
         state.role = "candidate"
         log.info("candidate %s for lease %s/%s", opts.identity, opts.lease_namespace, opts.lease_name)
-        acquired = asyncio.create_task(elector.acquire())
-        stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({acquired, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        if stop.is_set():
-            acquired.cancel()
+        done, _ = await unless_stopped(elector.acquire(), stop)
+        if not done:
             return 0
-        stopping.cancel()
         state.role = "leader"
         metrics.leader.set(1)
         log.info("leading as %s; starting the controller", opts.identity)
