@@ -58,3 +58,11 @@ if [ "$want" = all ] || [ "$want" = coredns ]; then
   coredns_version=$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" {print $3}' "$here/modules/coredns/go.mod")
   build_group coredns "$coredns_version" "$here/modules/coredns" "-s -w" .
 fi
+if [ "$want" = all ] || [ "$want" = kube-router ]; then
+  # NetworkPolicy enforcement for the full profile (only kube-router's firewall controller runs; see
+  # localkube/netpol.py); the version is the one localkube/modules/kube-router/go.mod pins.
+  kr_version=$(awk '$1 == "github.com/cloudnativelabs/kube-router/v2" {print $2}' "$here/modules/kube-router/go.mod")
+  build_group kube-router "$kr_version" "$here/modules/kube-router" \
+    "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$kr_version" \
+    github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
+fi

@@ -1,6 +1,6 @@
 """The real node of the `full` profile: containerd + runc, kubelet and kube-proxy, their configuration,
-and the node's start and stop (host set-up in host.py, the pod network in network.py, CoreDNS and storage
-in addons.py, what is left behind in teardown.py).
+and the node's start and stop (host set-up in host.py, the pod network in network.py, NetworkPolicy
+enforcement in netpol.py, CoreDNS and storage in addons.py, what is left behind in teardown.py).
 
 Order cli.py calls: host.missing_prereqs() → prepare_host(ctx) → (control plane) → start(ctx, pki)
 → addons.install_storage(ctx); stop(ctx) → (control plane stop) → cleanup_leftovers(ctx).
@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from typing import Any
 
-from localkube import addons, host, network, teardown
+from localkube import addons, host, netpol, network, teardown
 from localkube.common import (
     CLUSTER_DNS_IP,
     CLUSTER_DOMAIN,
@@ -34,7 +34,7 @@ from localkube.images.containerd import import_image
 from localkube.images.spec import ImageSpec
 from localkube.pki import Pki
 
-COMPONENTS = ("containerd", "kubelet", "kube-proxy", "coredns", "provisioner")
+COMPONENTS = ("containerd", "kubelet", "kube-proxy", "kube-router", "coredns", "provisioner")
 # Host ports the node's components listen on (cli.py checks they are free before `up`).
 PORTS = {10250: "kubelet", 10248: "kubelet healthz", 10249: "kube-proxy metrics", 10256: "kube-proxy healthz",
          18180: "coredns health", 18181: "coredns ready"}
@@ -211,6 +211,7 @@ def start(ctx: Context, pki: Pki) -> None:
 
     wait_for(f"node {NODE_NAME} to be Ready", node_ready, 90, ctx, "kubelet", interval=0.5)
     ctx.ensure_alive("kube-proxy")
+    netpol.start(ctx)  # reads the Node object, so after it registered
     addons.start_dns(ctx)
 
 
@@ -228,6 +229,7 @@ def stop(ctx: Context) -> None:
     addons.stop_storage(ctx)
     ctx.stop_process("kubelet", timeout=10)  # first: it would restart the pods we stop next
     ctx.stop_process("kube-proxy", timeout=5)
+    netpol.stop(ctx)
     ctx.stop_process("coredns", timeout=5)
     teardown.stop_pods(ctx)
     # containerd's metadata is not cleaned container by container (seconds per pod): the content

@@ -22,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from localkube import network
+from localkube import netpol, network
 from localkube.common import RUN_DIR, ClusterError, Context, node_dirs
 from localkube.host import cgroup_parent, restore_sysctls, v1_hierarchies
 from localkube.network import NETNS_DIR
@@ -39,6 +39,7 @@ def clean(ctx: Context) -> None:
     network.delete_netns(ours)
     network.delete_links()
     network.clean_iptables()
+    netpol.clean_ipsets()  # once no rule refers to them
     _remove_cgroups(ctx)
     d = node_dirs(ctx)
     shutil.rmtree(d["cni_ipam"], ignore_errors=True)
@@ -83,6 +84,7 @@ def leftovers(ctx: Context) -> list[str]:
             chains, jumps = network.iptables_state(cmd, table)
             found += [f"{cmd} -t {table} chain {c}" for c in chains]
             found += [f"{cmd} -t {table} rule {' '.join(r)}" for r in jumps]
+    found += [f"ipset {name}" for name in netpol.our_ipsets()]
     found += [f"cgroup {d}" for d in _our_cgroup_dirs(ctx)]
     return found
 
@@ -90,7 +92,7 @@ def leftovers(ctx: Context) -> list[str]:
 # processes --------------------------------------------------------------------------------------------
 
 _OUR_EXES = {"kubelet", "kube-proxy", "containerd", "containerd-shim", "containerd-shim-runc-v1",
-             "containerd-shim-runc-v2", "coredns"}
+             "containerd-shim-runc-v2", "coredns", "kube-router"}
 
 
 def _proc_list() -> list[tuple[int, str, list[str]]]:

@@ -34,6 +34,7 @@ from pg_operator.api.backup import (
 from pg_operator.api.cluster_status import PostgresClusterStatus
 from pg_operator.api.constants import KIND, PLURAL, SHORT
 from pg_operator.api.crd import CustomResource
+from pg_operator.api.network_policy import NetworkPolicySpec
 from pg_operator.api.placement import (
     MAX_LABEL_VALUE_LENGTH,
     NODE_SELECTOR_KEY_RULE,
@@ -363,6 +364,10 @@ class PostgresClusterSpec(SpecModel):
         ),
     )
     patroni: Patroni = _nested(Patroni, "Patroni timing: how fast a failed primary is replaced.")
+    network_policy: NetworkPolicySpec = _nested(
+        NetworkPolicySpec,
+        "Who may reach the instances over the network (a NetworkPolicy, on by default; docs/network.md).",
+    )
     backup: BackupConfiguration | None = Field(
         None,
         description=(

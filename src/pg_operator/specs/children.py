@@ -7,6 +7,7 @@ from typing import Any
 
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.specs.configmap import configmap
+from pg_operator.specs.network_policy import DEFAULT_OPERATOR_PEER, OperatorPeer, network_policy
 from pg_operator.specs.pdb import pdb
 from pg_operator.specs.rbac import role, role_binding, service_account
 from pg_operator.specs.services import services
@@ -22,6 +23,7 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("v1", "Service"),
     ("apps/v1", "StatefulSet"),
     ("policy/v1", "PodDisruptionBudget"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
 )
 
 # Everything the controller owns and watches. Secrets are owned too, but create-only and never pruned.
@@ -29,8 +31,12 @@ MANAGED_KINDS: tuple[tuple[str, str], ...] = (*CHILD_KINDS, ("v1", "Secret"))
 
 
 def desired_children(
-    cluster: PostgresCluster, *, existing_statefulset: Mapping[str, Any] | None = None
+    cluster: PostgresCluster,
+    *,
+    existing_statefulset: Mapping[str, Any] | None = None,
+    operator: OperatorPeer = DEFAULT_OPERATOR_PEER,
 ) -> list[dict[str, Any]]:
+    """`operator`: where the operator's connections come from, for the NetworkPolicy."""
     children = [
         service_account(cluster),
         role(cluster),
@@ -42,4 +48,7 @@ def desired_children(
     budget = pdb(cluster)
     if budget is not None:
         children.append(budget)
+    policy = network_policy(cluster, operator)
+    if policy is not None:
+        children.append(policy)
     return children

@@ -26,6 +26,7 @@ def test_apply_order_and_names() -> None:
         ("v1", "Service", "orders-db-r"),
         ("apps/v1", "StatefulSet", "orders-db"),
         ("policy/v1", "PodDisruptionBudget", "orders-db"),
+        ("networking.k8s.io/v1", "NetworkPolicy", "orders-db"),
     ]
 
 

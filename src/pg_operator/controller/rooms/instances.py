@@ -1,23 +1,62 @@
 """The instances room: the children that run PostgreSQL (instance RBAC, configuration, Services, the
-StatefulSet, its disruption budget), and the Events that say when the StatefulSet was created or scaled."""
+StatefulSet, its disruption budget, its NetworkPolicy), and the Events that say when the StatefulSet was
+created or scaled."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pg_operator import objects
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.specs import desired_children
+from pg_operator.specs.network_policy import DEFAULT_OPERATOR_NAMESPACE, OperatorPeer, host_cidrs
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def operator_namespace() -> str:
+    """The namespace of the operator's pods (deploy/ sets POD_NAMESPACE)."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    if SERVICE_ACCOUNT_NAMESPACE.is_file():
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    return DEFAULT_OPERATOR_NAMESPACE
+
+
+def runs_in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def instance_host_ips(pods: list[dict[str, Any]]) -> list[str]:
+    """The node addresses the cluster's pods run on (status.hostIPs, or hostIP on older servers)."""
+    ips = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        ips += [entry.get("ip", "") for entry in status.get("hostIPs") or []] or [status.get("hostIP", "")]
+    return [ip for ip in ips if ip]
 
 
 class InstancesRoom(Room):
-    def __init__(self, events: EventRecorder) -> None:
+    def __init__(self, events: EventRecorder, *, in_cluster: bool | None = None) -> None:
         self.events = events
+        self.operator_namespace = operator_namespace()
+        # Outside the cluster the operator connects from a node's host network (a pod selector cannot
+        # name it): the policy then also admits the addresses of the nodes the instances run on.
+        self.in_cluster = runs_in_cluster() if in_cluster is None else in_cluster
+
+    def operator_peer(self, p: ClusterPass) -> OperatorPeer:
+        if self.in_cluster:
+            return OperatorPeer(self.operator_namespace)
+        pods = p.snapshot.of_kind("v1", "Pod")
+        return OperatorPeer(self.operator_namespace, host_cidrs(instance_host_ips(pods)))
 
     def children(self, p: ClusterPass) -> list[dict[str, Any]]:
-        desired = desired_children(p.cluster, existing_statefulset=p.statefulset)
+        operator = self.operator_peer(p)
+        desired = desired_children(p.cluster, existing_statefulset=p.statefulset, operator=operator)
         if p.replicas is not None:
             # The high-availability room holds the size until the primary has moved (scale-down).
             for child in desired:

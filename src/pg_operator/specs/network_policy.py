@@ -1,0 +1,101 @@
+"""The cluster's NetworkPolicy: who may reach its instances, port by port (docs/network.md).
+
+- PostgreSQL (5432): the peers of `spec.networkPolicy.allowFrom` (unset: every pod of the cluster's
+  namespace), the cluster's own pods (replication, pg_rewind) and the operator.
+- Patroni's REST API (8008): only the cluster's own pods (Patroni asks its peers during failover) and the
+  operator (switchovers, restarts, dynamic configuration).
+- The instances' metrics port (9187): `spec.networkPolicy.metricsFrom` (unset: every pod of every
+  namespace, where a Prometheus usually runs).
+
+Ingress only: egress stays open (WAL archiving and restores reach an object store, Patroni the API server).
+A node's own traffic to its pods (kubelet probes) is admitted by every NetworkPolicy implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pg_operator.api.cluster import PostgresCluster
+from pg_operator.api.constants import PATRONI_PORT, PG_PORT
+from pg_operator.api.network_policy import NetworkPeer
+from pg_operator.specs.labels import COMPONENT_INSTANCE, child_metadata, selector_labels
+
+# The instance's Prometheus endpoint (postgres_exporter's usual port); a contract with the instance image.
+METRICS_PORT = 9187
+DEFAULT_OPERATOR_NAMESPACE = "pg-operator-system"  # deploy/operator/namespace.yaml
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
+# The operator's pod labels (deploy/operator/deployment.yaml).
+OPERATOR_POD_LABELS: dict[str, str] = {
+    "app.kubernetes.io/name": "pg-operator",
+    "app.kubernetes.io/component": "operator",
+}
+
+
+@dataclass(frozen=True)
+class OperatorPeer:
+    """Where the operator's connections come from: its pods in `namespace`, and when it runs outside
+    the cluster on a node's host network, that node's addresses (`host_cidrs`)."""
+
+    namespace: str
+    host_cidrs: tuple[str, ...] = field(default=())
+
+
+DEFAULT_OPERATOR_PEER = OperatorPeer(DEFAULT_OPERATOR_NAMESPACE)  # deploy/ as shipped
+
+
+def name(cluster: PostgresCluster) -> str:
+    return cluster.name
+
+
+def host_cidrs(host_ips: Iterable[str]) -> tuple[str, ...]:
+    """Single-address CIDRs of the given host addresses, sorted and without repeats."""
+    out = set()
+    for ip in host_ips:
+        if ip:
+            out.add(f"{ip}/128" if ":" in ip else f"{ip}/32")
+    return tuple(sorted(out))
+
+
+def _peers(peers: list[NetworkPeer]) -> list[dict[str, Any]]:
+    return [p.model_dump(by_alias=True, exclude_none=True, mode="json") for p in peers]
+
+
+def _operator_peers(operator: OperatorPeer) -> list[dict[str, Any]]:
+    pods = {
+        "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: operator.namespace}},
+        "podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)},
+    }
+    return [pods, *({"ipBlock": {"cidr": c}} for c in operator.host_cidrs)]
+
+
+def _port(number: int) -> list[dict[str, Any]]:
+    return [{"protocol": "TCP", "port": number}]
+
+
+def network_policy(cluster: PostgresCluster, operator: OperatorPeer) -> dict[str, Any] | None:
+    """The NetworkPolicy the cluster needs, or None when `spec.networkPolicy.enabled` is false."""
+    spec = cluster.spec.network_policy
+    if not spec.enabled:
+        return None
+    own_pods = {"podSelector": {"matchLabels": selector_labels(cluster)}}
+    trusted = [own_pods, *_operator_peers(operator)]
+    clients = [{"podSelector": {}}] if spec.allow_from is None else _peers(spec.allow_from)
+    scrapers = [{"namespaceSelector": {}}] if spec.metrics_from is None else _peers(spec.metrics_from)
+    ingress = [
+        {"from": [*trusted, *clients], "ports": _port(PG_PORT)},
+        {"from": trusted, "ports": _port(PATRONI_PORT)},
+    ]
+    if scrapers:  # an empty `from` would admit everyone: metricsFrom [] means no rule at all
+        ingress.append({"from": scrapers, "ports": _port(METRICS_PORT)})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": child_metadata(cluster, name(cluster), COMPONENT_INSTANCE),
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(cluster)},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
+    }
