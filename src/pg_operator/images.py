@@ -15,6 +15,8 @@ IMAGE_REPOSITORY = "localhost/pg-operator/postgres"
 BUILT_VERSIONS: dict[str, tuple[str, ...]] = {
     "15": ("15.19",),
     "16": ("16.15", "16.13"),
+    "17": ("17.11",),
+    "18": ("18.6",),
 }
 
 SUPPORTED_MAJORS: tuple[str, ...] = tuple(BUILT_VERSIONS)

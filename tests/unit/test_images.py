@@ -26,7 +26,9 @@ def test_default_is_newest_minor_and_tags_are_exact() -> None:
     assert images.default_image("16") == "localhost/pg-operator/postgres:16.15"
     assert images.default_image("15") == "localhost/pg-operator/postgres:15.19"
     assert images.image_for("16.13") == "localhost/pg-operator/postgres:16.13"
-    assert images.SUPPORTED_MAJORS == ("15", "16")
+    assert images.SUPPORTED_MAJORS == ("15", "16", "17", "18")
+    assert images.default_image("17") == "localhost/pg-operator/postgres:17.11"
+    assert images.default_image("18") == "localhost/pg-operator/postgres:18.6"
 
 
 def test_unsupported_major_is_named() -> None:

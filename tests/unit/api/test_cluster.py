@@ -59,7 +59,7 @@ def test_camel_case_fields_and_integer_quantities() -> None:
 
 
 def test_versions_are_the_supported_majors() -> None:
-    assert SUPPORTED_MAJORS == ("15", "16")
+    assert SUPPORTED_MAJORS == ("15", "16", "17", "18")
     for major in SUPPORTED_MAJORS:
         assert PostgresCluster.from_obj(obj(version=major)).spec.version == major
 
