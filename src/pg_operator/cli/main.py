@@ -105,7 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# `run` exits with this when a first contact finds nothing to wait for (the Lease's namespace missing).
+EXIT_SETUP = 2
+
+
 def _run(args: argparse.Namespace) -> int:
+    from pg_operator.controller.lease import LeaseNamespaceMissing
     from pg_operator.controller.operator import Options, default_identity, default_lease_namespace, run
 
     if args.workers < 1:
@@ -126,7 +131,11 @@ def _run(args: argparse.Namespace) -> int:
         resync_seconds=args.resync_seconds,
         backup_retention_seconds=args.backup_retention_interval,
     )
-    return asyncio.run(run(opts))
+    try:
+        return asyncio.run(run(opts))
+    except LeaseNamespaceMissing as exc:
+        logging.getLogger("pg_operator").error("cannot start: %s", exc)
+        return EXIT_SETUP
 
 
 def _manifests(args: argparse.Namespace) -> int:

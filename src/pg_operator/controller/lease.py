@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 from lightkube.core.exceptions import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
-from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.models.meta_v1 import ObjectMeta, Status
 from lightkube.resources.coordination_v1 import Lease
 
 from pg_operator.controller.kube_api import Api, is_conflict, is_not_found
@@ -92,6 +92,29 @@ def plan_renewal(
 
 class LeaseLost(Exception):
     """We held the Lease and can no longer prove it: the process must stop acting."""
+
+
+class LeaseNamespaceMissing(Exception):
+    """The Lease's namespace does not exist: no retry can help (first contact out of cluster, where the
+    default namespace comes from deploy/), so the candidate stops with what to do."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(
+            f'namespace "{namespace}" for the leader Lease does not exist: create it '
+            f"(kubectl create namespace {namespace}, or kubectl apply -k deploy/) "
+            "or pass --lease-namespace with an existing one"
+        )
+        self.namespace = namespace
+
+
+def missing_namespace(status: Status | None) -> str | None:
+    """The namespace a refused create names as not found (HTTP 404, details kind `namespaces`), else
+    None (a 404 of the Lease itself is an ordinary first start)."""
+    if status is None or status.code != 404 or status.details is None:
+        return None
+    if status.details.kind != "namespaces":
+        return None
+    return status.details.name or None
 
 
 @dataclass
@@ -201,6 +224,9 @@ class LeaseElector:
         except ApiError as exc:
             if is_conflict(exc):  # somebody else wrote it first (optimistic concurrency on resourceVersion)
                 return False
+            namespace = missing_namespace(exc.status) if action is Action.CREATE else None
+            if namespace is not None:
+                raise LeaseNamespaceMissing(namespace) from None
             raise
         if action is not Action.RENEW:
             log.info("leader lease %s/%s acquired by %s", cfg.namespace, cfg.name, cfg.identity)
@@ -215,6 +241,8 @@ class LeaseElector:
                     self.is_leader = True
                     self.last_error = None
                     return
+            except LeaseNamespaceMissing:
+                raise  # waiting cannot help: the caller stops with what to do
             except Exception as exc:  # API unreachable: keep trying, stay a candidate
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("leader election attempt failed: %s", self.last_error)
