@@ -102,6 +102,25 @@ def test_logs_of_every_instance_merged_by_time(operator: Kube, ns: str, db: str)
     assert stamps == sorted(stamps, key=lambda s: (s[:19], s[20:-1].ljust(9, "0"))), "not merged by time"
 
 
+def test_logs_follow_streams_every_instance(operator: Kube, ns: str, db: str) -> None:
+    env = {**os.environ, "PATH": f"{operator.ctx.bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+    argv = [str(BIN / "kubectl-pgc"), "--kubeconfig", operator.kubeconfig, "-n", ns, "logs", db, "-f",
+            "--tail", "1"]
+    seen: set[str] = set()
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as follow:
+        try:
+            deadline = time.monotonic() + 30
+            assert follow.stdout is not None
+            while seen != {f"{db}-0", f"{db}-1"} and time.monotonic() < deadline:
+                line = follow.stdout.readline()
+                if line:
+                    seen.add(line.split()[0])
+            assert follow.poll() is None, "follow stopped on its own"
+        finally:
+            follow.terminate()
+    assert seen == {f"{db}-0", f"{db}-1"}, seen
+
+
 def test_reload_every_instance(operator: Kube, ns: str, db: str) -> None:
     res = pgc(operator, "-n", ns, "reload", db)
     assert res.returncode == 0, res.stderr

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx2
 from lightkube import Client
-from lightkube.config.kubeconfig import KubeConfig
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import Pod
@@ -45,6 +45,12 @@ class Connection:
     namespace: str
     kubeconfig: str | None
     context: str | None
+    config: SingleConfig | None = None
+
+    def streaming_client(self) -> Client:
+        """A client whose reads may wait for ever (a followed log is quiet for minutes)."""
+        return Client(config=self.config, namespace=self.namespace, field_manager=FIELD_MANAGER,
+                      timeout=httpx2.Timeout(30, read=None))
 
     def kubectl(self, *args: str) -> list[str]:
         """A kubectl command line in the same kubeconfig, context and namespace."""
@@ -77,7 +83,7 @@ def connect(kubeconfig: str | None, context: str | None, namespace: str | None) 
         raise PgcError("kubeconfig names no current context: pass --context")
     ns = namespace or single.namespace or "default"
     client = Client(config=single, namespace=ns, field_manager=FIELD_MANAGER, timeout=httpx2.Timeout(30))
-    return Connection(client, ns, str(path) if path else None, context)
+    return Connection(client, ns, str(path) if path else None, context, single)
 
 
 def as_dict(obj: Any) -> dict[str, Any]:

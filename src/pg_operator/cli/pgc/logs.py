@@ -78,10 +78,11 @@ def run(conn: Connection, name: str, *, follow: bool, since: int | None, tail: i
 def _follow(conn: Connection, pods: Sequence[str], since: int | None, tail: int | None, width: int,
             timestamps: bool) -> int:
     lines: queue.Queue[tuple[str, str | None]] = queue.Queue()
+    client = conn.streaming_client()
 
     def read(pod: str) -> None:
         try:
-            for raw in conn.client.log(pod, namespace=conn.namespace, container=CONTAINER_NAME, follow=True,
+            for raw in client.log(pod, namespace=conn.namespace, container=CONTAINER_NAME, follow=True,
                                        since=since, tail_lines=tail, timestamps=True):
                 lines.put((pod, raw))
             lines.put((pod, None))
