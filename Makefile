@@ -50,5 +50,6 @@ test-unit: venv
 # The whole suite: lint, then unit → integration (kwok profile) → e2e (full profile). The fixtures
 # start the profile each tier needs and stop what they started.
 test: venv binaries
+	@command -v promtool >/dev/null || apt-get install -y -qq --no-install-recommends prometheus >/dev/null  # rule tests, e2e monitoring
 	$(MAKE) -s lint
 	$(PY) -m pytest

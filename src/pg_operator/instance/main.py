@@ -174,6 +174,7 @@ def run(env: Mapping[str, str]) -> int:
     path = Path(pod.run_dir, PATRONI_CONFIG_NAME)
     write_private(path, yaml.safe_dump(config, sort_keys=False))
     _log(f"{version}; member {pod.pod_name} of {pod.namespace}/{pod.cluster}; starting Patroni with {path}")
+    start_metrics(pod, env)
     patroni = subprocess.Popen([sys.executable, "-m", "patroni", str(path)])
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: patroni.send_signal(signum))
@@ -199,6 +200,21 @@ def run(env: Mapping[str, str]) -> int:
             patroni.send_signal(signal.SIGHUP)
             _log(f"the mounted Secrets changed ({changed}): Patroni reloads its configuration")
         seen = now
+
+
+def start_metrics(pod: PodEnvironment, env: Mapping[str, str]) -> None:
+    """/metrics on PGOP_METRICS_PORT (default 9187, 0 = off), HTTPS with the server certificate."""
+    from pg_operator.instance import metrics, metrics_server
+
+    port = int(env.get("PGOP_METRICS_PORT") or metrics.METRICS_PORT)
+    if port:
+        tls = tls_files(pod.run_dir)
+        pg_port = int(read_instance_settings(pod.config_file)["postgresql"]["port"])
+        superuser = read_credentials(pod.secrets_dir)["superuser"].username  # the socket's peer map's role
+        metrics_server.start(
+            socket_dir=pod.run_dir, pg_port=pg_port, login_user=superuser,
+            listen_host=pod.listen_host, port=port, cert=tls.cert, key=tls.key,
+        )  # fmt: skip
 
 
 def post_bootstrap(env: Mapping[str, str], dsn: str) -> None:

@@ -16,6 +16,7 @@ import psycopg
 from psycopg import sql
 
 from pg_operator.instance.inputs import Credentials
+from pg_operator.instance.metrics_server import ensure_monitor_role
 from pg_operator.scram import scram_sha256_verifier
 
 # Keep the role statements out of every log, whatever the user configured.
@@ -60,4 +61,5 @@ def create_app_owner_and_database(
             conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(database), role))
         elif not restored:
             conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(database), role))
+        ensure_monitor_role(conn)  # the /metrics endpoint's role (docs/monitoring.md)
     return Outcome(role_created=role_created, database_created=database_created)

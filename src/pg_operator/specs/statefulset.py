@@ -27,6 +27,7 @@ from pg_operator.api.constants import (
     TLS_MOUNT,
 )
 from pg_operator.images import default_image
+from pg_operator.instance.metrics import METRICS_PORT, METRICS_PORT_NAME
 from pg_operator.specs import names
 from pg_operator.specs.backup_pod import instance_backup_section, pod_env
 from pg_operator.specs.labels import COMPONENT_INSTANCE, child_labels, child_metadata, selector_labels
@@ -118,6 +119,7 @@ def _container(cluster: PostgresCluster) -> dict[str, Any]:
         "ports": [
             {"name": PG_PORT_NAME, "containerPort": PG_PORT, "protocol": "TCP"},
             {"name": PATRONI_PORT_NAME, "containerPort": PATRONI_PORT, "protocol": "TCP"},
+            {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},  # HTTPS /metrics
         ],
         "env": _env(cluster),
         "resources": _resources(cluster),

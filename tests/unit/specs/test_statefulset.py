@@ -91,7 +91,8 @@ def test_mounts_of_the_pod_contract() -> None:
 
 def test_ports_and_probes_against_patroni() -> None:
     c = container(statefulset(cluster()))
-    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"postgresql": 5432, "patroni": 8008}
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"postgresql": 5432, "patroni": 8008, "metrics": 9187}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "patroni", "scheme": "HTTP"}
     assert c["livenessProbe"]["httpGet"]["path"] == "/liveness"
     startup = c["startupProbe"]

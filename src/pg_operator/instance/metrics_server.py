@@ -1,0 +1,235 @@
+"""The instance's /metrics endpoint (port 9187, HTTPS with the pod's server certificate): one kept
+connection over the Unix socket, switched to the least-privileged `pgop_monitor` role (a member of
+pg_monitor), runs metrics.py's queries on each scrape. It runs as a daemon thread of the entrypoint, next
+to Patroni (whose own /metrics stays on 8008), and answers `pg_up 0` while PostgreSQL is not there.
+
+Why in the entrypoint rather than postgres_exporter: the image already holds Python and psycopg, so this
+adds no binary, no Go build and no second process per pod; the queries are ours to keep cheap and to
+name as postgres_exporter does (docs/monitoring.md).
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from socket import socket
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from pg_operator.instance import metrics as m
+
+# A scrape must never hang on a stuck PostgreSQL (Prometheus' default scrape timeout is 10 s).
+STATEMENT_TIMEOUT_MS = 5000
+CONNECT_TIMEOUT_SECONDS = 3
+APPLICATION_NAME = "pg-operator-metrics"
+
+
+def _log(message: str) -> None:
+    print(f"pg-operator-instance metrics: {message}", file=sys.stderr, flush=True)
+
+
+def monitor_role_statements(role: str = m.MONITOR_ROLE) -> list[sql.Composed]:
+    """Create the monitoring role: it may log in only through the Unix socket's peer map (it has no
+    password, so scram over the network always fails) and reads statistics as pg_monitor does."""
+    ident = sql.Identifier(role)
+    return [
+        sql.SQL(
+            "CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION CONNECTION LIMIT 5"
+        ).format(ident),
+        sql.SQL("GRANT pg_monitor TO {}").format(ident),
+    ]
+
+
+def ensure_monitor_role(conn: psycopg.Connection[Any], role: str = m.MONITOR_ROLE) -> bool:
+    """Create the role when missing (on a primary; a standby gets it by replication). True if created."""
+    row = conn.execute("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %s", (role,)).fetchone()
+    if row is not None:
+        return False
+    for statement in monitor_role_statements(role):
+        conn.execute(statement)
+    return True
+
+
+class Collector:
+    """One connection, reused across scrapes and re-opened after an error; scrapes run one at a time."""
+
+    def __init__(self, *, socket_dir: str, port: int, login_user: str, role: str = m.MONITOR_ROLE) -> None:
+        self.socket_dir = socket_dir
+        self.port = port
+        self.login_user = login_user
+        self.role = role
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+        self.scrapes = 0
+        self.errors = 0
+        self.last_error = ""
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(
+            host=self.socket_dir,
+            port=self.port,
+            dbname="postgres",
+            user=self.login_user,
+            application_name=APPLICATION_NAME,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            autocommit=True,
+            row_factory=dict_row,
+        )
+        try:
+            conn.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(STATEMENT_TIMEOUT_MS)))
+            if self.login_user != self.role:
+                # Logged in through the superuser's peer map: make this session the monitoring role's.
+                in_recovery = conn.execute("SELECT pg_is_in_recovery() AS r").fetchone()
+                if in_recovery is not None and not in_recovery["r"] and ensure_monitor_role(conn, self.role):
+                    _log(f"created role {self.role} (member of pg_monitor)")
+                conn.execute(sql.SQL("SET SESSION AUTHORIZATION {}").format(sql.Identifier(self.role)))
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _query(self, conn: psycopg.Connection[Any], text: str, counter: list[int]) -> list[dict[str, Any]]:
+        counter[0] += 1
+        return conn.execute(text).fetchall()
+
+    def _read(self, conn: psycopg.Connection[Any], out: m.Families, counter: list[int]) -> None:
+        (instance,) = self._query(conn, m.INSTANCE_SQL, counter)
+        m.instance_samples(out, instance)
+        databases = self._query(conn, m.DATABASE_SQL, counter)
+        m.activity_samples(out, self._query(conn, m.ACTIVITY_SQL, counter), m.database_names(databases))
+        m.database_samples(out, databases)
+        m.lock_samples(out, self._query(conn, m.LOCKS_SQL, counter), m.database_names(databases))
+        m.replication_samples(out, self._query(conn, m.REPLICATION_SQL, counter))
+        (archiver,) = self._query(conn, m.ARCHIVER_SQL, counter)
+        m.archiver_samples(out, archiver)
+        (checkpoints,) = self._query(conn, m.checkpoints_sql(int(instance["version_num"])), counter)
+        m.checkpoint_samples(out, checkpoints)
+
+    def collect(self) -> str:
+        with self._lock:
+            started, cpu_started = time.monotonic(), time.thread_time()
+            out, counter, up = m.Families(), [0], True
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = self._connect()
+                self._read(self._conn, out, counter)
+            except psycopg.Error as e:
+                up = False
+                out = m.Families()  # no half scrape: only pg_up 0 and the exporter's own figures
+                message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                if message != self.last_error:
+                    _log(f"cannot read PostgreSQL: {message}")
+                self.last_error = message
+                self.errors += 1
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+            else:
+                if self.last_error:
+                    _log("reading PostgreSQL again")
+                self.last_error = ""
+            self.scrapes += 1
+            stats = m.ScrapeStats(
+                up=up, seconds=time.monotonic() - started, cpu_seconds=time.thread_time() - cpu_started,
+                queries=counter[0],
+            )  # fmt: skip
+            m.exporter_samples(out, stats, self.scrapes, self.errors)
+            return m.render(out)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: MetricsServer
+
+    def do_GET(self) -> None:  # the name http.server calls
+        if self.path.split("?")[0] != "/metrics":
+            self._send(404, "text/plain; charset=utf-8", b"not found: the endpoint is /metrics\n")
+            return
+        self._send(200, m.CONTENT_TYPE, self.server.collect().encode())
+
+    def _send(self, code: int, content_type: str, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # http.server's signature
+        pass  # one line per scrape would drown the pod's log
+
+
+class MetricsServer(ThreadingHTTPServer):
+    """HTTP, or HTTPS when given a certificate: the certificate is read again when its file changes (the
+    entrypoint installs a renewed one), checked before each accepted connection."""
+
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        collect: Callable[[], str],
+        *,
+        cert: str | None = None,
+        key: str | None = None,
+    ) -> None:
+        self.collect = collect
+        self._cert, self._key = cert, key
+        self._context: ssl.SSLContext | None = None
+        self._cert_mtime = 0.0
+        super().__init__(address, _Handler)
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        if self._cert is None or self._key is None:
+            return None
+        try:
+            mtime = os.stat(self._cert).st_mtime
+        except OSError:
+            return self._context
+        if self._context is None or mtime != self._cert_mtime:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            context.load_cert_chain(self._cert, self._key)
+            self._context, self._cert_mtime = context, mtime
+        return self._context
+
+    def get_request(self) -> tuple[socket, Any]:
+        conn, addr = super().get_request()
+        context = self._tls_context()
+        if context is None:
+            return conn, addr
+        # The handshake happens in the request's thread (first read), not in the accepting one.
+        return context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False), addr
+
+
+def start(
+    *,
+    socket_dir: str,
+    pg_port: int,
+    login_user: str,
+    listen_host: str,
+    port: int,
+    cert: str | None,
+    key: str | None,
+) -> MetricsServer:
+    """Serve /metrics from a daemon thread; returns the server (its server_address holds the port)."""
+    collector = Collector(socket_dir=socket_dir, port=pg_port, login_user=login_user)
+    server = MetricsServer((listen_host, port), collector.collect, cert=cert, key=key)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    scheme = "https" if cert else "http"
+    _log(
+        f"serving {scheme}://{listen_host or '*'}:{server.server_address[1]}/metrics as role {collector.role}"
+    )
+    return server
