@@ -20,11 +20,13 @@ import pytest
 from cryptography import x509
 
 from harness.deployed_operator import EXAMPLE, EXAMPLE_NAMESPACE
+from harness.e2e_backup import superuser_sql
 from harness.kube import get_json, get_or_none
 from harness.local_cluster import Kube
 from harness.paths import REPO
 from harness.pgcluster import Writer, connect_app, healthy, secret, service_ip, status, wait_serving
 from harness.waiting import wait_until
+from pg_operator.scram import scram_sha256_verifier
 from pg_operator.specs.credential_changes import APPLIED_ANNOTATION, fingerprint
 
 SWITCHOVER = "db.example.com/switchover-to"
@@ -36,12 +38,8 @@ def test_example_becomes_ready_with_one_primary_and_two_streaming_replicas(examp
     st = status(example, NS, NAME)
     assert sorted(i["role"] for i in st["instances"]) == ["primary", "replica", "replica"], st
     assert st["readyReplicas"] == 3 and st["currentPrimary"]
-    primary_ip = get_json(example, "pod", st["currentPrimary"], "-n", NS)["status"]["podIP"]
-    su = secret(example, NS, f"{NAME}-superuser")
-    with psycopg.connect(host=primary_ip, port=5432, user=su["username"], password=su["password"],
-                         dbname="postgres", connect_timeout=5) as conn:
-        states = [r[0] for r in conn.execute("select state from pg_stat_replication").fetchall()]
-    assert states == ["streaming", "streaming"], states
+    states = superuser_sql(example, NS, st["currentPrimary"], "select state from pg_stat_replication")
+    assert states.split() == ["streaming", "streaming"], states
     printed = example.kubectl("get", "pgc", "-n", NS).stdout
     assert NAME in printed and st["currentPrimary"] in printed, printed
 
@@ -112,12 +110,32 @@ def test_tls_verify_full_through_every_name_and_no_tls_is_refused(example: Kube,
         connect("somewhere-else.example", rw_ip).close()  # a name the certificate does not carry
     with pytest.raises(psycopg.OperationalError, match="rejects connection"):
         connect(f"{NAME}-rw", rw_ip, sslmode="disable").close()
-    # Replication runs over TLS too.
+    # Replication runs over TLS, each replica logged in by the replication role's client certificate.
+    primary = status(example, NS, NAME)["currentPrimary"]
+    walsenders = "select s.ssl, s.client_dn from pg_stat_replication r join pg_stat_ssl s using (pid)"
+    assert superuser_sql(example, NS, primary, walsenders).split() == ["t|/CN=replicator"] * 2
+    # The superuser never logs in over the network, whatever the password.
     su = secret(example, NS, f"{NAME}-superuser")
-    with superuser_connect(example, su["password"]) as conn:
-        walsenders = "select s.ssl from pg_stat_replication r join pg_stat_ssl s using (pid)"
-        rows = conn.execute(walsenders).fetchall()
-    assert rows == [(True,), (True,)], rows
+    for host in (f"{NAME}-rw", f"{primary}.{NAME}.{NS}.svc"):
+        address = rw_ip if host.endswith("-rw") else pod_ip_of(example, primary)
+        with pytest.raises(psycopg.OperationalError, match="rejects connection"):
+            psycopg.connect(host=host, hostaddr=address, port=5432, user="postgres", password=su["password"],
+                            dbname="postgres", sslmode="verify-full", sslrootcert=str(ca),
+                            connect_timeout=5).close()  # fmt: skip
+    # Patroni's REST API speaks HTTPS only, under the pod's name, with a certificate the cluster's CA signed.
+    context = ssl.create_default_context(cafile=str(ca))
+    for inst in status(example, NS, NAME)["instances"]:
+        with socket.create_connection((pod_ip_of(example, inst["name"]), 8008), timeout=5) as raw, \
+                context.wrap_socket(raw, server_hostname=f"{inst['name']}.{NAME}.{NS}.svc") as tls:
+            tls.sendall(b"GET /liveness HTTP/1.0\r\n\r\n")
+            assert tls.recv(64).startswith(b"HTTP/1.0 200"), inst
+        with socket.create_connection((pod_ip_of(example, inst["name"]), 8008), timeout=5) as raw:
+            raw.sendall(b"GET /liveness HTTP/1.0\r\n\r\n")  # plain HTTP gets no answer
+            try:
+                answer = raw.recv(64)
+            except OSError:  # reset by the TLS server
+                answer = b""
+            assert not answer.startswith(b"HTTP/"), (inst, answer)
 
 
 def server_certificate_serial(host: str, port: int = 5432) -> int:
@@ -183,26 +201,30 @@ def applied_secret(kube: Kube, kind: str) -> dict[str, str] | None:
     return data if mark == expected else None
 
 
-def superuser_connect(kube: Kube, password: str) -> psycopg.Connection[Any]:
-    primary = status(kube, NS, NAME)["currentPrimary"]
-    ip = get_json(kube, "pod", primary, "-n", NS)["status"]["podIP"]
-    return psycopg.connect(host=ip, port=5432, user="postgres", password=password, dbname="postgres",
-                           connect_timeout=5, autocommit=True)  # fmt: skip
+def pod_ip_of(kube: Kube, pod: str) -> str:
+    return str(get_json(kube, "pod", pod, "-n", NS)["status"]["podIP"])
 
 
-def replicas_stream_after_reconnecting(kube: Kube, su: str) -> None:
-    """End every walsender: each replica connects again with the replication password it has now."""
-    with superuser_connect(kube, su) as conn:
-        ended = conn.execute("select now()").fetchone()
-        conn.execute("select pg_terminate_backend(pid) from pg_stat_replication")
+def on_primary(kube: Kube, query: str) -> str:
+    """SQL as the superuser on the primary, over its Unix socket (the superuser has no network login)."""
+    return superuser_sql(kube, NS, status(kube, NS, NAME)["currentPrimary"], query)
 
-    def streaming() -> bool:
-        with superuser_connect(kube, su) as conn:
-            rows = conn.execute("select count(*) from pg_stat_replication where state = 'streaming'"
-                                " and backend_start > %s", (ended[0] if ended else None,))  # fmt: skip
-            return rows.fetchone() == (2,)
 
-    wait_until("both replicas to stream again", streaming, 120, 1)
+def role_has_password(kube: Kube, role: str, password: str) -> bool:
+    """The role's stored SCRAM verifier was made from this password (recomputed with its salt)."""
+    verifier = on_primary(kube, f"select rolpassword from pg_authid where rolname = '{role}'")  # noqa: S608
+    iterations, salt = verifier.split("$")[1].split(":")
+    recomputed = scram_sha256_verifier(password, salt=base64.b64decode(salt), iterations=int(iterations))
+    return recomputed == verifier
+
+
+def replicas_stream_after_reconnecting(kube: Kube) -> None:
+    """End every walsender: each replica connects again with what it has now."""
+    ended = on_primary(kube, "select now()")
+    on_primary(kube, "select pg_terminate_backend(pid) from pg_stat_replication")
+    streaming = ("select count(*) from pg_stat_replication where state = 'streaming'"  # noqa: S608 (the server's own now())
+                 f" and backend_start > '{ended}'")  # fmt: skip
+    wait_until("both replicas to stream again", lambda: on_primary(kube, streaming) == "2", 120, 1)
 
 
 RELOADED = re.compile(r"the mounted Secrets changed \(([^)]*)\): Patroni reloads its configuration")
@@ -241,9 +263,9 @@ def test_each_deleted_secret_is_recreated_applied_and_nothing_is_locked_out(exam
             fresh.wait_for_writes(5, 60)
             pooled.wait_for_writes(5, 60)
         su = secret(example, NS, f"{NAME}-superuser")["password"]
-        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
-            superuser_connect(example, passwords_before["superuser"]).close()
-        replicas_stream_after_reconnecting(example, su)
+        assert role_has_password(example, "postgres", su)
+        assert not role_has_password(example, "postgres", passwords_before["superuser"])
+        replicas_stream_after_reconnecting(example)
         # The Patroni API password is the operator's own: a switchover still goes through.
         old_primary = status(example, NS, NAME)["currentPrimary"]
         example.kubectl("annotate", "pgc", NAME, "-n", NS, f"{SWITCHOVER}=auto", "--overwrite")
@@ -330,7 +352,7 @@ def test_a_cluster_recreated_over_its_volumes_takes_its_new_secrets(example: Kub
         assert new["password"] != old[kind]
     with connect_app(example, NS, NAME) as conn:
         assert conn.execute("select count(*) from kept").fetchone() == (1,)
-    replicas_stream_after_reconnecting(example, secret(example, NS, f"{NAME}-superuser")["password"])
+    replicas_stream_after_reconnecting(example)
 
 
 def condition(kube: Kube, type_: str) -> dict[str, Any] | None:

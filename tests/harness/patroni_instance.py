@@ -28,7 +28,9 @@ from harness.binaries import postgresql_binaries, system_user
 from harness.kube import KubectlLike
 from harness.net import http_get
 from harness.objects import CLUSTER_LABEL, cluster_model
-from pg_operator.specs.tls import KeyPair, issue_server, new_ca
+from pg_operator.api.constants import REPLICATION_USER
+from pg_operator.patroni.client import Endpoint, TrustStore
+from pg_operator.specs.tls import KeyPair, issue_client, issue_server, new_ca
 
 PG_VERSION = "16.15"
 PATRONI_VERSION = "4.1.5"
@@ -174,18 +176,27 @@ def service_account_kubeconfig(kube: KubectlLike, ns: str, sa: str) -> dict[str,
     }
 
 
-def write_tls(tls_dir: Path, ca: KeyPair, server: KeyPair) -> None:
+def write_tls(tls_dir: Path, ca: KeyPair, server: KeyPair, replication: KeyPair) -> None:
     """What Secret <cluster>-server-tls holds, as the pod's mount (PGOP_TLS_DIR) shows it."""
     tls_dir.mkdir(parents=True, exist_ok=True)
-    for name, content in (("tls.crt", server.cert_pem), ("tls.key", server.key_pem), ("ca.crt", ca.cert_pem)):
+    files = {"tls.crt": server.cert_pem, "tls.key": server.key_pem, "ca.crt": ca.cert_pem,
+             "replication.crt": replication.cert_pem, "replication.key": replication.key_pem}
+    for name, content in files.items():
         (tls_dir / name).write_bytes(content)
 
 
-def issued_tls(cluster: str, ns: str) -> tuple[KeyPair, KeyPair]:
-    """A cluster CA and the server certificate the operator would issue under it (it names 127.0.0.1)."""
+def issued_tls(cluster: str, ns: str) -> tuple[KeyPair, KeyPair, KeyPair]:
+    """A cluster CA, the server certificate the operator would issue under it (it names localhost and
+    127.0.0.1) and the replication role's client certificate."""
     now = datetime.now(UTC)
     ca = new_ca(cluster_model(cluster, ns), now)
-    return ca, issue_server(cluster_model(cluster, ns), ca, now)
+    return ca, issue_server(cluster_model(cluster, ns), ca, now), issue_client(ca, REPLICATION_USER, now)
+
+
+def patroni_endpoint(port: int, ca_pem: bytes) -> Endpoint:
+    """How the operator reaches a local instance's REST API: HTTPS, verified against the cluster's CA
+    (the certificate names localhost, as PGOP_CONNECT_HOST does for these instances)."""
+    return Endpoint("127.0.0.1", TrustStore().context(ca_pem), "localhost", port)
 
 
 def pod_object(ns: str, cluster: str, name: str) -> dict[str, Any]:
@@ -281,7 +292,8 @@ class Instance:
                 os.kill(pid, signal.SIGKILL)
 
     def api(self, path: str) -> tuple[int, str]:
-        return http_get(f"http://127.0.0.1:{self.api_port}{path}")
+        """Patroni's REST API over HTTPS, verified against the instance's CA (its PGOP_TLS_DIR)."""
+        return http_get(f"https://localhost:{self.api_port}{path}", cafile=str(self.root / "tls" / "ca.crt"))
 
     def connect(self, user: str, password: str, dbname: str = "postgres") -> psycopg.Connection[Any]:
         return psycopg.connect(

@@ -138,6 +138,8 @@ class Clusters:
             "PGOP_SECRETS_DIR": str(root / "secrets"), "PGOP_RUN_DIR": str(root / "run"),
             "PGOP_TLS_DIR": str(root / "tls"),
             "PGOP_PG_BIN_DIR": str(self.pg_home / "bin"), "PGOP_LISTEN_HOST": "127.0.0.1",
+            "PGOP_CONNECT_HOST": "localhost",
+            "PGOP_METRICS_PORT": "0",  # two instances share the host's ports
             "PGOP_BARMAN_BIN_DIR": str(self.barman_bin),
         }  # fmt: skip
         if cluster.spec.backup is not None:

@@ -47,6 +47,7 @@ from harness.patroni_instance import (
     become_subreaper,
     instance_rbac,
     issued_tls,
+    patroni_endpoint,
     pod_object,
     reaping,
     role_labels,
@@ -55,7 +56,7 @@ from harness.patroni_instance import (
 )
 from harness.waiting import wait_until
 from pg_operator.api.instance_config import InstanceConfig
-from pg_operator.patroni.client import PatroniAuth, PatroniError, get_cluster, switchover
+from pg_operator.patroni.client import Endpoint, PatroniAuth, PatroniError, get_cluster, switchover
 from pg_operator.scram import scram_sha256_verifier
 
 
@@ -92,7 +93,7 @@ def patroni_pair(
         kubeconfig = work / "kubeconfig"
         work.mkdir(parents=True)
         kubeconfig.write_text(json.dumps(service_account_kubeconfig(kube, ns, f"{cluster}-instance")))
-        ca, server = issued_tls(cluster, ns)
+        ca, server, replication = issued_tls(cluster, ns)
         (work / "ca.crt").write_bytes(ca.cert_pem)
         ports = free_ports(4)
         for i, (pg_port, api_port) in zip("ab", zip(ports[::2], ports[1::2], strict=True), strict=True):
@@ -121,7 +122,7 @@ def patroni_pair(
                 }
             )
             (root / "config" / "instance.yaml").write_text(settings.to_yaml())
-            write_tls(root / "tls", ca, server)
+            write_tls(root / "tls", ca, server, replication)
             for role, username in users.items():
                 (root / "secrets" / role).mkdir(parents=True)
                 (root / "secrets" / role / "username").write_text(username)
@@ -148,6 +149,8 @@ def patroni_pair(
                 "PGOP_RUN_DIR": str(root / "run"),
                 "PGOP_PG_BIN_DIR": str(postgresql_16 / "bin"),
                 "PGOP_LISTEN_HOST": "127.0.0.1",
+                "PGOP_CONNECT_HOST": "localhost",
+                "PGOP_METRICS_PORT": "0",  # two instances share the host's ports
                 # PATRONI_LOG_LEVEL=DEBUG in the test's environment helps when a step times out.
                 **{k: v for k, v in os.environ.items() if k == "PATRONI_LOG_LEVEL"},
             }
@@ -203,15 +206,24 @@ def write_on(inst: Instance, app: str, row: int) -> Callable[[], float]:
 
 
 async def planned_switchover(primary: Instance, candidate: Instance, api: PatroniAuth) -> None:
+    ca_pem = (primary.root / "tls" / "ca.crt").read_bytes()
+    leader = patroni_endpoint(primary.api_port, ca_pem)
     async with aiohttp.ClientSession() as session:
-        view = await get_cluster(session, "127.0.0.1", port=candidate.api_port)
+        view = await get_cluster(session, patroni_endpoint(candidate.api_port, ca_pem))
         assert {m["name"] for m in view["members"]} == {primary.name, candidate.name}
+        # HTTPS, verified: another CA's trust, or a name the certificate does not carry, gets nowhere.
+        stranger = issued_tls("stranger", "elsewhere")[0]
+        with pytest.raises(PatroniError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+            await get_cluster(session, patroni_endpoint(candidate.api_port, stranger.cert_pem))
+        misnamed = Endpoint("127.0.0.1", leader.tls, "db-9.elsewhere.svc", primary.api_port)
+        with pytest.raises(PatroniError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed|match"):
+            await get_cluster(session, misnamed)
         with pytest.raises(PatroniError, match="HTTP 401"):
-            await switchover(session, "127.0.0.1", primary.name, candidate.name,
-                             PatroniAuth(api.username, "wrong"), port=primary.api_port)
+            wrong = PatroniAuth(api.username, "wrong")
+            await switchover(session, leader, primary.name, candidate.name, wrong)
         with pytest.raises(PatroniError, match="HTTP 401"):
-            await switchover(session, "127.0.0.1", primary.name, candidate.name, None, port=primary.api_port)
-        await switchover(session, "127.0.0.1", primary.name, candidate.name, api, port=primary.api_port)
+            await switchover(session, leader, primary.name, candidate.name, None)
+        await switchover(session, leader, primary.name, candidate.name, api)
 
 
 def post_reload(inst: Instance, auth: PatroniAuth) -> int:
@@ -219,8 +231,9 @@ def post_reload(inst: Instance, auth: PatroniAuth) -> int:
 
     async def post() -> int:
         async with aiohttp.ClientSession() as session:
-            url = f"http://127.0.0.1:{inst.api_port}/reload"
-            async with session.post(url, auth=aiohttp.BasicAuth(auth.username, auth.password)) as resp:
+            member = patroni_endpoint(inst.api_port, (inst.root / "tls" / "ca.crt").read_bytes())
+            basic = aiohttp.BasicAuth(auth.username, auth.password)
+            async with session.post(member.url("/reload"), auth=basic, **member.options()) as resp:
                 return resp.status
 
     return asyncio.run(post())
@@ -247,8 +260,8 @@ def rotate_credentials(leader: Instance, replica: Instance, su: str, api: Patron
         wait_until(f"{inst.name}'s REST API to take the new password",
                    lambda i=inst: post_reload(i, new_api) == 202, timeout=30)  # fmt: skip
         assert post_reload(inst, api) == 401
-    # The replica reconnects (its walsender ended) with the password from its reloaded configuration, and
-    # is the synchronous standby again before the failover below.
+    # The replica reconnects (its walsender ended; its client certificate, not the password, logs it in),
+    # and is the synchronous standby again before the failover below.
     with leader.connect("postgres", su) as conn:
         ended = conn.execute("SELECT now()").fetchone()
         conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_replication")
@@ -259,7 +272,7 @@ def rotate_credentials(leader: Instance, replica: Instance, su: str, api: Patron
                                 " AND sync_state = 'sync' AND application_name = %s AND backend_start > %s",
                                 (replica.name, ended[0] if ended else None)).fetchone() == (1,)  # fmt: skip
 
-    wait_until("the replica to stream with the new replication password", streams_again, timeout=60)
+    wait_until("the replica to stream again after the rotation", streams_again, timeout=60)
     for inst in (leader, replica):
         with inst.connect("postgres", su) as conn:
             assert conn.execute("SELECT pg_postmaster_start_time()").fetchone() == started[inst.name]
@@ -320,15 +333,32 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
         assert conn.execute("SHOW data_checksums").fetchone() == ("on",)
         assert conn.execute("SHOW password_encryption").fetchone() == ("scram-sha-256",)
         methods = {r[0] for r in conn.execute("SELECT auth_method FROM pg_hba_file_rules").fetchall()}
-        assert methods == {"peer", "scram-sha-256", "reject"}
+        assert methods == {"peer", "cert", "scram-sha-256", "reject"}
         rules = conn.execute("SELECT type, address FROM pg_hba_file_rules").fetchall()
         addresses = {address for type_, address in rules if type_ == "hostssl"}
-        assert addresses == {"127.0.0.1", "::1"}  # the configured network, and loopback for replication
+        # "all" for the replication role's certificate (and the superuser's refusal), loopback for the
+        # superuser, the configured network for everyone else.
+        assert addresses == {"all", "127.0.0.1", "::1"}, addresses
         assert {type_ for type_, _ in rules} == {"local", "hostssl", "hostnossl"}
         assert conn.execute("SHOW ssl").fetchone() == ("on",)
-        # Replication itself runs over TLS.
-        assert conn.execute("SELECT bool_and(ssl) FROM pg_stat_ssl JOIN pg_stat_replication USING (pid)"
-                            ).fetchone() == (True,)  # fmt: skip
+        # Replication runs over TLS, authenticated by the replication role's client certificate.
+        assert conn.execute("SELECT bool_and(ssl), min(client_dn) FROM pg_stat_ssl JOIN pg_stat_replication"
+                            " USING (pid)").fetchone() == (True, "/CN=replicator")  # fmt: skip
+    # The replication password alone, or a certificate another CA issued for the same role, is refused.
+    stranger_ca, _, stranger_client = issued_tls("stranger", "elsewhere")
+    stranger = leader.root.parent / "stranger"
+    stranger.mkdir(exist_ok=True)
+    (stranger / "client.crt").write_bytes(stranger_client.cert_pem)
+    (stranger / "client.key").write_bytes(stranger_client.key_pem)
+    (stranger / "client.key").chmod(0o600)
+    replication_password = (leader.root / "secrets" / "replication" / "password").read_text()
+    ca_file = leader.root.parent / "ca.crt"
+    for client in ("", f" sslcert={stranger / 'client.crt'} sslkey={stranger / 'client.key'}"):
+        with pytest.raises(psycopg.OperationalError, match=r"certificate|authentication failed|alert"):
+            psycopg.connect(f"host=localhost port={leader.pg_port} user=replicator dbname=postgres "
+                            f"sslmode=verify-full sslrootcert={ca_file} replication=database "
+                            f"connect_timeout=5{client}", password=replication_password).close()
+    assert stranger_ca.cert_pem != (leader.root.parent / "ca.crt").read_bytes()
 
     # --- TLS only: the server's name checked against the cluster's CA; no TLS, no connection ------------
     with psycopg.connect(host="127.0.0.1", port=leader.pg_port, user="app", password=app, dbname="app",

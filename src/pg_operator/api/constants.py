@@ -37,10 +37,14 @@ PG_PORT: Final = 5432
 PG_PORT_NAME: Final = "postgresql"
 PATRONI_PORT: Final = 8008
 PATRONI_PORT_NAME: Final = "patroni"
+# On pods whose Patroni serves its REST API over HTTPS (the operator speaks plain HTTP to pods of an
+# older template until they are replaced).
+PATRONI_TLS_ANNOTATION: Final = "db.example.com/patroni-api-tls"
 CONFIG_MOUNT: Final = "/etc/pg-operator/config"
 INSTANCE_CONFIG_KEY: Final = "instance.yaml"
 SECRETS_MOUNT: Final = "/etc/pg-operator/secrets"
-TLS_MOUNT: Final = "/etc/pg-operator/tls"  # tls.crt, tls.key, ca.crt of Secret <name>-server-tls
+# Secret <name>-server-tls: tls.crt, tls.key, ca.crt, replication.crt, replication.key.
+TLS_MOUNT: Final = "/etc/pg-operator/tls"
 DATA_MOUNT: Final = "/var/lib/postgresql/data"
 PGDATA: Final = f"{DATA_MOUNT}/pgdata"
 DATA_VOLUME: Final = "data"

@@ -18,7 +18,10 @@ from pg_operator.api.parameters import (
 )
 from pg_operator.api.schema import SpecModel, rule, validations
 
-DEFAULT_ALLOWED_CIDRS: tuple[str, ...] = ("10.244.0.0/16",)
+# Every address: no pod network is assumed (each CNI has its own). Replication does not depend on it (the
+# replication role logs in with the cluster's client certificate, from wherever its pod is), TLS and
+# scram-sha-256 are required of everyone, and who may reach the port at all is the NetworkPolicy's job.
+DEFAULT_ALLOWED_CIDRS: tuple[str, ...] = ("0.0.0.0/0", "::/0")
 
 
 # Each value carries its own rule, so the API server's error names the parameter in its path.
@@ -46,7 +49,11 @@ class Postgresql(SpecModel):
         alias="allowedCIDRs",
         min_length=1,
         max_length=16,
-        description="Networks allowed to connect with a password (pg_hba); defaults to the pod network.",
+        description=(
+            "Networks application roles may log in from (pg_hba, TLS and scram-sha-256 always required); "
+            "defaults to every address. Replication does not use it: instances authenticate to each other "
+            "with the cluster's client certificate. See docs/tls.md."
+        ),
         json_schema_extra={
             "default": list(DEFAULT_ALLOWED_CIDRS),
             **validations(rule("self.all(c, isCIDR(c))", "postgresql.allowedCIDRs: each entry is a CIDR")),

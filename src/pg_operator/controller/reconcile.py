@@ -126,7 +126,7 @@ class Reconciler:
             self.high_availability,
             InstancesRoom(events),
             CredentialsRoom(api, self.memo, events, pod_exec),
-            TlsRoom(api, self.memo, events),
+            TlsRoom(api, self.memo, events, registry=metrics.registry),
         )
         self._invalid_seen: dict[ClusterKey, int] = {}
         # Clusters whose namespace refused a write because it is being deleted, by the cluster version

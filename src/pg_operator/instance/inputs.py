@@ -15,7 +15,8 @@ DEFAULT_CONFIG_FILE = "/etc/pg-operator/config/instance.yaml"
 DEFAULT_SECRETS_DIR = "/etc/pg-operator/secrets"
 # Secret <name>-server-tls: the server certificate, its key and the cluster's CA (api.constants.TLS_MOUNT).
 DEFAULT_TLS_DIR = "/etc/pg-operator/tls"
-TLS_FILES = ("tls.crt", "tls.key", "ca.crt")
+# The replication role's client certificate sits beside the server's (specs/tls.py).
+TLS_FILES = ("tls.crt", "tls.key", "ca.crt", "replication.crt", "replication.key")
 # Patroni's config file, its pgpass and PostgreSQL's Unix socket; the image creates it, owned by uid 999.
 DEFAULT_RUN_DIR = "/var/run/postgresql"
 # The image links the one PostgreSQL it holds here (images/postgres/recipe.sh).
@@ -58,6 +59,13 @@ class PodEnvironment:
     listen_host: str = ""
     barman_bin_dir: str = DEFAULT_BARMAN_BIN_DIR
     tls_dir: str = DEFAULT_TLS_DIR
+    # The name peers reach this member by (PostgreSQL and the REST API): the pod's DNS name under the
+    # headless Service, which the server certificate covers, so peers verify it (verify-full, HTTPS).
+    # "" = that name; tests on one host set PGOP_CONNECT_HOST=localhost.
+    connect_host: str = ""
+
+    def peer_host(self) -> str:
+        return self.connect_host or f"{self.pod_name}.{self.cluster}.{self.namespace}.svc"
 
 
 @dataclass(frozen=True)
@@ -68,10 +76,16 @@ class TlsFiles:
     cert: str
     key: str
     ca: str
+    replication_cert: str
+    replication_key: str
+
+    def paths(self) -> tuple[str, ...]:
+        """In the order of TLS_FILES."""
+        return (self.cert, self.key, self.ca, self.replication_cert, self.replication_key)
 
 
 def tls_files(run_dir: str) -> TlsFiles:
-    return TlsFiles(cert=f"{run_dir}/tls/tls.crt", key=f"{run_dir}/tls/tls.key", ca=f"{run_dir}/tls/ca.crt")
+    return TlsFiles(*(f"{run_dir}/tls/{name}" for name in TLS_FILES))
 
 
 def _required(env: Mapping[str, str], name: str) -> str:
@@ -110,6 +124,7 @@ def pod_environment(env: Mapping[str, str]) -> PodEnvironment:
         listen_host=env.get("PGOP_LISTEN_HOST", "").strip(),
         barman_bin_dir=env.get("PGOP_BARMAN_BIN_DIR") or DEFAULT_BARMAN_BIN_DIR,
         tls_dir=env.get("PGOP_TLS_DIR") or DEFAULT_TLS_DIR,
+        connect_host=env.get("PGOP_CONNECT_HOST", "").strip(),
     )
 
 

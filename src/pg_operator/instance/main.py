@@ -122,7 +122,7 @@ def install_tls(pod: PodEnvironment) -> None:
     """Copy the mounted certificate, key and CA to where PostgreSQL reads them, private to this user
     (PostgreSQL refuses a key file that others may read; a Secret volume's files belong to root)."""
     target = tls_files(pod.run_dir)
-    for name, dest in zip(TLS_FILES, (target.cert, target.key, target.ca), strict=True):
+    for name, dest in zip(TLS_FILES, target.paths(), strict=True):
         source = Path(pod.tls_dir, name)
         try:
             content = source.read_text(encoding="ascii")

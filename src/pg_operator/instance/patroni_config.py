@@ -138,31 +138,35 @@ def allowed_networks(cidrs: Any) -> list[str]:
 
 
 def pg_hba(*, superuser: str, replication: str, networks: list[str]) -> list[str]:
-    """Unix socket: the superuser through the peer map only. TCP: TLS only, scram-sha-256 from the allowed
-    networks only (replication connections for the replication role; every role for databases); a
-    connection without TLS is rejected by name. Nothing else matches, so everything else is refused."""
-    lines = [f"local all {_hba_name(superuser)} peer map={LOCAL_IDENT_MAP}"]
-    # Patroni asks its own PostgreSQL for the timeline over a loopback replication connection (when an
-    # old primary rejoins): without these lines a crashed primary cannot come back as a replica.
-    for loopback in ("127.0.0.1/32", "::1/128"):
-        lines.append(f"hostssl replication {_hba_name(replication)} {loopback} scram-sha-256")
-    for network in networks:
-        lines.append(f"hostssl replication {_hba_name(replication)} {network} scram-sha-256")
-    for network in networks:
-        lines.append(f"hostssl all all {network} scram-sha-256")
-    # `all` does not match replication connections: both kinds are named.
+    """Unix socket: the superuser through the peer map. TCP, TLS only:
+    - the replication role by its client certificate only (the cluster's CA issued it, so where it
+      connects from does not matter), for replication and for pg_rewind's reads of `postgres`;
+    - the superuser from the pod itself only (loopback), never over the network;
+    - every other role with scram-sha-256 from the allowed networks.
+    A connection without TLS is rejected by name; nothing else matches, so everything else is refused."""
+    repl, su = _hba_name(replication), _hba_name(superuser)
+    lines = [f"local all {su} peer map={LOCAL_IDENT_MAP}"]
+    # `all` does not match replication connections: both kinds are named. Patroni also asks its own
+    # PostgreSQL for the timeline over a loopback replication connection (an old primary rejoining).
+    lines += [f"hostssl replication {repl} all cert", f"hostssl postgres {repl} all cert",
+              f"hostssl all {repl} all reject"]  # fmt: skip
+    lines += [f"hostssl all {su} {loopback} scram-sha-256" for loopback in ("127.0.0.1/32", "::1/128")]
+    lines.append(f"hostssl all {su} all reject")
+    lines += [f"hostssl all all {network} scram-sha-256" for network in networks]
     for everywhere in ("0.0.0.0/0", "::/0"):
         lines += [f"hostnossl all all {everywhere} reject", f"hostnossl replication all {everywhere} reject"]
     return lines
 
 
-# Replicas (and pg_rewind, which connects as the superuser) check the primary's certificate against the
-# cluster's CA. Not verify-full: Patroni connects to members by pod IP, which the certificate cannot name.
-PEER_SSLMODE = "verify-ca"
+# Replicas and pg_rewind check the primary's certificate against the cluster's CA and the member's name
+# (the pod's DNS name under the headless Service, which the certificate covers), and present the
+# replication role's client certificate.
+PEER_SSLMODE = "verify-full"
 
 
-def _peer_tls(tls: TlsFiles) -> dict[str, str]:
-    return {"sslmode": PEER_SSLMODE, "sslrootcert": tls.ca}
+def _replication_tls(tls: TlsFiles) -> dict[str, str]:
+    return {"sslmode": PEER_SSLMODE, "sslrootcert": tls.ca, "sslcert": tls.replication_cert,
+            "sslkey": tls.replication_key}  # fmt: skip
 
 
 def _hba_name(name: str) -> str:
@@ -176,8 +180,8 @@ def _listen(host: str, port: int) -> str:
     return f"{host or '*'}:{port}"
 
 
-def _connect(ip: str, port: int) -> str:
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+def _connect(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _restapi_auth(credentials: Mapping[str, Credentials]) -> dict[str, Any]:
@@ -257,7 +261,12 @@ def render_patroni_config(
         "restapi": {
             # /readiness (leader, or replica streaming within maximum_lag_on_failover), /liveness, /metrics.
             "listen": f"{pod.listen_host or '0.0.0.0'}:{api_port}",  # noqa: S104 (the pod's network)
-            "connect_address": _connect(pod.pod_ip, api_port),
+            "connect_address": _connect(pod.peer_host(), api_port),
+            # HTTPS with the server certificate; members verify each other against the CA (Patroni's
+            # client takes restapi.cafile) and the member's name. No client certificates are asked for.
+            "certfile": tls.cert,
+            "keyfile": tls.key,
+            "cafile": tls.ca,
             # Unsafe endpoints (switchover, restart, reload, config) need basic auth; the probes and the
             # operator's reads (GET /readiness, /liveness, /metrics, /cluster) stay open.
             **_restapi_auth(credentials),
@@ -306,17 +315,23 @@ def render_patroni_config(
         },
         "postgresql": {
             "listen": _listen(pod.listen_host, pg_port),
-            "connect_address": _connect(pod.pod_ip, pg_port),
+            "connect_address": _connect(pod.peer_host(), pg_port),
             "data_dir": pod.pgdata,
             "bin_dir": pod.pg_bin_dir,
             "pgpass": f"{pod.run_dir}/pgpass",
             "use_unix_socket": True,
             "use_unix_socket_repl": False,
             "authentication": {
-                "superuser": {"username": superuser.username, "password": superuser.password,
-                              **_peer_tls(tls)},
+                # Patroni's own connections as the superuser go over the Unix socket.
+                "superuser": {"username": superuser.username, "password": superuser.password},
+                # Authenticated by the client certificate (pg_hba `cert`); the password is kept for
+                # Patroni, which sets it on the role at bootstrap.
                 "replication": {"username": replication.username, "password": replication.password,
-                                **_peer_tls(tls)},
+                                **_replication_tls(tls)},
+                # pg_rewind as the replication role (Patroni grants it the file functions at bootstrap),
+                # so the superuser never connects over the network.
+                "rewind": {"username": replication.username, "password": replication.password,
+                           **_replication_tls(tls)},
             },
             "parameters": owned_parameters,
             "pg_hba": pg_hba(

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from pg_operator import objects
-from pg_operator.api.constants import ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA
+from pg_operator.api.constants import PATRONI_TLS_ANNOTATION, ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA
 
 # Patroni's role labels (older versions say master) and what they mean here.
 ROLES = {ROLE_PRIMARY: ROLE_PRIMARY, "master": ROLE_PRIMARY, ROLE_REPLICA: ROLE_REPLICA}
@@ -63,6 +63,8 @@ class Instance:
     state: str = ""
     # Since when the pod is not ready (its Ready condition's last transition), None while ready.
     not_ready_since: datetime | None = None
+    # Its Patroni serves HTTPS (the pod template says so; older pods speak HTTP until replaced).
+    patroni_https: bool = False
 
     @property
     def healthy_replica(self) -> bool:
@@ -177,6 +179,7 @@ def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | No
         state=str(patroni_state(meta).get("state") or ""),
         not_ready_since=None if pod_ready(pod) else _parse_time(
             (objects.condition(objects.status(pod), "Ready") or {}).get("lastTransitionTime")),
+        patroni_https=(meta.get("annotations") or {}).get(PATRONI_TLS_ANNOTATION) == "true",
     )
 
 

@@ -19,6 +19,7 @@ from pg_operator.api.constants import (
     GROUP,
     PATRONI_PORT,
     PATRONI_PORT_NAME,
+    PATRONI_TLS_ANNOTATION,
     PG_PORT,
     PG_PORT_NAME,
     PGDATA,
@@ -91,7 +92,8 @@ def _resources(cluster: PostgresCluster) -> dict[str, Any]:
 
 def _probe(path: str, *, period: int, timeout: int, failures: int) -> dict[str, Any]:
     return {
-        "httpGet": {"path": path, "port": PATRONI_PORT_NAME, "scheme": "HTTP"},
+        # The kubelet does not verify the certificate; it only needs Patroni's answer.
+        "httpGet": {"path": path, "port": PATRONI_PORT_NAME, "scheme": "HTTPS"},
         "periodSeconds": period,
         "timeoutSeconds": timeout,
         "failureThreshold": failures,
@@ -217,7 +219,7 @@ def _pod_template(cluster: PostgresCluster) -> dict[str, Any]:
         ]
     if cluster.spec.priority_class_name is not None:
         pod_spec["priorityClassName"] = cluster.spec.priority_class_name
-    annotations = {"kubectl.kubernetes.io/default-container": CONTAINER_NAME}
+    annotations = {"kubectl.kubernetes.io/default-container": CONTAINER_NAME, PATRONI_TLS_ANNOTATION: "true"}
     digest = _backup_digest(cluster)
     if digest is not None:
         annotations[BACKUP_CONFIG_ANNOTATION] = digest

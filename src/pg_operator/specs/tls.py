@@ -5,8 +5,10 @@ operator and that Secret; no pod mounts it). Secret `<name>-server-tls` (type ku
 instances' server certificate, its key and the CA certificate, and is mounted in every pod. The server
 certificate names every way a client reaches an instance: each Service (`<name>`, `-rw`, `-ro`, `-r`) in
 its short, `.<ns>`, `.<ns>.svc` and `.svc.cluster.local` forms, every pod through the headless Service
-(wildcards), and loopback. ECDSA P-256 keys; a leaf is renewed once a third of its life is left, and
-re-issued at once when the names it must carry or its CA changed. Pure: the caller passes the time.
+(wildcards), and loopback. The same Secret holds the replication role's client certificate (CN =
+`replicator`), with which the instances authenticate to each other. ECDSA P-256 keys; a leaf is renewed
+once a third of its life is left, and re-issued at once when the names it must carry or its CA changed.
+Pure: the caller passes the time.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from pg_operator.api.cluster import PostgresCluster
+from pg_operator.api.constants import REPLICATION_USER
 from pg_operator.specs import names
 from pg_operator.specs.labels import COMPONENT_CREDENTIALS, child_metadata
 
@@ -35,6 +38,9 @@ CLUSTER_DOMAIN = "cluster.local"
 
 CA_CERT_KEY, CA_KEY_KEY = "ca.crt", "ca.key"
 TLS_CERT_KEY, TLS_KEY_KEY = "tls.crt", "tls.key"
+# The replication role's client certificate (CN = the role), beside the server's in the same Secret: the
+# instances authenticate replication and pg_rewind with it instead of a password.
+REPLICATION_CERT_KEY, REPLICATION_KEY_KEY = "replication.crt", "replication.key"
 
 
 @dataclass(frozen=True)
@@ -105,18 +111,15 @@ def new_ca(cluster: PostgresCluster, now: dt.datetime) -> KeyPair:
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
-def issue_server(cluster: PostgresCluster, ca: KeyPair, now: dt.datetime) -> KeyPair:
-    """The instances' server certificate, signed by the cluster's CA."""
+def _leaf(ca: KeyPair, now: dt.datetime, common_name: str, usage: x509.ObjectIdentifier,
+          alt: list[x509.GeneralName] | None) -> KeyPair:
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     key = _key()
-    dns = server_dns_names(cluster)
-    alt: list[x509.GeneralName] = [x509.DNSName(n) for n in dns]
-    alt += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in SERVER_IPS]
-    cert = (
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names.rw_host(cluster))]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -124,13 +127,26 @@ def issue_server(cluster: PostgresCluster, ca: KeyPair, now: dt.datetime) -> Key
         .not_valid_after(min(now + LEAF_LIFETIME, ca_cert.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(signs_certificates=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(alt), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
                        critical=False)
-        .sign(ca_key, hashes.SHA256())
     )
-    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+    if alt is not None:
+        builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
+    return KeyPair(builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM),
+                   _key_pem(key))
+
+
+def issue_server(cluster: PostgresCluster, ca: KeyPair, now: dt.datetime) -> KeyPair:
+    """The instances' server certificate, signed by the cluster's CA."""
+    alt: list[x509.GeneralName] = [x509.DNSName(n) for n in server_dns_names(cluster)]
+    alt += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in SERVER_IPS]
+    return _leaf(ca, now, names.rw_host(cluster), ExtendedKeyUsageOID.SERVER_AUTH, alt)
+
+
+def issue_client(ca: KeyPair, role: str, now: dt.datetime) -> KeyPair:
+    """A client certificate for a database role: PostgreSQL's `cert` method takes the role from the CN."""
+    return _leaf(ca, now, role, ExtendedKeyUsageOID.CLIENT_AUTH, None)
 
 
 def _data(secret: Mapping[str, Any] | None, key: str) -> bytes | None:
@@ -175,7 +191,48 @@ def server_renewal(cluster: PostgresCluster, ca: KeyPair, secret: Mapping[str, A
     start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
     if now >= end - (end - start) / 3:
         return f"the server certificate expires at {end.isoformat()}"
+    return _client_renewal(ca, secret, now)
+
+
+def _client_renewal(ca: KeyPair, secret: Mapping[str, Any] | None, now: dt.datetime) -> str | None:
+    cert_pem = _data(secret, REPLICATION_CERT_KEY)
+    if not cert_pem or not _data(secret, REPLICATION_KEY_KEY):
+        return "no replication client certificate yet"
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError:
+        return "the replication client certificate cannot be read"
+    if cert.issuer != x509.load_pem_x509_certificate(ca.cert_pem).subject:
+        return "the certificate authority changed"
+    if cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value != REPLICATION_USER:
+        return "the replication client certificate names another role"
+    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+    if now >= end - (end - start) / 3:
+        return f"the replication client certificate expires at {end.isoformat()}"
     return None
+
+
+# A certificate this close to its end that is still in use was not renewed (a leaf is renewed with 30 days
+# left) or cannot be (the CA: a rotation is the user's step for now): the cluster reports it.
+WARN_BEFORE = dt.timedelta(days=21)
+
+
+def certificates_in_use(ca_secret_body: Mapping[str, Any] | None,
+                        server_secret_body: Mapping[str, Any] | None) -> dict[str, dt.datetime]:
+    """The expiry of each certificate a cluster depends on, by role: `ca`, `server`, `replication`."""
+    found = {"ca": expiry(ca_secret_body, CA_CERT_KEY), "server": expiry(server_secret_body, TLS_CERT_KEY),
+             "replication": expiry(server_secret_body, REPLICATION_CERT_KEY)}  # fmt: skip
+    return {role: end for role, end in found.items() if end is not None}
+
+
+def expiring(in_use: Mapping[str, dt.datetime], now: dt.datetime) -> str | None:
+    """What to tell the user about certificates near their end (or past it), None when all are fine."""
+    soon = sorted((end, role) for role, end in in_use.items() if end - now <= WARN_BEFORE)
+    if not soon:
+        return None
+    parts = [f"the {role} certificate {'expired' if end <= now else 'expires'} at {end.isoformat()}"
+             for end, role in soon]  # fmt: skip
+    return "; ".join(parts)
 
 
 def expiry(secret: Mapping[str, Any] | None, key: str = TLS_CERT_KEY) -> dt.datetime | None:
@@ -202,12 +259,14 @@ def ca_secret(cluster: PostgresCluster, ca: KeyPair) -> dict[str, Any]:
     }
 
 
-def server_secret(cluster: PostgresCluster, ca: KeyPair, server: KeyPair) -> dict[str, Any]:
+def server_secret(cluster: PostgresCluster, ca: KeyPair, server: KeyPair,
+                  replication: KeyPair) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": child_metadata(cluster, names.server_tls_secret(cluster), COMPONENT_CREDENTIALS),
         "type": "kubernetes.io/tls",
         "data": {TLS_CERT_KEY: _b64(server.cert_pem), TLS_KEY_KEY: _b64(server.key_pem),
-                 CA_CERT_KEY: _b64(ca.cert_pem)},
+                 CA_CERT_KEY: _b64(ca.cert_pem), REPLICATION_CERT_KEY: _b64(replication.cert_pem),
+                 REPLICATION_KEY_KEY: _b64(replication.key_pem)},
     }

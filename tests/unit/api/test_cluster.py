@@ -35,7 +35,7 @@ def test_minimal_spec_gets_every_default() -> None:
     assert s.image is None and s.storage_class_name is None and s.image_pull_policy == "IfNotPresent"
     assert (s.resources.requests.cpu, s.resources.requests.memory) == ("250m", "512Mi")
     assert s.resources.limits.cpu is None and s.memory_limit == "512Mi"
-    assert s.postgresql.parameters == {} and s.postgresql.allowed_cidrs == ["10.244.0.0/16"]
+    assert s.postgresql.parameters == {} and s.postgresql.allowed_cidrs == ["0.0.0.0/0", "::/0"]
     assert s.affinity.pod_anti_affinity == "preferred" and s.affinity.topology_key == "kubernetes.io/hostname"
     assert (s.synchronous.number, s.synchronous.data_durability) == (0, "required")
     assert (s.bootstrap.initdb.database, s.bootstrap.initdb.owner) == ("app", "app")

@@ -136,7 +136,7 @@ def test_defaults_are_in_the_schema_and_agree_with_the_models() -> None:
         "imagePullPolicy",
     ):
         assert props[field]["default"] == model_defaults[field], field
-    assert props["postgresql"]["properties"]["allowedCIDRs"]["default"] == ["10.244.0.0/16"]
+    assert props["postgresql"]["properties"]["allowedCIDRs"]["default"] == ["0.0.0.0/0", "::/0"]
     assert props["synchronous"]["properties"]["dataDurability"]["default"] == "required"
 
 

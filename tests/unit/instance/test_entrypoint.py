@@ -35,7 +35,8 @@ def pod_files(tmp_path: Path) -> dict[str, str]:
         (tmp_path / "secrets" / role / "username").write_text(USERS[role])
         (tmp_path / "secrets" / role / "password").write_text(password + "\n")
     (tmp_path / "tls").mkdir()
-    for name, content in (("tls.crt", "CERT"), ("tls.key", "KEY"), ("ca.crt", "CA")):
+    for name, content in (("tls.crt", "CERT"), ("tls.key", "KEY"), ("ca.crt", "CA"),
+                          ("replication.crt", "CLIENT"), ("replication.key", "CLIENTKEY")):
         (tmp_path / "tls" / name).write_text(content)
     return {
         "PGOP_TLS_DIR": str(tmp_path / "tls"),
@@ -71,8 +72,10 @@ def test_build_config_reads_secrets_and_trims_the_newline(tmp_path: Path) -> Non
     assert config["postgresql"]["authentication"]["replication"] == {
         "username": "replicator",
         "password": PASSWORDS["replication"],
-        "sslmode": "verify-ca",
+        "sslmode": "verify-full",
         "sslrootcert": f"{tmp_path}/run/tls/ca.crt",
+        "sslcert": f"{tmp_path}/run/tls/replication.crt",
+        "sslkey": f"{tmp_path}/run/tls/replication.key",
     }
     assert config["bootstrap"]["post_bootstrap"].endswith("-m pg_operator.instance post-bootstrap")
 
@@ -142,8 +145,9 @@ def test_the_key_is_copied_private_and_a_missing_file_is_named(tmp_path: Path) -
     env = pod_files(tmp_path)
     pod = main.pod_environment(env)
     main.install_tls(pod)
-    key = tmp_path / "run" / "tls" / "tls.key"
-    assert key.read_text() == "KEY" and stat.S_IMODE(key.stat().st_mode) == 0o600
+    for name, content in (("tls.key", "KEY"), ("replication.key", "CLIENTKEY")):
+        key = tmp_path / "run" / "tls" / name
+        assert key.read_text() == content and stat.S_IMODE(key.stat().st_mode) == 0o600
     (tmp_path / "tls" / "ca.crt").unlink()
     with pytest.raises(ValueError, match=r"TLS: cannot read .*/tls/ca.crt \(Secret <cluster>-server-tls\)"):
         main.install_tls(pod)

@@ -40,7 +40,8 @@ INSTANCE: dict[str, Any] = {
 }
 
 TLS = tls_files("/var/run/postgresql")
-PEER_TLS = {"sslmode": "verify-ca", "sslrootcert": "/var/run/postgresql/tls/ca.crt"}
+PEER_TLS = {"sslmode": "verify-full", "sslrootcert": "/var/run/postgresql/tls/ca.crt",
+            "sslcert": "/var/run/postgresql/tls/replication.crt", "sslkey": "/var/run/postgresql/tls/replication.key"}
 
 CREDS = {
     "superuser": Credentials("postgres", "su-secret-pw"),
@@ -96,18 +97,26 @@ def test_labels_match_the_api_constants() -> None:
 
 def test_rest_api_and_postgresql_addresses() -> None:
     config = render()
-    assert config["restapi"] == {"listen": "0.0.0.0:8008", "connect_address": "10.244.0.7:8008",
+    # Peers reach a member by its pod's name under the headless Service (the certificate covers it), over
+    # HTTPS for the REST API.
+    assert config["restapi"] == {"listen": "0.0.0.0:8008",
+                                 "connect_address": "orders-db-1.orders-db.shop.svc:8008",
+                                 "certfile": "/var/run/postgresql/tls/tls.crt",
+                                 "keyfile": "/var/run/postgresql/tls/tls.key",
+                                 "cafile": "/var/run/postgresql/tls/ca.crt",
                                  "authentication": {"username": "patroni", "password": "api-secret-pw"}}
     pg = config["postgresql"]
     assert pg["listen"] == "*:5432"
-    assert pg["connect_address"] == "10.244.0.7:5432"
+    assert pg["connect_address"] == "orders-db-1.orders-db.shop.svc:5432"
     assert pg["data_dir"] == "/var/lib/postgresql/data/pgdata"
     assert pg["bin_dir"] == "/usr/lib/postgresql/current/bin"
     local = render(env={**ENV, "PGOP_LISTEN_HOST": "127.0.0.1"})
     assert (local["restapi"]["listen"], local["postgresql"]["listen"]) == ("127.0.0.1:8008", "127.0.0.1:5432")
     v6 = render(env={**ENV, "PGOP_POD_IP": "fd00::7"})
-    assert v6["restapi"]["connect_address"] == "[fd00::7]:8008"
     assert v6["kubernetes"]["pod_ip"] == "fd00::7"
+    here = render(env={**ENV, "PGOP_CONNECT_HOST": "localhost"})
+    assert (here["restapi"]["connect_address"], here["postgresql"]["connect_address"]) == (
+        "localhost:8008", "localhost:5432")
 
 
 def test_dcs_settings_failsafe_rewind_timing() -> None:
@@ -133,19 +142,24 @@ def test_initdb_checksums_scram_and_replicas_by_basebackup() -> None:
 
 def test_users_from_secrets() -> None:
     auth = render()["postgresql"]["authentication"]
-    assert auth["superuser"] == {"username": "postgres", "password": "su-secret-pw", **PEER_TLS}
+    # The superuser's connections are Patroni's own, over the Unix socket; replication and pg_rewind present
+    # the replication role's certificate and verify the primary's name.
+    assert auth["superuser"] == {"username": "postgres", "password": "su-secret-pw"}
     assert auth["replication"] == {"username": "replicator", "password": "repl-secret-pw", **PEER_TLS}
+    assert auth["rewind"] == auth["replication"]
 
 
-def test_pg_hba_only_tls_from_the_pod_network_and_scram() -> None:
+def test_pg_hba_tls_only_replication_by_certificate_superuser_not_over_the_network() -> None:
     instance = with_changes("postgresql.allowedCIDRs", ["10.244.0.0/16", "fd00:10:244::/56"])
     hba = render(instance)["postgresql"]["pg_hba"]
     assert hba == [
         f'local all "postgres" peer map={pc.LOCAL_IDENT_MAP}',
-        'hostssl replication "replicator" 127.0.0.1/32 scram-sha-256',
-        'hostssl replication "replicator" ::1/128 scram-sha-256',
-        'hostssl replication "replicator" 10.244.0.0/16 scram-sha-256',
-        'hostssl replication "replicator" fd00:10:244::/56 scram-sha-256',
+        'hostssl replication "replicator" all cert',
+        'hostssl postgres "replicator" all cert',
+        'hostssl all "replicator" all reject',
+        'hostssl all "postgres" 127.0.0.1/32 scram-sha-256',
+        'hostssl all "postgres" ::1/128 scram-sha-256',
+        'hostssl all "postgres" all reject',
         "hostssl all all 10.244.0.0/16 scram-sha-256",
         "hostssl all all fd00:10:244::/56 scram-sha-256",
         "hostnossl all all 0.0.0.0/0 reject",

@@ -93,7 +93,7 @@ def test_ports_and_probes_against_patroni() -> None:
     c = container(statefulset(cluster()))
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"postgresql": 5432, "patroni": 8008, "metrics": 9187}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "patroni", "scheme": "HTTP"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "patroni", "scheme": "HTTPS"}
     assert c["livenessProbe"]["httpGet"]["path"] == "/liveness"
     startup = c["startupProbe"]
     # initdb or a base backup may take long: the startup probe tolerates at least half an hour.

@@ -6,13 +6,18 @@ import base64
 import datetime as dt
 import ipaddress
 
+import pytest
 from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from harness.objects import cluster_model as cluster
 from pg_operator.specs.tls import (
     LEAF_LIFETIME,
     ca_from_secret,
     ca_secret,
+    certificates_in_use,
+    expiring,
+    issue_client,
     issue_server,
     new_ca,
     server_dns_names,
@@ -56,7 +61,7 @@ def test_renewal_when_missing_late_in_life_renamed_or_under_another_ca() -> None
     c = cluster()
     ca = new_ca(c, NOW)
     assert server_renewal(c, ca, None, NOW) == "no server certificate yet"
-    secret = server_secret(c, ca, issue_server(c, ca, NOW))
+    secret = server_secret(c, ca, issue_server(c, ca, NOW), issue_client(ca, "replicator", NOW))
     assert server_renewal(c, ca, secret, NOW) is None
     assert server_renewal(c, ca, secret, NOW + dt.timedelta(days=59)) is None
     assert (server_renewal(c, ca, secret, NOW + dt.timedelta(days=61)) or "").startswith(
@@ -66,6 +71,25 @@ def test_renewal_when_missing_late_in_life_renamed_or_under_another_ca() -> None
     assert server_renewal(renamed, ca, secret, NOW) == "the names the server certificate must carry changed"
     broken = {**secret, "data": {**secret["data"], "tls.crt": base64.b64encode(b"junk").decode()}}
     assert server_renewal(c, ca, broken, NOW) == "the server certificate cannot be read"
+    # The replication role's client certificate is renewed with it, and must name that role.
+    server_only = {k: v for k, v in secret["data"].items() if not k.startswith("replication")}
+    no_client = {**secret, "data": server_only}
+    assert server_renewal(c, ca, no_client, NOW) == "no replication client certificate yet"
+    other_role = server_secret(c, ca, issue_server(c, ca, NOW), issue_client(ca, "postgres", NOW))
+    assert server_renewal(c, ca, other_role, NOW) == "the replication client certificate names another role"
+
+
+def test_the_replication_client_certificate() -> None:
+    c = cluster()
+    ca = new_ca(c, NOW)
+    client = cert(issue_client(ca, "replicator", NOW).cert_pem)
+    assert client.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "replicator"
+    usage = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert client.issuer == cert(ca.cert_pem).subject
+    client.verify_directly_issued_by(cert(ca.cert_pem))
+    with pytest.raises(x509.ExtensionNotFound):  # a client certificate names no host
+        client.extensions.get_extension_for_class(x509.SubjectAlternativeName)
 
 
 def test_secrets_round_trip_and_no_key_in_a_repr() -> None:
@@ -74,8 +98,26 @@ def test_secrets_round_trip_and_no_key_in_a_repr() -> None:
     assert ca_from_secret(ca_secret(c, ca)) == ca
     assert ca_from_secret({"data": {"ca.crt": "bm9wZQ=="}}) is None
     server = issue_server(c, ca, NOW)
-    secret = server_secret(c, ca, server)
-    assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    secret = server_secret(c, ca, server, issue_client(ca, "replicator", NOW))
+    assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {
+        "tls.crt", "tls.key", "ca.crt", "replication.crt", "replication.key"}
     assert "ca.key" not in secret["data"]  # the CA's key stays in <name>-ca
     assert "PRIVATE" not in repr(ca) + repr(server)
     assert secret["metadata"]["ownerReferences"][0]["controller"] is True
+
+
+def test_certificates_in_use_and_when_one_is_reported_as_expiring() -> None:
+    c = cluster()
+    ca = new_ca(c, NOW)
+    server = server_secret(c, ca, issue_server(c, ca, NOW), issue_client(ca, "replicator", NOW))
+    in_use = certificates_in_use(ca_secret(c, ca), server)
+    assert set(in_use) == {"ca", "server", "replication"}
+    assert in_use["server"] == in_use["replication"] == NOW + dt.timedelta(days=90)
+    assert certificates_in_use(None, None) == {}
+    assert expiring(in_use, NOW) is None
+    assert expiring(in_use, NOW + dt.timedelta(days=68)) is None  # 22 days left: renewal's business
+    late = expiring(in_use, NOW + dt.timedelta(days=70))
+    assert late is not None and "the server certificate expires at" in late
+    assert "the replication certificate expires at" in late and "the ca certificate" not in late
+    gone = expiring(in_use, NOW + dt.timedelta(days=91))
+    assert gone is not None and "expired at" in gone

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,13 +50,16 @@ from pg_operator.orchestration.failover import leader_configmap_name, plan_lock_
 from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
 from pg_operator.orchestration.rollout import Action, best_candidate, plan_restart, plan_scale, plan_update
 from pg_operator.patroni.client import (
+    Endpoint,
     PatroniAuth,
     PatroniError,
+    TrustStore,
     get_cluster,
     restart_pending,
     switchover,
 )
 from pg_operator.specs import names
+from pg_operator.specs.tls import CA_CERT_KEY
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +108,7 @@ class HighAvailabilityRoom(Room):
         self._session: aiohttp.ClientSession | None = None
         self.settings = SettingsChanges(events, self.session, pod_exec)
         self._halt_told: dict[tuple[str, str], str] = {}  # the RolloutHalted message last posted
+        self.trust = TrustStore()
 
     async def close(self) -> None:
         if self._session is not None:
@@ -155,7 +160,7 @@ class HighAvailabilityRoom(Room):
         if replicas != cluster.spec.replicas:
             result.replicas = replicas
         if scale_action.kind != "none":
-            members = await self._members(instances)
+            members = await self._members(p, instances)
             replicas, scale_action = plan_scale(instances_from_pods(pods, members), cluster.spec.replicas)
             result.replicas = replicas if replicas != cluster.spec.replicas else None
             result.writes += await self._act(p, instances, scale_action, result)
@@ -163,7 +168,7 @@ class HighAvailabilityRoom(Room):
 
         image = _desired_image(p.statefulset)
         if image and any(i.image != image for i in instances):
-            members = await self._members(instances)
+            members = await self._members(p, instances)
             action = plan_update(instances_from_pods(pods, members), image, cluster.spec.replicas,
                                  datetime.now(UTC))
             result.writes += await self._act(p, instances, action, result)
@@ -171,7 +176,7 @@ class HighAvailabilityRoom(Room):
 
         # A recreated pod starts with the current settings, so restarts wait until a rollout is done.
         if any(i.pending_restart is not None for i in instances):
-            members = await self._members(instances)
+            members = await self._members(p, instances)
             action = plan_restart(instances_from_pods(pods, members), cluster.spec.replicas,
                                   now=datetime.now(UTC))
             result.writes += await self._act(p, instances, action, result)
@@ -184,7 +189,7 @@ class HighAvailabilityRoom(Room):
         if primary is not None and primary.name == requested:
             return await self._clear_request(p, "Normal", "SwitchoverDone",
                                              f"{requested} is the primary")
-        members = await self._members(instances)
+        members = await self._members(p, instances)
         instances = instances_from_pods(pods, members)
         if requested == "auto":
             target = best_candidate(instances)
@@ -215,15 +220,33 @@ class HighAvailabilityRoom(Room):
         recorded = await self.events.record(p.body, event_type, reason, message) if event_type else False
         return 1 + int(recorded)
 
-    async def _members(self, instances: list[Instance]) -> dict[str, Member]:
+    def endpoint(self, p: ClusterPass, inst: Instance) -> Endpoint | None:
+        """Where the operator reaches an instance's Patroni: HTTPS verified against the cluster's CA and
+        the pod's name under the headless Service; None without an IP, or without a CA to verify with."""
+        if not inst.pod_ip:
+            return None
+        if not inst.patroni_https:
+            return Endpoint(inst.pod_ip)
+        ca = (p.snapshot.find("v1", "Secret", names.ca_secret(p.cluster)) or {}).get("data") or {}
+        try:
+            ca_pem = base64.b64decode(ca[CA_CERT_KEY], validate=True)
+            context = self.trust.context(ca_pem)
+        except (KeyError, ValueError, ssl.SSLError):
+            log.info("%s/%s: no readable CA in Secret %s to verify Patroni on %s with", p.namespace, p.name,
+                     names.ca_secret(p.cluster), inst.name)
+            return None
+        host = f"{inst.name}.{names.headless_service(p.cluster)}.{p.namespace}.svc"
+        return Endpoint(inst.pod_ip, context, host)
+
+    async def _members(self, p: ClusterPass, instances: list[Instance]) -> dict[str, Member]:
         """Patroni's view, asked of the primary first, then any other running instance."""
         ordered = sorted(instances, key=lambda i: (i.role != ROLE_PRIMARY, i.ordinal))
         for inst in ordered:
-            ip = inst.pod_ip
-            if not ip or inst.container_down:
+            member = self.endpoint(p, inst)
+            if member is None or inst.container_down:
                 continue
             try:
-                return parse_members(await get_cluster(self.session(), ip))
+                return parse_members(await get_cluster(self.session(), member))
             except PatroniError as exc:
                 log.info("Patroni on %s did not answer: %s", inst.name, exc)
         return {}
@@ -256,12 +279,13 @@ class HighAvailabilityRoom(Room):
             return await self._restart(p, instances, action, result)
         # switchover
         primary = next((i for i in instances if i.role == ROLE_PRIMARY), None)
-        if primary is None or not primary.pod_ip:
+        member = self.endpoint(p, primary) if primary is not None else None
+        if primary is None or member is None:
             return 0
         auth = patroni_auth(p.snapshot, cluster)
         log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
         try:
-            await switchover(self.session(), primary.pod_ip, primary.name, action.target, auth)
+            await switchover(self.session(), member, primary.name, action.target, auth)
         except PatroniError as exc:
             if UNAUTHORIZED in str(exc):
                 result.credentials_pending = True
@@ -279,11 +303,12 @@ class HighAvailabilityRoom(Room):
                        result: StepResult) -> int:
         cluster = p.cluster
         target = next((i for i in instances if i.name == action.target), None)
-        if target is None or not target.pod_ip:
+        member = self.endpoint(p, target) if target is not None else None
+        if target is None or member is None:
             return 0
         log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
         try:
-            await restart_pending(self.session(), target.pod_ip, patroni_auth(p.snapshot, cluster))
+            await restart_pending(self.session(), member, patroni_auth(p.snapshot, cluster))
         except PatroniError as exc:
             # Most often the member restarted already and its pod does not say so yet (Patroni checks
             # restart_pending itself); otherwise Patroni says why. Either way: re-plan on the next pass.
@@ -320,7 +345,8 @@ class HighAvailabilityRoom(Room):
         a restart shows up as pending_restart on the pods."""
         primary = next((i for i in instances if i.role == ROLE_PRIMARY and i.ready and i.pod_ip
                         and not i.container_down and not i.terminating), None)
-        return await self.settings.ensure(p, primary, patroni_auth(p.snapshot, p.cluster))
+        member = self.endpoint(p, primary) if primary is not None else None
+        return await self.settings.ensure(p, primary, member, patroni_auth(p.snapshot, p.cluster))
 
     async def _adopt_patroni_configmaps(self, p: ClusterPass) -> int:
         """Patroni creates its ConfigMaps without an owner; give them one (not as controller: they

@@ -46,7 +46,7 @@ from pg_operator.orchestration.patroni_settings import (
     dynamic_config,
     dynamic_config_patch,
 )
-from pg_operator.patroni.client import PatroniAuth, PatroniError, patch_config
+from pg_operator.patroni.client import Endpoint, PatroniAuth, PatroniError, patch_config
 from pg_operator.specs.configmap import dynamic_settings
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,8 @@ class SettingsChanges:
         if self._exec is not None and self._own_exec:
             await self._exec.close()
 
-    async def ensure(self, p: ClusterPass, primary: Instance | None, auth: PatroniAuth | None) -> int:
+    async def ensure(self, p: ClusterPass, primary: Instance | None, member: Endpoint | None,
+                     auth: PatroniAuth | None) -> int:
         """One pass: check, PATCH what is accepted, read back what was sent. Returns the writes made."""
         key = (p.namespace, p.name)
         memory = self._memory.setdefault(key, _ClusterMemory())
@@ -119,7 +120,7 @@ class SettingsChanges:
         configmap = p.snapshot.find("v1", "ConfigMap", config_configmap_name(p.name))
         desired = dynamic_settings(p.cluster)
         patch = dynamic_config_patch(configmap, desired)
-        if patch is None or primary is None:
+        if patch is None or primary is None or member is None:
             if patch is None and memory.told:
                 memory.told = ""  # nothing refused any more: a later refusal is news again
             return writes
@@ -139,7 +140,7 @@ class SettingsChanges:
         if memory.patched_version == version:
             return writes  # sent at this version already; Patroni has not written it back yet
         try:
-            await patch_config(self.session(), primary.pod_ip, patch, auth)
+            await patch_config(self.session(), member, patch, auth)
         except PatroniError as exc:
             log.warning("%s/%s: could not update Patroni's dynamic configuration: %s", p.namespace, p.name,
                         exc)
