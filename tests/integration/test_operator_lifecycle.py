@@ -34,6 +34,7 @@ KINDS = {  # kubectl names of every kind a cluster owns, by (apiVersion, kind)
     ("v1", "Service"): "services",
     ("apps/v1", "StatefulSet"): "statefulsets.apps",
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets.policy",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies.networking.k8s.io",
     ("v1", "Secret"): "secrets",
 }
 

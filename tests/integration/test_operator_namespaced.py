@@ -81,6 +81,7 @@ NEEDED = [
     ("create", "statefulsets.apps"), ("create", "roles.rbac.authorization.k8s.io"),
     ("create", "rolebindings.rbac.authorization.k8s.io"), ("create", "events"), ("patch", "configmaps"),
     ("list", "endpointslices.discovery.k8s.io"), ("create", "poddisruptionbudgets.policy"),
+    ("create", "networkpolicies.networking.k8s.io"), ("delete", "networkpolicies.networking.k8s.io"),
 ]  # fmt: skip
 
 
