@@ -1,6 +1,8 @@
 """A real Prometheus (Debian's package, /usr/bin/prometheus) on this host's loopback for the monitoring
-tests: it discovers the local cluster's pods through the API server (Kubernetes SD with the admin
-kubeconfig) using deploy/monitoring/prometheus-scrape.yaml, and evaluates deploy/monitoring's rules.
+tests: it scrapes the local cluster's pods with deploy/monitoring/prometheus-scrape.yaml and evaluates
+deploy/monitoring's rules. Debian builds Prometheus without Kubernetes service discovery, so this
+harness lists the pods itself and hands Prometheus the targets that discovery would (file_sd with the
+same __meta_kubernetes_* labels): the shipped relabeling is applied by Prometheus as it is.
 
 The test's copy of the rule file differs in one way only: every `for:` is shortened (`short_for`) so an
 alert fires seconds after its condition holds; expressions and thresholds are the shipped ones. Scrapes
@@ -10,10 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import subprocess
+import threading
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,23 +49,59 @@ def rules_with_short_for(short_for: str) -> dict[str, Any]:
     return dict(doc)
 
 
-def scrape_config(
-    kubeconfig: str, namespaces: Mapping[str, list[str]], tls: Mapping[str, Any]
-) -> dict[str, Any]:
-    """prometheus-scrape.yaml with the admin kubeconfig for discovery, each job limited to the namespaces
-    given for it (by job name), and the instances' job's tls_config replaced by `tls` (to verify)."""
+TARGETS_FILE = "targets.json"
+
+
+def scrape_config(namespaces: Mapping[str, list[str]], tls: Mapping[str, Any]) -> dict[str, Any]:
+    """prometheus-scrape.yaml for Debian's Prometheus, which is built without Kubernetes service
+    discovery: each job's kubernetes_sd_configs becomes a file_sd_config of the targets that discovery
+    would give (`discovered_targets`, with the same __meta_kubernetes_* labels), so Prometheus applies
+    the shipped relabel_configs unchanged. The instances' job's tls_config is replaced by `tls` (to
+    verify); `namespaces` says which namespaces each job (by name) discovers, as the SD's own option."""
     jobs = yaml.safe_load((MONITORING / "prometheus-scrape.yaml").read_text())["scrape_configs"]
     for job in jobs:
-        for sd in job["kubernetes_sd_configs"]:
-            sd["kubeconfig_file"] = kubeconfig
-            sd["namespaces"] = {"names": namespaces[job["job_name"]]}
+        assert [sd["role"] for sd in job.pop("kubernetes_sd_configs")] == ["pod"], job["job_name"]
+        job["file_sd_configs"] = [{"files": [f"{job['job_name']}-{TARGETS_FILE}"], "refresh_interval": "5s"}]
         if job["job_name"] == "pg-operator-instances":
             job["tls_config"] = dict(tls)
     return {
         "global": {"scrape_interval": INTERVAL, "scrape_timeout": INTERVAL, "evaluation_interval": INTERVAL},
         "rule_files": ["rules.yaml"],
         "scrape_configs": jobs,
+        "namespaces": dict(namespaces),  # read (and removed) by prometheus() for discovery
     }
+
+
+def _label_name(key: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+def discovered_targets(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What Kubernetes SD (role: pod) gives for these pods: one target per declared container port, with
+    the __meta_kubernetes_* labels the shipped relabel_configs read."""
+    out = []
+    for pod in pods:
+        meta, ip = pod["metadata"], (pod.get("status") or {}).get("podIP")
+        if not ip:
+            continue
+        labels = {
+            "__meta_kubernetes_namespace": meta["namespace"],
+            "__meta_kubernetes_pod_name": meta["name"],
+            "__meta_kubernetes_pod_node_name": pod["spec"].get("nodeName", ""),
+            **{
+                f"__meta_kubernetes_pod_label_{_label_name(k)}": v
+                for k, v in (meta.get("labels") or {}).items()
+            },
+        }
+        for container in pod["spec"]["containers"]:
+            for port in container.get("ports") or ():
+                target_labels = {
+                    **labels,
+                    "__meta_kubernetes_pod_container_name": container["name"],
+                    "__meta_kubernetes_pod_container_port_name": port.get("name", ""),
+                }
+                out.append({"targets": [f"{ip}:{port['containerPort']}"], "labels": target_labels})
+    return out
 
 
 @dataclass
@@ -110,12 +150,32 @@ class Prometheus:
 
 
 @contextlib.contextmanager
-def prometheus(workdir: Path, config: Mapping[str, Any], rules: Mapping[str, Any]) -> Iterator[Prometheus]:
-    """Prometheus on a free loopback port with `config` and `rules` (checked by promtool first), data in
-    `workdir`; stopped (and its data left for the post-mortem) on exit."""
+def prometheus(
+    workdir: Path,
+    config: Mapping[str, Any],
+    rules: Mapping[str, Any],
+    list_pods: Callable[[str], list[dict[str, Any]]],
+) -> Iterator[Prometheus]:
+    """Prometheus on a free loopback port with `config` (from scrape_config) and `rules`, checked by
+    promtool first, data in `workdir`. A thread re-lists the pods of each job's namespaces every 2 s
+    (`list_pods(namespace)`) and rewrites the job's targets file when it changed, as discovery would.
+    Stopped (its data left for the post-mortem) on exit."""
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "prometheus.yml").write_text(yaml.safe_dump(dict(config), sort_keys=False))
+    config = dict(config)
+    namespaces: dict[str, list[str]] = config.pop("namespaces")
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     (workdir / "rules.yaml").write_text(yaml.safe_dump(dict(rules), sort_keys=False))
+
+    def discover() -> None:
+        for job, names in namespaces.items():
+            text = json.dumps(discovered_targets([p for ns in names for p in list_pods(ns)]), indent=1)
+            path = workdir / f"{job}-{TARGETS_FILE}"
+            if not path.exists() or path.read_text() != text:
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(text)
+                tmp.replace(path)
+
+    discover()
     promtool = shutil.which("promtool") or "promtool"
     check = subprocess.run([promtool, "check", "config", str(workdir / "prometheus.yml")],
                            capture_output=True, text=True, timeout=60)  # fmt: skip
@@ -130,6 +190,15 @@ def prometheus(workdir: Path, config: Mapping[str, Any], rules: Mapping[str, Any
             stdout=out, stderr=out, cwd=workdir,
         )  # fmt: skip
     server = Prometheus(f"http://127.0.0.1:{port}", proc, log)
+    stop = threading.Event()
+
+    def keep_discovering() -> None:
+        while not stop.wait(2):
+            with contextlib.suppress(Exception):  # a failed listing keeps the last targets, as SD does
+                discover()
+
+    thread = threading.Thread(target=keep_discovering, name="discovery", daemon=True)
+    thread.start()
     try:
 
         def ready() -> bool:
@@ -139,4 +208,6 @@ def prometheus(workdir: Path, config: Mapping[str, Any], rules: Mapping[str, Any
         wait_until("prometheus to be ready", ready, 60, 0.5)
         yield server
     finally:
+        stop.set()
+        thread.join(10)
         stop_process(proc)
