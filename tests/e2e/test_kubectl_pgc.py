@@ -56,6 +56,7 @@ def test_status_one_screen_and_json_agree_with_the_operator(operator: Kube, ns: 
     st = status(operator, ns, db)
     text = pgc(operator, "status", db, "-n", ns)
     assert text.returncode == 0, text.stderr
+    print(text.stdout)
     assert st["currentPrimary"] in text.stdout and "INSTANCE" in text.stdout and "Ready" in text.stdout
     assert "replica" in text.stdout and "Archiving" in text.stdout
     as_json = pgc(operator, "-n", ns, "status", db, "-o", "json")
