@@ -117,10 +117,13 @@ def test_storage_grows_but_never_shrinks(api: Api) -> None:
     refused(api.patch("grow", {"storage": "25Gi"}), "spec.storage", "never shrink")
 
 
-def test_version_cannot_change(api: Api) -> None:
-    assert api.create("pinned", version="15").returncode == 0
-    refused(api.patch("pinned", {"version": "16"}), "spec.version", "until a major-upgrade path exists")
-    assert api.get("pinned")["spec"]["version"] == "15"
+def test_version_may_be_raised_but_never_lowered(api: Api) -> None:
+    assert api.create("pinned", version="16").returncode == 0
+    refused(api.patch("pinned", {"version": "15"}), "spec.version", "never lowered", "16 -> 15")
+    assert api.get("pinned")["spec"]["version"] == "16"
+    assert api.patch("pinned", {"version": "18"}).returncode == 0  # a major may be skipped
+    refused(api.patch("pinned", {"version": "17"}), "spec.version", "never lowered", "18 -> 17")
+    assert api.get("pinned")["spec"]["version"] == "18"
 
 
 def test_storage_class_cannot_change_or_appear_or_vanish(api: Api) -> None:

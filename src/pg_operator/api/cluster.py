@@ -293,13 +293,20 @@ class PostgresClusterSpec(SpecModel):
         description="Number of PostgreSQL instances: one primary, the rest streaming replicas.",
     )
     version: str = Field(
-        description="PostgreSQL major version.",
+        description=(
+            "PostgreSQL major version. Raising it upgrades the cluster in place (docs/major-upgrades.md); "
+            "lowering it is refused."
+        ),
         json_schema_extra={
             "enum": list(SUPPORTED_MAJORS),
             **validations(
                 rule(
-                    "self == oldSelf",
-                    "version is immutable until a major-upgrade path exists",
+                    "int(self) >= int(oldSelf)",
+                    "version may be raised (an in-place major upgrade) but never lowered",
+                    messageExpression=(
+                        "'version may be raised (an in-place major upgrade) but never lowered: ' "
+                        "+ oldSelf + ' -> ' + self"
+                    ),
                     reason="FieldValueForbidden",
                 )
             ),

@@ -31,6 +31,7 @@ from pg_operator.controller.rooms import ClusterPass, ObjectId, Problem, Room
 from pg_operator.controller.rooms.credentials import CredentialsRoom
 from pg_operator.controller.rooms.high_availability import HighAvailabilityRoom
 from pg_operator.controller.rooms.instances import InstancesRoom
+from pg_operator.controller.rooms.major_upgrade import MajorUpgradeRoom
 from pg_operator.controller.rooms.storage import StorageRoom
 from pg_operator.controller.rooms.tls import TlsRoom
 from pg_operator.controller.writes import Applier, WriteMemo, all_of, canonical
@@ -122,6 +123,8 @@ class Reconciler:
         self.high_availability = HighAvailabilityRoom(api, events, pod_exec)
         # In phase order: the storage check comes first so the StatefulSet waits for its class.
         self.rooms: tuple[Room, ...] = (
+            # First: until the data is on the new major it holds every other room at the running one.
+            MajorUpgradeRoom(api, events, pod_exec, self.high_availability),
             StorageRoom(api, self.memo),
             self.high_availability,
             InstancesRoom(events),

@@ -188,6 +188,11 @@ cd "$WORK" || fail "no work directory"
   --new-datadir "$NEW" --username postgres --socketdir "$WORK" --jobs=2 --link || fail "pg_upgrade exited $?"
 mv "$PGDATA" "$KEPT" || fail "moving the old data directory aside"
 mv "$NEW" "$PGDATA" || fail "moving the new data directory into place"
+# Patroni keeps initdb's postgresql.conf as postgresql.base.conf and writes its own postgresql.conf that
+# includes it: give the new cluster the same arrangement, with the new major's own defaults.
+if [ -f "$KEPT/postgresql.base.conf" ] && [ ! -f "$PGDATA/postgresql.base.conf" ]; then
+  mv "$PGDATA/postgresql.conf" "$PGDATA/postgresql.base.conf"
+fi
 sysid
 """
 

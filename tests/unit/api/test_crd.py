@@ -144,13 +144,14 @@ def test_cel_rules() -> None:
     spec = spec_schema()
     props = spec["properties"]
     assert "int(self.split('Gi')[0]) >= int(oldSelf.split('Gi')[0])" in rules(props["storage"])
-    assert "self == oldSelf" in rules(props["version"])
+    assert "int(self) >= int(oldSelf)" in rules(props["version"])
     assert "self == oldSelf" in rules(props["bootstrap"])
     spec_rules = rules(spec)
     assert any("self.synchronous.number < self.replicas" in r for r in spec_rules)
     assert any("oldSelf.storageClassName" in r for r in spec_rules)
     version_rule = props["version"]["x-kubernetes-validations"][0]
-    assert "until a major-upgrade path exists" in version_rule["message"]
+    assert "never lowered" in version_rule["message"]
+    assert "oldSelf + ' -> ' + self" in version_rule["messageExpression"]
     params = props["postgresql"]["properties"]["parameters"]
     assert "!('wal_level' in self)" in rules(params)
     for node_path, node in nodes(version()["schema"]["openAPIV3Schema"]):
