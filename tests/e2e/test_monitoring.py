@@ -1,0 +1,296 @@
+"""Monitoring against a real Prometheus (full profile): Debian's Prometheus on the host, given the pods
+the API server lists (harness/prometheus.py) and deploy/monitoring/prometheus-scrape.yaml, scrapes every
+instance's /metrics over verified HTTPS (the cluster's CA, a name its certificate holds) and the
+operator's, and evaluates deploy/monitoring/prometheus-rules.yaml (every `for:` shortened to a few seconds
+in the test's copy).
+
+- every query of the dashboard returns data for a live two-instance cluster with archiving;
+- a replica whose PostgreSQL is stopped (Patroni paused so it stays down) fires PostgresInstanceDown and
+  PostgresReplicaNotStreaming, which resolve once Patroni starts it again;
+- the store refusing the cluster's credentials (their permission revoked in the store) fires
+  PostgresArchivingFailing, which resolves once it accepts them again;
+- the cost of one scrape, printed as a JSON line, at 1 and at 100 databases.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import ssl
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from harness.deployed_operator import OPERATOR_NAMESPACE
+from harness.e2e_backup import BRIDGE_HOST, Moto, archived_after_switch, backup_cluster, s3, superuser_sql
+from harness.kube import apply_objects, get_json
+from harness.local_cluster import Kube
+from harness.pgcluster import connect_app, secret, status, wait_serving
+from harness.prometheus import MONITORING, Prometheus, prometheus, rules_with_short_for, scrape_config
+from harness.s3 import REGION
+from harness.waiting import wait_until
+
+CLUSTER = "mon-db"
+PGDATA = "/var/lib/postgresql/data/pgdata"
+PATRONI_CONFIG = "/var/run/postgresql/patroni.yml"
+SHORT_FOR = "6s"
+RATE_INTERVAL = "1m"
+
+# Series the dashboard reads that this test's set-up cannot have: a panel target reading one of them is
+# excused only while Prometheus holds no series of that name (checked below), so it is required the day
+# the series appears.
+NO_KUBELET_STATS = "the kubelet is not scraped here, and hostPath volumes have no volume stats"
+ABSENT_HERE = {
+    "kubelet_volume_stats_available_bytes": NO_KUBELET_STATS,
+    "kubelet_volume_stats_capacity_bytes": NO_KUBELET_STATS,
+    "pg_operator_backup_last_success_timestamp_seconds": "served by the operator once it reports backups",
+    "pg_operator_backup_last_succeeded": "served by the operator once it reports backups",
+    "pg_operator_certificate_expiry_timestamp_seconds": "served by the operator once it reports certificates",
+}
+
+
+def pods(kube: Kube, ns: str, role: str) -> list[str]:
+    selector = f"db.example.com/cluster={CLUSTER},role={role}"
+    return sorted(p["metadata"]["name"] for p in get_json(kube, "pods", "-n", ns, "-l", selector)["items"])
+
+
+@pytest.fixture(scope="module")
+def monitored(operator: Kube, ns: str, moto: Moto) -> str:
+    """Two instances, archiving to the store, the metrics port open to the host (where Prometheus runs)."""
+    store = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "delete"}
+    policy = {"metricsFrom": [{"ipBlock": {"cidr": f"{BRIDGE_HOST}/32"}}, {"namespaceSelector": {}}]}
+    apply_objects(operator, backup_cluster(CLUSTER, ns, 2, backup=store, networkPolicy=policy))
+    wait_serving(operator, ns, CLUSTER, 2, 900)
+    archived_after_switch(operator, ns, CLUSTER, 240)
+    with connect_app(operator, ns, CLUSTER) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS t (id int)")
+        conn.execute("INSERT INTO t SELECT generate_series(1, 1000)")
+    return CLUSTER
+
+
+@pytest.fixture(scope="module")
+def prom(
+    operator: Kube, ns: str, monitored: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
+    work = tmp_path_factory.mktemp("prometheus")
+    ca = work / "ca.crt"
+    ca.write_text(secret(operator, ns, f"{monitored}-ca")["ca.crt"])
+    tls = {"ca_file": str(ca), "server_name": f"{monitored}-r.{ns}.svc"}  # verified, unlike the default
+    namespaces = {"pg-operator-instances": [ns], "pg-operator": [OPERATOR_NAMESPACE]}
+    config = scrape_config(namespaces, tls)
+
+    def list_pods(namespace: str) -> list[dict[str, Any]]:
+        return list(get_json(operator, "pods", "-n", namespace)["items"])
+
+    with prometheus(work, config, rules_with_short_for(SHORT_FOR), list_pods) as server:
+
+        def scraped() -> bool:
+            targets = server.targets()
+            instances = [t for t in targets if t["labels"].get("job") == "pg-operator-instances"]
+            operators = [t for t in targets if t["labels"].get("job") == "pg-operator"]
+            assert len(instances) == 2 and all(t["health"] == "up" for t in instances), instances
+            assert operators and all(t["health"] == "up" for t in operators), operators
+            return True
+
+        wait_until("Prometheus to scrape both instances and the operator", scraped, 120, 2)
+        yield server
+        print(f"prometheus log: {server.log}", flush=True)
+
+
+def test_instances_serve_their_figures_under_the_least_privileged_role(
+    operator: Kube, ns: str, monitored: str, prom: Prometheus
+) -> None:
+    (primary,) = pods(operator, ns, "primary")
+    (replica,) = pods(operator, ns, "replica")
+    roles = {
+        r["metric"]["pod"]: r["value"][1]
+        for r in prom.query(f'pg_replication_is_replica{{cluster="{monitored}"}}')
+    }
+    assert roles == {primary: "0", replica: "1"}
+    up = prom.query(f'pg_up{{namespace="{ns}", cluster="{monitored}"}} == 1')
+    assert {r["metric"]["pod"] for r in up} == {primary, replica}
+    assert {r["metric"]["node"] for r in up} and all(r["metric"]["node"] for r in up)
+    query = (
+        "SELECT rolsuper::text || ' ' || pg_has_role('pgop_monitor', 'pg_monitor', 'member')::text"
+        " FROM pg_roles WHERE rolname = 'pgop_monitor'"
+    )
+    role = superuser_sql(operator, ns, primary, query)
+    assert role == "false true"
+    # Patroni's own /metrics stays where it was.
+    probe = ("import ssl, urllib.request as u\n"
+             "ctx = ssl._create_unverified_context()\n"
+             "for url in ('https://127.0.0.1:8008/metrics', 'http://127.0.0.1:8008/metrics'):\n"
+             "    try:\n        print(u.urlopen(url, context=ctx, timeout=5).read().decode()); break\n"
+             "    except Exception: pass\n")  # fmt: skip
+    out = operator.kubectl("exec", "-n", ns, primary, "-c", "postgres", "--", "python3", "-c", probe).stdout
+    assert re.search(r"^patroni_primary\{[^}]*\} 1$", out, re.M), out[:500]
+
+
+def dashboard_targets() -> list[tuple[str, str]]:
+    dash = json.loads((MONITORING / "dashboard.json").read_text())
+    return [(p["title"], t["expr"]) for p in dash["panels"] if p["type"] != "row" for t in p["targets"]]
+
+
+def test_every_dashboard_query_returns_data(ns: str, monitored: str, prom: Prometheus) -> None:
+    time.sleep(10)  # a few scrapes, so that rates have two samples
+
+    def expand(expr: str) -> str:
+        return (expr.replace("$namespace", ns).replace("$cluster", monitored)
+                .replace("$__rate_interval", RATE_INTERVAL))  # fmt: skip
+
+    present = {name for name in ABSENT_HERE if prom.query(f"count({name})")}
+    empty: list[str] = []
+    excused: list[str] = []
+    for title, expr in dashboard_targets():
+        if prom.query(expand(expr)):
+            continue
+        reads_absent = [n for n in ABSENT_HERE if n not in present and re.search(rf"\b{n}\b", expr)]
+        (excused if reads_absent else empty).append(f"{title}: {expr}")
+    print(
+        json.dumps({"dashboard targets": len(dashboard_targets()), "empty and excused": excused}), flush=True
+    )
+    assert empty == []
+
+
+@pytest.fixture(scope="module")
+def store_admin(moto: Moto) -> Any:
+    """An IAM client of a second user with every right, to take the cluster's user's rights away and
+    give them back (moto's IAM; the cluster's user cannot restore its own rights once revoked)."""
+    iam = boto3.client("iam", endpoint_url=moto.server.endpoint, aws_access_key_id=moto.access_key_id,
+                       aws_secret_access_key=moto.secret_access_key, region_name=REGION)  # fmt: skip
+    iam.create_user(UserName="store-admin")
+    key = iam.create_access_key(UserName="store-admin")["AccessKey"]
+    iam.put_user_policy(UserName="store-admin", PolicyName="all", PolicyDocument=ALL)
+    return boto3.client("iam", endpoint_url=moto.server.endpoint, aws_access_key_id=key["AccessKeyId"],
+                        aws_secret_access_key=key["SecretAccessKey"], region_name=REGION)  # fmt: skip
+
+
+ALL = json.dumps(
+    {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+)
+
+
+def test_a_stopped_replica_fires_the_replica_alerts_until_it_runs_again(
+    operator: Kube, ns: str, monitored: str, prom: Prometheus
+) -> None:
+    (primary,) = pods(operator, ns, "primary")
+    (replica,) = pods(operator, ns, "replica")
+
+    def patronictl(*args: str) -> str:
+        cmd = ("exec", "-n", ns, primary, "-c", "postgres", "--", "patronictl", "-c", PATRONI_CONFIG, *args)
+        return str(operator.kubectl(*cmd).stdout)
+
+    patronictl("pause", "--wait")  # Patroni leaves a stopped PostgreSQL stopped
+    try:
+        started = time.monotonic()
+        operator.kubectl("exec", "-n", ns, replica, "-c", "postgres", "--",
+                         "pg_ctl", "-D", PGDATA, "stop", "-m", "fast")  # fmt: skip
+        prom.wait_firing("PostgresInstanceDown", 120, namespace=ns, pod=replica)
+        prom.wait_firing("PostgresReplicaNotStreaming", 120, namespace=ns, cluster=monitored)
+        fired = time.monotonic() - started
+    finally:
+        patronictl("resume", "--wait")
+    prom.wait_resolved("PostgresInstanceDown", 240, namespace=ns, pod=replica)
+    prom.wait_resolved("PostgresReplicaNotStreaming", 240, namespace=ns, cluster=monitored)
+    resolved = time.monotonic() - started
+    print(json.dumps({"measure": "replica alerts", "fired_after_s": round(fired, 1),
+                      "resolved_after_s": round(resolved, 1), "for": SHORT_FOR}), flush=True)  # fmt: skip
+    assert status(operator, ns, monitored).get("currentPrimary") == primary  # a replica's stop moved nothing
+
+
+def test_refused_store_credentials_fire_the_archiving_alert_until_accepted_again(
+    operator: Kube, ns: str, monitored: str, prom: Prometheus, store_admin: Any
+) -> None:
+    (primary,) = pods(operator, ns, "primary")
+    store_admin.delete_user_policy(UserName="e2e", PolicyName="all")
+    try:
+        started = time.monotonic()
+        superuser_sql(operator, ns, primary, "CREATE TABLE IF NOT EXISTS wal_filler AS SELECT 1 AS x")
+        superuser_sql(operator, ns, primary, "SELECT pg_switch_wal()")
+        prom.wait_firing("PostgresArchivingFailing", 180, namespace=ns, cluster=monitored, pod=primary)
+        fired = time.monotonic() - started
+    finally:
+        store_admin.put_user_policy(UserName="e2e", PolicyName="all", PolicyDocument=ALL)
+    # PostgreSQL's archiver retries the segment within a minute; a new one wakes it at once.
+    superuser_sql(operator, ns, primary, "INSERT INTO wal_filler VALUES (2)")
+    superuser_sql(operator, ns, primary, "SELECT pg_switch_wal()")
+    prom.wait_resolved("PostgresArchivingFailing", 240, namespace=ns, cluster=monitored)
+    resolved = time.monotonic() - started
+    print(json.dumps({"measure": "archiving alert", "fired_after_s": round(fired, 1),
+                      "resolved_after_s": round(resolved, 1), "for": SHORT_FOR}), flush=True)  # fmt: skip
+    assert prom.query(f'pg_stat_archiver_failing{{namespace="{ns}", pod="{primary}"}} == 0')
+
+
+def https_get(ip: str, port: int, server_name: str, ca: Path) -> str:
+    """GET /metrics from a pod by IP, verifying its certificate for `server_name` against the CA."""
+    context = ssl.create_default_context(cafile=str(ca))
+    with socket.create_connection((ip, port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname=server_name) as tls:  # fmt: skip
+        tls.sendall(f"GET /metrics HTTP/1.0\r\nHost: {server_name}\r\n\r\n".encode())
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0].endswith(b"200 OK"), head[:200]
+    return body.decode()
+
+
+CLOCK_TICKS = 100  # USER_HZ on Linux: /proc/<pid>/stat counts CPU time in 1/100 s
+
+
+def backend_cpu_ticks(operator: Kube, ns: str, pod: str, pid: str) -> int:
+    """utime + stime of a PostgreSQL backend (the endpoint's session), from the pod's /proc."""
+    stat = operator.kubectl("exec", "-n", ns, pod, "-c", "postgres", "--", "cat", f"/proc/{pid}/stat").stdout
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def scrape_cost(operator: Kube, ns: str, monitored: str, pod: str, ca: Path, n: int = 20) -> dict[str, Any]:
+    """n scrapes of one pod's /metrics from the host over verified HTTPS: the client's wall time and the
+    endpoint's own figures (its queries' wall time and its CPU time per scrape)."""
+    ip = get_json(operator, "pod", pod, "-n", ns)["status"]["podIP"]
+    https_get(ip, 9187, f"{monitored}-r.{ns}.svc", ca)  # the endpoint's session exists from here on
+    backend = superuser_sql(operator, ns, pod, "SELECT pid FROM pg_stat_activity WHERE application_name = "
+                            "'pg-operator-metrics'")  # fmt: skip
+    ticks_before = backend_cpu_ticks(operator, ns, pod, backend)
+    walls: list[float] = []
+    own: list[float] = []
+    cpu: list[float] = []
+    queries = samples = 0
+    for _ in range(n):
+        started = time.perf_counter()
+        body = https_get(ip, 9187, f"{monitored}-r.{ns}.svc", ca)
+        walls.append(time.perf_counter() - started)
+        figures = dict(re.findall(r"^(pg_exporter_last_scrape_\w+) (\S+)$", body, re.M))
+        own.append(float(figures["pg_exporter_last_scrape_duration_seconds"]))
+        cpu.append(float(figures["pg_exporter_last_scrape_cpu_seconds"]))
+        queries = int(float(figures["pg_exporter_last_scrape_queries"]))
+        samples = sum(1 for line in body.splitlines() if line and not line.startswith("#"))
+    backend_ms = (backend_cpu_ticks(operator, ns, pod, backend) - ticks_before) * 1000 / CLOCK_TICKS / n
+    return {"client_wall_ms_median": round(statistics.median(walls) * 1000, 1),
+            "postgres_backend_cpu_ms_mean": round(backend_ms, 2),
+            "queries_wall_ms_median": round(statistics.median(own) * 1000, 1),
+            "endpoint_cpu_ms_median": round(statistics.median(cpu) * 1000, 2),
+            "queries": queries, "samples": samples}  # fmt: skip
+
+
+def test_scrape_cost_at_1_and_100_databases(
+    operator: Kube, ns: str, monitored: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    (primary,) = pods(operator, ns, "primary")
+    ca = tmp_path_factory.mktemp("scrape") / "ca.crt"
+    ca.write_text(secret(operator, ns, f"{monitored}-ca")["ca.crt"])
+    one = scrape_cost(operator, ns, monitored, primary, ca)
+    statements = [a for i in range(100) for a in ("-c", f"CREATE DATABASE scrape_{i}")]
+    operator.kubectl("exec", "-n", ns, primary, "-c", "postgres", "--", "psql", "-h", "/var/run/postgresql",
+                     "-U", "postgres", "-qAtX", *statements, timeout=600)  # fmt: skip
+    hundred = scrape_cost(operator, ns, monitored, primary, ca)
+    print(json.dumps({"measure": "instance scrape", "1_database": one, "101_databases": hundred}), flush=True)
+    assert one["queries"] == hundred["queries"] == 7
+    assert hundred["samples"] > one["samples"]
