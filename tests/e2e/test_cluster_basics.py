@@ -11,7 +11,9 @@ import re
 import socket
 import ssl
 import struct
+import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,13 @@ from harness.deployed_operator import EXAMPLE, EXAMPLE_NAMESPACE
 from harness.e2e_backup import superuser_sql
 from harness.kube import get_json, get_or_none
 from harness.local_cluster import Kube
+from harness.objects import cluster_model
 from harness.paths import REPO
 from harness.pgcluster import Writer, connect_app, healthy, secret, service_ip, status, wait_serving
 from harness.waiting import wait_until
 from pg_operator.scram import scram_sha256_verifier
 from pg_operator.specs.credential_changes import APPLIED_ANNOTATION, fingerprint
+from pg_operator.specs.tls import issue_server, new_ca
 
 SWITCHOVER = "db.example.com/switchover-to"
 
@@ -178,6 +182,149 @@ def test_a_renewed_server_certificate_is_served_without_a_restart_or_a_failed_wr
     assert fresh.missing() == [] and pooled.missing() == []
     assert (fresh.failures, pooled.failures) == (0, 0), "a write failed across the renewal"
     assert {pod: restarts_of(example, pod) for pod in pods} == starts, "a container restarted"
+
+
+def leaf_issuer(host: str) -> str:
+    """The issuer name of the certificate a PostgreSQL server presents."""
+    with socket.create_connection((host, 5432), timeout=5) as raw:
+        raw.sendall(struct.pack("!ii", 8, 80877103))
+        assert raw.recv(1) == b"S", "the server refused TLS"
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        with context.wrap_socket(raw) as tls:
+            der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).issuer.rfc4514_string()
+
+
+def postmaster_start(kube: Kube, pod: str) -> str:
+    return superuser_sql(kube, NS, pod, "select pg_postmaster_start_time()")
+
+
+def test_a_ca_rotation_goes_through_a_bundle_without_a_failed_write_or_a_restart(example: Kube) -> None:
+    """The proof of the bundle: verifying writers (fresh and pooled, following the app Secret's ca.crt)
+    see no failure while the CA is replaced, and no instance restarts (restart counts and postmaster start
+    times unchanged)."""
+    wait_serving(example, NS, NAME, 3, 120)
+    pods = [i["name"] for i in status(example, NS, NAME)["instances"]]
+    ips = {pod: pod_ip_of(example, pod) for pod in pods}
+    old_ca = x509.load_pem_x509_certificate(secret(example, NS, f"{NAME}-ca")["ca.crt"].encode())
+    starts = {pod: restarts_of(example, pod) for pod in pods}
+    started = {pod: postmaster_start(example, pod) for pod in pods}
+    token = uuid.uuid4().hex[:8]
+    began = time.monotonic()
+    with Writer(example, NS, NAME, "ca_fresh", verify=True) as fresh, \
+            Writer(example, NS, NAME, "ca_pooled", persistent=True, verify=True) as pooled:
+        fresh.wait_for_writes(10, 60)
+        pooled.wait_for_writes(10, 60)
+        example.kubectl("annotate", "pgc", NAME, "-n", NS, f"db.example.com/rotate-ca={token}", "--overwrite")
+
+        def rotated() -> bool:
+            ca = get_json(example, "secret", f"{NAME}-ca", "-n", NS)
+            done = ((ca["metadata"].get("annotations") or {}).get("db.example.com/ca-rotated-for") == token
+                    and "previous-ca.crt" not in ca["data"])  # fmt: skip
+            new = x509.load_pem_x509_certificate(base64.b64decode(ca["data"]["ca.crt"]))
+            return done and new.subject != old_ca.subject and all(
+                leaf_issuer(ip) == new.subject.rfc4514_string() for ip in ips.values())
+
+        wait_until("the CA rotation to finish and every instance to serve the new CA's leaf", rotated, 600, 3)
+        took = time.monotonic() - began
+        app_ca = secret(example, NS, f"{NAME}-app")["ca.crt"]
+        assert app_ca.count("BEGIN CERTIFICATE") == 1
+        assert app_ca == secret(example, NS, f"{NAME}-ca")["ca.crt"]
+        fresh.wait_for_writes(10, 60)
+        pooled.wait_for_writes(10, 60)
+    print(json.dumps({"measure": "tls_ca_rotation", "seconds": round(took, 1),
+                      "fresh_outage_s": round(fresh.longest_outage, 2),
+                      "pooled_outage_s": round(pooled.longest_outage, 2), "fresh_acked": len(fresh.acked),
+                      "pooled_acked": len(pooled.acked), "failed": fresh.failures + pooled.failures,
+                      "errors": (fresh.errors + pooled.errors)[:3]}), flush=True)  # fmt: skip
+    assert fresh.missing() == [] and pooled.missing() == []
+    assert (fresh.failures, pooled.failures) == (0, 0), fresh.errors + pooled.errors
+    assert {pod: restarts_of(example, pod) for pod in pods} == starts, "a container restarted"
+    assert {pod: postmaster_start(example, pod) for pod in pods} == started
+    # Replication kept going, now authenticated by the new CA's client certificate.
+    walsenders = "select s.client_dn from pg_stat_replication r join pg_stat_ssl s using (pid)"
+    assert on_primary(example, walsenders).split() == ["/CN=replicator"] * 2
+    reasons = [e.get("message", "") for e in get_json(example, "events", "-n", NS)["items"]
+               if e.get("reason") == "CertificateAuthorityRotation"]  # fmt: skip
+    assert any("started" in m for m in reasons) and any("finished" in m for m in reasons), reasons
+    # The operator still drives Patroni over HTTPS with the new CA: a switchover goes through.
+    old_primary = status(example, NS, NAME)["currentPrimary"]
+    example.kubectl("annotate", "pgc", NAME, "-n", NS, f"{SWITCHOVER}=auto", "--overwrite")
+    wait_until("a switchover after the rotation", lambda: (st := healthy(example, NS, NAME, 3))
+               and st["currentPrimary"] != old_primary, 180, 1)  # fmt: skip
+
+
+def test_a_server_certificate_the_user_brings_is_served_after_its_ca_is_trusted(example: Kube,
+                                                                              tmp_path: Path) -> None:
+    """spec.tls.serverSecret, as a certificate manager writes it: refused while it lacks a name, then
+    served by every instance (its CA trusted everywhere first) with no failed write or restart, verified by
+    a client that knows only the user's CA; taken away, the operator's certificate comes back."""
+    wait_serving(example, NS, NAME, 3, 120)
+    now = datetime.now(UTC)
+    model = cluster_model(NAME, NS)
+    corp = new_ca(model, now)  # stands for the user's CA (a certificate manager's issuer)
+    leaf = issue_server(model, corp, now)
+    pods = [i["name"] for i in status(example, NS, NAME)["instances"]]
+    ips = {pod: pod_ip_of(example, pod) for pod in pods}
+    starts = {pod: restarts_of(example, pod) for pod in pods}
+
+    def user_secret(name: str, cert: bytes, key: bytes) -> None:
+        body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                "metadata": {"name": name, "namespace": NS, "labels": {"db.example.com/cluster": NAME}},
+                "data": {k: base64.b64encode(v).decode()
+                         for k, v in {"tls.crt": cert, "tls.key": key, "ca.crt": corp.cert_pem}.items()}}
+        example.kubectl("apply", "-f", "-", input=json.dumps(body))
+
+    def use(secret_name: str | None) -> None:
+        patch = {"spec": {"tls": {"serverSecret": secret_name}}}
+        example.kubectl("patch", "pgc", NAME, "-n", NS, "--type=merge", "-p", json.dumps(patch))
+
+    # Missing a name peers use: refused with the name, and nothing changes.
+    narrow = issue_server(cluster_model(NAME, "elsewhere"), corp, now)
+    user_secret("corp-narrow", narrow.cert_pem, narrow.key_pem)
+    before = {pod: server_certificate_serial(ip) for pod, ip in ips.items()}
+    use("corp-narrow")
+    refused = wait_until("Degraded TlsSecretInvalid", lambda: (c := condition(example, "Degraded"))
+                         and c.get("reason") == "TlsSecretInvalid" and c, 60, 1)  # fmt: skip
+    assert "Secret corp-narrow key tls.crt: does not name" in refused["message"], refused
+    assert {pod: server_certificate_serial(ip) for pod, ip in ips.items()} == before
+
+    user_secret("corp-cert", leaf.cert_pem, leaf.key_pem)
+    serial = x509.load_pem_x509_certificate(leaf.cert_pem).serial_number
+    with Writer(example, NS, NAME, "user_fresh", verify=True) as fresh, \
+            Writer(example, NS, NAME, "user_pooled", persistent=True, verify=True) as pooled:
+        fresh.wait_for_writes(10, 60)
+        pooled.wait_for_writes(10, 60)
+        use("corp-cert")
+        wait_until("every instance to serve the user's certificate",
+                   lambda: all(server_certificate_serial(ip) == serial for ip in ips.values()), 300, 2)
+        wait_until("no longer degraded",
+                   lambda: (condition(example, "Degraded") or {}).get("status") != "True", 60, 1)
+        corp_only = tmp_path / "corp.crt"
+        corp_only.write_bytes(corp.cert_pem)
+        app = secret(example, NS, f"{NAME}-app")
+        with psycopg.connect(host=f"{NAME}-rw", hostaddr=service_ip(example, NS, f"{NAME}-rw"), port=5432,
+                             user=app["username"], password=app["password"], dbname=app["dbname"],
+                             sslmode="verify-full", sslrootcert=str(corp_only), connect_timeout=5) as conn:
+            assert conn.execute("select 1").fetchone() == (1,)
+        # Taken away: the operator's own certificate again, the user's CA trusted until it is served.
+        use(None)
+        wait_until("every instance to serve the operator's certificate again",
+                   lambda: all(server_certificate_serial(ip) != serial for ip in ips.values()), 300, 2)
+        fresh.wait_for_writes(10, 60)
+        pooled.wait_for_writes(10, 60)
+    print(json.dumps({"measure": "tls_user_server_certificate", "failed": fresh.failures + pooled.failures,
+                      "fresh_outage_s": round(fresh.longest_outage, 2),
+                      "pooled_outage_s": round(pooled.longest_outage, 2),
+                      "errors": (fresh.errors + pooled.errors)[:3]}), flush=True)  # fmt: skip
+    assert fresh.missing() == [] and pooled.missing() == []
+    assert (fresh.failures, pooled.failures) == (0, 0), fresh.errors + pooled.errors
+    assert {pod: restarts_of(example, pod) for pod in pods} == starts, "a container restarted"
+    walsenders = "select s.client_dn from pg_stat_replication r join pg_stat_ssl s using (pid)"
+    wait_until("both replicas streaming",
+               lambda: on_primary(example, walsenders).split() == ["/CN=replicator"] * 2, 120, 2)
 
 
 def restarts_of(kube: Kube, pod: str) -> int:

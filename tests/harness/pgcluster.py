@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -167,30 +168,54 @@ class Writer:
     acknowledged commit and the longest stretch during which no write succeeded. By default one
     connection per attempt; `persistent` keeps one connection and opens a new one only when it broke,
     as an application's pool does. Refused for its password, it reads the `<cluster>-app` Secret again,
-    as an application that follows the Secret would."""
+    as an application that follows the Secret would. With `verify`, it checks the server as the app
+    Secret's URIs ask (verify-full against the Secret's `ca.crt`, by the Service's name), and reads
+    `ca.crt` again every few seconds, as an application with the Secret mounted sees it change."""
 
     OUTAGE_GAP_S = 1.0  # a normal attempt takes well under this, even on the loaded 2-CPU node
 
     def __init__(
-        self, kube: Kube, namespace: str, cluster: str, table: str, *, persistent: bool = False
+        self, kube: Kube, namespace: str, cluster: str, table: str, *, persistent: bool = False,
+        verify: bool = False,
     ) -> None:
         self.kube, self.namespace, self.cluster, self.table = kube, namespace, cluster, table
         self.persistent = persistent
+        self.verify = verify
+        self._ca_file = Path(tempfile.mkdtemp(prefix="pgop-writer-")) / "ca.crt"
         self.password_refusals = 0
         self.failures = 0  # attempts that raised (refused, broken or timed out), acknowledged or not
+        self.errors: list[str] = []  # the first few of their messages
         self.acked: list[int] = []
         self.outages: list[float] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._host = service_ip(kube, namespace, f"{cluster}-rw")
         self._app = secret(kube, namespace, f"{cluster}-app")
+        self._write_ca()
         with self._connect() as conn:
             ddl = sql.SQL("create table if not exists {} (id int primary key, at timestamptz default now())")
             conn.execute(ddl.format(sql.Identifier(table)))
 
+    def _write_ca(self) -> None:
+        staged = self._ca_file.with_suffix(".new")
+        staged.write_text(self._app.get("ca.crt", ""))
+        os.replace(staged, self._ca_file)
+
+    def _follow_ca(self) -> None:
+        while not self._stop.wait(2):
+            with contextlib.suppress(Exception):  # kubectl may fail; the next round retries
+                fresh = secret(self.kube, self.namespace, f"{self.cluster}-app")
+                if fresh.get("ca.crt") != self._app.get("ca.crt"):
+                    self._app = fresh
+                    self._write_ca()
+
     def _connect(self) -> psycopg.Connection[Any]:
         a = self._app
-        return psycopg.connect(host=self._host, port=int(a["port"]), user=a["username"],
+        tls: dict[str, Any] = {}
+        if self.verify:
+            tls = {"host": f"{self.cluster}-rw", "hostaddr": self._host, "sslmode": "verify-full",
+                   "sslrootcert": str(self._ca_file)}  # fmt: skip
+        return psycopg.connect(**{"host": self._host, **tls}, port=int(a["port"]), user=a["username"],
                                password=a["password"], dbname=a["dbname"], connect_timeout=2, autocommit=True,
                                # A primary cut off mid-statement never answers: give up on it as a
                                # pooled client would, instead of waiting out TCP's retransmissions.
@@ -218,6 +243,8 @@ class Writer:
                 last_ok = now
             except psycopg.Error as exc:
                 self.failures += 1
+                if len(self.errors) < 10:
+                    self.errors.append(str(exc).strip()[:300])
                 if conn is not None:
                     conn.close()
                     conn = None
@@ -235,6 +262,8 @@ class Writer:
     def __enter__(self) -> Writer:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
+        if self.verify:
+            threading.Thread(target=self._follow_ca, daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:

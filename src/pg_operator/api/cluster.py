@@ -52,6 +52,7 @@ from pg_operator.api.schema import (
     rule,
     validations,
 )
+from pg_operator.api.tls import TlsSpec
 from pg_operator.images import SUPPORTED_MAJORS
 
 # --- values the schema and CEL rules are built from -----------------------------------------------------
@@ -374,6 +375,11 @@ class PostgresClusterSpec(SpecModel):
     network_policy: NetworkPolicySpec = _nested(
         NetworkPolicySpec,
         "Who may reach the instances over the network (a NetworkPolicy, on by default; docs/network.md).",
+    )
+    tls: TlsSpec = _nested(
+        TlsSpec,
+        "Certificates the user brings (a CA, or the server certificate) instead of the operator's own; "
+        "TLS itself is always on (docs/tls.md).",
     )
     backup: BackupConfiguration | None = Field(
         None,

@@ -21,7 +21,7 @@ from pg_operator.controller.keys import (
 from pg_operator.controller.kopf_diffbase import change_detecting_handlers
 from pg_operator.controller.kube_api import kopf_login
 from pg_operator.controller.loop import ReconcileLoop
-from pg_operator.orchestration.instances import pending_restart_settings
+from pg_operator.orchestration.instances import loaded_tls, pending_restart_settings
 
 
 def relevance(body: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -43,6 +43,8 @@ def relevance(body: Mapping[str, Any]) -> tuple[Any, ...]:
         status.get("podIP"),
         # A settings change waiting for a restart of this instance (orchestration.rollout.plan_restart).
         pending_restart_settings(objects.meta(body)),
+        # The TLS files the instance says it loaded: a CA rotation waits on it (specs/ca_rotation.py).
+        loaded_tls(objects.meta(body)),
     )
 
 

@@ -10,13 +10,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pg_operator.tls_files import TLS_FILES
+
 # Pod contract (docs/contracts.md). The paths can be moved by environment for tests on one host.
 DEFAULT_CONFIG_FILE = "/etc/pg-operator/config/instance.yaml"
 DEFAULT_SECRETS_DIR = "/etc/pg-operator/secrets"
 # Secret <name>-server-tls: the server certificate, its key and the cluster's CA (api.constants.TLS_MOUNT).
-DEFAULT_TLS_DIR = "/etc/pg-operator/tls"
-# The replication role's client certificate sits beside the server's (specs/tls.py).
-TLS_FILES = ("tls.crt", "tls.key", "ca.crt", "replication.crt", "replication.key")
+DEFAULT_TLS_DIR = "/etc/pg-operator/tls"  # its keys: tls_files.TLS_FILES
 # Patroni's config file, its pgpass and PostgreSQL's Unix socket; the image creates it, owned by uid 999.
 DEFAULT_RUN_DIR = "/var/run/postgresql"
 # The image links the one PostgreSQL it holds here (images/postgres/recipe.sh).

@@ -38,7 +38,6 @@ import yaml
 
 from pg_operator.instance.inputs import (
     SECRET_ROLES,
-    TLS_FILES,
     Credentials,
     PodEnvironment,
     credentials_from_files,
@@ -47,6 +46,8 @@ from pg_operator.instance.inputs import (
     tls_files,
 )
 from pg_operator.instance.patroni_config import redacted, render_patroni_config
+from pg_operator.tls_files import TLS_FILES
+from pg_operator.tls_files import digest as tls_digest
 
 PROG = "pg-operator-instance"
 PATRONI_CONFIG_NAME = "patroni.yml"
@@ -105,7 +106,8 @@ def os_user() -> str:
         raise ValueError(f"uid {os.getuid()} has no /etc/passwd entry (the image defines uid 999)") from None
 
 
-def build_config(env: Mapping[str, str]) -> tuple[PodEnvironment, dict[str, Any]]:
+def build_config(env: Mapping[str, str], tls_loaded: str = "") -> tuple[PodEnvironment, dict[str, Any]]:
+    """`tls_loaded`: the digest of the TLS files installed for PostgreSQL, published as a Patroni tag."""
     pod = pod_environment(env)
     config = render_patroni_config(
         pod=pod,
@@ -114,21 +116,25 @@ def build_config(env: Mapping[str, str]) -> tuple[PodEnvironment, dict[str, Any]
         os_user=os_user(),
         post_bootstrap=f"{shlex.quote(sys.executable)} -m pg_operator.instance post-bootstrap",
         tls=tls_files(pod.run_dir),
+        tls_loaded=tls_loaded,
     )
     return pod, config
 
 
-def install_tls(pod: PodEnvironment) -> None:
-    """Copy the mounted certificate, key and CA to where PostgreSQL reads them, private to this user
-    (PostgreSQL refuses a key file that others may read; a Secret volume's files belong to root)."""
-    target = tls_files(pod.run_dir)
-    for name, dest in zip(TLS_FILES, target.paths(), strict=True):
+def install_tls(pod: PodEnvironment) -> str:
+    """Copy the mounted certificates, keys and CA bundle to where PostgreSQL reads them, private to this
+    user (PostgreSQL refuses a key file that others may read; a Secret volume's files belong to root).
+    Returns the digest of what was installed (tls_files.digest), read once so it names exactly that."""
+    contents: list[str] = []
+    for name in TLS_FILES:
         source = Path(pod.tls_dir, name)
         try:
-            content = source.read_text(encoding="ascii")
+            contents.append(source.read_text(encoding="ascii"))
         except (OSError, UnicodeDecodeError):
             raise ValueError(f"TLS: cannot read {source} (Secret <cluster>-server-tls)") from None
+    for dest, content in zip(tls_files(pod.run_dir).paths(), contents, strict=True):
         write_private(Path(dest), content)
+    return tls_digest(c.encode("ascii") for c in contents)
 
 
 def write_private(path: Path, text: str) -> None:
@@ -168,9 +174,9 @@ def run(env: Mapping[str, str]) -> int:
     """Render the config, run Patroni, and while it runs follow the mounted Secrets: the kubelet rewrites
     them when a Secret changes, and Patroni reloads a re-rendered config on SIGHUP (new replication,
     superuser and REST API passwords, a renewed certificate: no restart). Returns Patroni's exit status."""
-    pod, config = build_config(env)
+    loaded = install_tls(pod_environment(env))
+    pod, config = build_config(env, loaded)
     version = check_server_major(pod)
-    install_tls(pod)
     path = Path(pod.run_dir, PATRONI_CONFIG_NAME)
     write_private(path, yaml.safe_dump(config, sort_keys=False))
     _log(f"{version}; member {pod.pod_name} of {pod.namespace}/{pod.cluster}; starting Patroni with {path}")
@@ -191,8 +197,9 @@ def run(env: Mapping[str, str]) -> int:
         changed = ", ".join(role for role in now if now[role] != seen[role])
         try:
             if now["tls"] != seen["tls"]:
-                install_tls(pod)  # Patroni's reload makes PostgreSQL read the new certificate
-            _, config = build_config(env)
+                # Patroni's reload makes PostgreSQL read the new files, and publishes their digest.
+                loaded = install_tls(pod)
+            _, config = build_config(env, loaded)
         except ValueError as e:  # a half-written or broken Secret: keep what runs, try on the next change
             _log(f"the mounted Secrets changed ({changed}) but cannot be used: {e}")
         else:

@@ -2,8 +2,9 @@
 
 Inputs: the pod's environment (`inputs.PodEnvironment`), the operator's instance settings (the mapping
 form of `instance.yaml`, camelCase keys as `api.instance_config.InstanceConfig` dumps them), the three
-Secrets' credentials, the operating-system user PostgreSQL runs as, and the command Patroni runs after
-initdb. The result holds passwords: `main.py` writes it to a 0600 file and logs only `redacted()`.
+Secrets' credentials, the operating-system user PostgreSQL runs as, the command Patroni runs after
+initdb, and the digest of the TLS files installed (published as a tag). The result holds passwords:
+`main.py` writes it to a 0600 file and logs only `redacted()`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pg_operator.api import postgresql as api_postgresql
 from pg_operator.backup import instance_hook
 from pg_operator.instance.inputs import Credentials, PodEnvironment, TlsFiles
 from pg_operator.orchestration import patroni_settings
+from pg_operator.tls_files import LOADED_TAG
 
 # Labels of the pod contract (docs/contracts.md, pg_operator.api.constants). Repeated here so the image
 # does not need the API package's dependencies; a unit test keeps them equal.
@@ -217,6 +219,7 @@ def render_patroni_config(
     os_user: str,
     post_bootstrap: str,
     tls: TlsFiles,
+    tls_loaded: str = "",
 ) -> dict[str, Any]:
     """The complete Patroni YAML document (as a dict) for this pod. With instance.yaml's `backup` section:
     archiving (archive_mode/command/timeout, max_slot_wal_keep_size, replicas' restore_command) and, for a
@@ -346,7 +349,9 @@ def render_patroni_config(
         },
         # Containers have no /dev/watchdog.
         "watchdog": {"mode": "off"},
-        "tags": {"nofailover": False, "noloadbalance": False, "clonefrom": False, "nosync": False},
+        "tags": {"nofailover": False, "noloadbalance": False, "clonefrom": False, "nosync": False,
+                 # Which TLS files this instance runs with, for the operator (a CA rotation waits on it).
+                 **({LOADED_TAG: tls_loaded} if tls_loaded else {})},
     }
     backup = instance.get("backup")
     if backup is not None and not isinstance(backup, Mapping):

@@ -10,6 +10,7 @@ from typing import Any
 
 from pg_operator import objects
 from pg_operator.api.constants import PATRONI_TLS_ANNOTATION, ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA
+from pg_operator.tls_files import LOADED_TAG
 
 # Patroni's role labels (older versions say master) and what they mean here.
 ROLES = {ROLE_PRIMARY: ROLE_PRIMARY, "master": ROLE_PRIMARY, ROLE_REPLICA: ROLE_REPLICA}
@@ -124,6 +125,12 @@ def _container(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
         if c.get("name") == POSTGRES_CONTAINER:
             return dict(c)
     return {}
+
+
+def loaded_tls(meta: Mapping[str, Any]) -> str:
+    """The digest of the TLS files the instance says it runs with (tls_files.LOADED_TAG), "" if none."""
+    tags = patroni_state(meta).get("tags")
+    return str(tags.get(LOADED_TAG) or "") if isinstance(tags, Mapping) else ""
 
 
 def patroni_state(meta: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -32,6 +32,7 @@ from pg_operator.instance.metrics import METRICS_PORT, METRICS_PORT_NAME
 from pg_operator.specs import names
 from pg_operator.specs.backup_pod import instance_backup_section, pod_env
 from pg_operator.specs.labels import COMPONENT_INSTANCE, child_labels, child_metadata, selector_labels
+from pg_operator.tls_files import TLS_FILES
 
 # Fields the API server refuses to change after creation: taken from the live object when there is one.
 IMMUTABLE_SPEC_FIELDS = ("selector", "serviceName", "volumeClaimTemplates", "podManagementPolicy")
@@ -156,12 +157,12 @@ def _volumes(cluster: PostgresCluster) -> list[dict[str, Any]]:
             }
             for kind, name_of in _SECRET_VOLUMES
         ),
-        # The server certificate, its key and the CA (never the CA's key).
+        # The server and replication certificates, their keys and the CA bundle (never the CA's key).
         {
             "name": "tls",
             "secret": {
                 "secretName": names.server_tls_secret(cluster),
-                "items": [{"key": k, "path": k} for k in ("tls.crt", "tls.key", "ca.crt")],
+                "items": [{"key": k, "path": k} for k in TLS_FILES],
                 "defaultMode": 0o440,
             },
         },

@@ -16,11 +16,13 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -31,6 +33,7 @@ from pg_operator.specs import names
 from pg_operator.specs.labels import COMPONENT_CREDENTIALS, child_metadata
 
 CA_LIFETIME = dt.timedelta(days=3650)
+TRUST_CHANGED = "the trusted certificate authorities changed"  # only ca.crt differs
 LEAF_LIFETIME = dt.timedelta(days=90)
 # Backdated, so a node whose clock runs a little behind accepts a certificate issued a moment ago.
 CLOCK_SKEW = dt.timedelta(minutes=5)
@@ -93,7 +96,8 @@ def new_ca(cluster: PostgresCluster, now: dt.datetime) -> KeyPair:
     key = _key()
     subject = x509.Name([
         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "pg-operator"),
-        x509.NameAttribute(NameOID.COMMON_NAME, f"{cluster.namespace}/{cluster.name} CA"),
+        # Dated, so the CA that replaces it in a rotation has a name of its own.
+        x509.NameAttribute(NameOID.COMMON_NAME, f"{cluster.namespace}/{cluster.name} CA {now:%Y%m%d%H%M%S}"),
     ])
     cert = (
         x509.CertificateBuilder()
@@ -149,7 +153,7 @@ def issue_client(ca: KeyPair, role: str, now: dt.datetime) -> KeyPair:
     return _leaf(ca, now, role, ExtendedKeyUsageOID.CLIENT_AUTH, None)
 
 
-def _data(secret: Mapping[str, Any] | None, key: str) -> bytes | None:
+def secret_bytes(secret: Mapping[str, Any] | None, key: str) -> bytes | None:
     raw = ((secret or {}).get("data") or {}).get(key)
     try:
         return base64.b64decode(str(raw), validate=True) if raw else None
@@ -157,8 +161,34 @@ def _data(secret: Mapping[str, Any] | None, key: str) -> bytes | None:
         return None
 
 
+_PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
+
+
+def pem_certificates(bundle: bytes | None) -> list[bytes]:
+    """The certificates of a PEM bundle, each as its own PEM block with a newline."""
+    return [m.group(0) + b"\n" for m in _PEM_CERT.finditer(bundle or b"")]
+
+
+def trust_while_leaves_change(observed_trust: bytes | None, trust_pem: bytes) -> bytes:
+    """The bundle to write with new leaves: the wanted one plus every CA the instances trust now. A CA
+    leaves the bundle only in a later write, once every instance serves the new leaves (an instance that
+    has not loaded them yet still presents a certificate the old CA signed)."""
+    wanted = pem_certificates(trust_pem)
+    kept = [c for c in pem_certificates(observed_trust) if c not in wanted]
+    return trust_pem + b"".join(kept)
+
+
+def issued_by(cert: x509.Certificate, ca: KeyPair) -> bool:
+    """Signed by this CA's key (names alone do not tell two CAs of one cluster apart)."""
+    try:
+        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca.cert_pem))
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
 def ca_from_secret(secret: Mapping[str, Any] | None) -> KeyPair | None:
-    cert, key = _data(secret, CA_CERT_KEY), _data(secret, CA_KEY_KEY)
+    cert, key = secret_bytes(secret, CA_CERT_KEY), secret_bytes(secret, CA_KEY_KEY)
     if not cert or not key:
         return None
     try:
@@ -170,18 +200,20 @@ def ca_from_secret(secret: Mapping[str, Any] | None) -> KeyPair | None:
 
 
 def server_renewal(cluster: PostgresCluster, ca: KeyPair, secret: Mapping[str, Any] | None,
-                   now: dt.datetime) -> str | None:
-    """Why the server certificate must be (re-)issued now, or None while it is good."""
-    cert_pem = _data(secret, TLS_CERT_KEY)
-    if not cert_pem or not _data(secret, TLS_KEY_KEY):
+                   now: dt.datetime, trust_pem: bytes | None = None) -> str | None:
+    """Why the server certificate must be (re-)issued now, or None while it is good. `ca` signs the
+    leaves; `trust_pem` is what the instances must trust (the CA bundle during a rotation)."""
+    cert_pem = secret_bytes(secret, TLS_CERT_KEY)
+    if not cert_pem or not secret_bytes(secret, TLS_KEY_KEY):
         return "no server certificate yet"
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
     except ValueError:
         return "the server certificate cannot be read"
-    if _data(secret, CA_CERT_KEY) != ca.cert_pem or cert.issuer != x509.load_pem_x509_certificate(
-            ca.cert_pem).subject:
+    if not issued_by(cert, ca):
         return "the certificate authority changed"
+    if secret_bytes(secret, CA_CERT_KEY) != (trust_pem or ca.cert_pem):
+        return TRUST_CHANGED
     try:
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
@@ -191,18 +223,18 @@ def server_renewal(cluster: PostgresCluster, ca: KeyPair, secret: Mapping[str, A
     start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
     if now >= end - (end - start) / 3:
         return f"the server certificate expires at {end.isoformat()}"
-    return _client_renewal(ca, secret, now)
+    return client_renewal(ca, secret, now)
 
 
-def _client_renewal(ca: KeyPair, secret: Mapping[str, Any] | None, now: dt.datetime) -> str | None:
-    cert_pem = _data(secret, REPLICATION_CERT_KEY)
-    if not cert_pem or not _data(secret, REPLICATION_KEY_KEY):
+def client_renewal(ca: KeyPair, secret: Mapping[str, Any] | None, now: dt.datetime) -> str | None:
+    cert_pem = secret_bytes(secret, REPLICATION_CERT_KEY)
+    if not cert_pem or not secret_bytes(secret, REPLICATION_KEY_KEY):
         return "no replication client certificate yet"
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
     except ValueError:
         return "the replication client certificate cannot be read"
-    if cert.issuer != x509.load_pem_x509_certificate(ca.cert_pem).subject:
+    if not issued_by(cert, ca):
         return "the certificate authority changed"
     if cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value != REPLICATION_USER:
         return "the replication client certificate names another role"
@@ -236,7 +268,7 @@ def expiring(in_use: Mapping[str, dt.datetime], now: dt.datetime) -> str | None:
 
 
 def expiry(secret: Mapping[str, Any] | None, key: str = TLS_CERT_KEY) -> dt.datetime | None:
-    pem = _data(secret, key)
+    pem = secret_bytes(secret, key)
     if not pem:
         return None
     try:
@@ -245,7 +277,7 @@ def expiry(secret: Mapping[str, Any] | None, key: str = TLS_CERT_KEY) -> dt.date
         return None
 
 
-def _b64(data: bytes) -> str:
+def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
@@ -255,18 +287,19 @@ def ca_secret(cluster: PostgresCluster, ca: KeyPair) -> dict[str, Any]:
         "kind": "Secret",
         "metadata": child_metadata(cluster, names.ca_secret(cluster), COMPONENT_CREDENTIALS),
         "type": "Opaque",
-        "data": {CA_CERT_KEY: _b64(ca.cert_pem), CA_KEY_KEY: _b64(ca.key_pem)},
+        "data": {CA_CERT_KEY: b64(ca.cert_pem), CA_KEY_KEY: b64(ca.key_pem)},
     }
 
 
-def server_secret(cluster: PostgresCluster, ca: KeyPair, server: KeyPair,
-                  replication: KeyPair) -> dict[str, Any]:
+def server_secret(cluster: PostgresCluster, ca: KeyPair, server: KeyPair, replication: KeyPair,
+                  trust_pem: bytes | None = None) -> dict[str, Any]:
+    """`ca` signed the leaves; `trust_pem` (default: that CA) is the bundle the instances trust."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": child_metadata(cluster, names.server_tls_secret(cluster), COMPONENT_CREDENTIALS),
         "type": "kubernetes.io/tls",
-        "data": {TLS_CERT_KEY: _b64(server.cert_pem), TLS_KEY_KEY: _b64(server.key_pem),
-                 CA_CERT_KEY: _b64(ca.cert_pem), REPLICATION_CERT_KEY: _b64(replication.cert_pem),
-                 REPLICATION_KEY_KEY: _b64(replication.key_pem)},
+        "data": {TLS_CERT_KEY: b64(server.cert_pem), TLS_KEY_KEY: b64(server.key_pem),
+                 CA_CERT_KEY: b64(trust_pem or ca.cert_pem), REPLICATION_CERT_KEY: b64(replication.cert_pem),
+                 REPLICATION_KEY_KEY: b64(replication.key_pem)},
     }

@@ -3,12 +3,13 @@ no other Service's slice."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.controller.cache import Cache, watched_kinds
 from pg_operator.controller.loop import ReconcileLoop, Result
-from pg_operator.controller.wakeups import Wakeups, routing
+from pg_operator.controller.wakeups import Wakeups, relevance, routing
 from pg_operator.specs import MANAGED_KINDS
 
 KEY = ("shop", "db")
@@ -64,3 +65,14 @@ def test_routing_is_what_ready_reads_in_a_stable_order() -> None:
     other = endpoint_slice("db-rw", "db-1", "db-0", rv="9")
     assert routing(one) == routing(other)
     assert routing(one) != routing(endpoint_slice("db-rw", "db-0", "db-1", ready=False))
+
+
+def test_a_pod_loading_new_tls_files_is_relevant_and_patronis_heartbeat_is_not() -> None:
+    def pod(status: dict[str, object]) -> dict[str, object]:
+        return {"kind": "Pod", "metadata": {"name": "db-0", "annotations": {"status": json.dumps(status)}},
+                "status": {"phase": "Running", "podIP": "10.0.0.5"}}  # fmt: skip
+
+    base = {"state": "running", "role": "replica", "xlog_location": 100, "tags": {"pgop_tls": "aaaa"}}
+    assert relevance(pod(base)) == relevance(pod({**base, "xlog_location": 200}))  # every loop: no wake
+    assert relevance(pod(base)) != relevance(pod({**base, "tags": {"pgop_tls": "bbbb"}}))
+    assert relevance(pod({**base, "tags": "junk"})) == relevance(pod({**base, "tags": {}}))

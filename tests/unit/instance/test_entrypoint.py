@@ -11,6 +11,8 @@ import yaml
 
 from pg_operator.api.instance_config import InstanceConfig
 from pg_operator.instance import main
+from pg_operator.tls_files import LOADED_TAG
+from pg_operator.tls_files import digest as tls_digest
 
 PASSWORDS = {"superuser": "su-pw-0123456789", "replication": "repl-pw-0123456789", "app": "app-pw-0123456789",
              "patroni-api": "api-pw-0123456789"}
@@ -144,7 +146,13 @@ def test_secrets_digests_change_with_a_rotated_password_and_hold_no_password(tmp
 def test_the_key_is_copied_private_and_a_missing_file_is_named(tmp_path: Path) -> None:
     env = pod_files(tmp_path)
     pod = main.pod_environment(env)
-    main.install_tls(pod)
+    loaded = main.install_tls(pod)
+    # The digest names exactly the installed files, as the operator computes it from the Secret's keys.
+    assert loaded == tls_digest([b"CERT", b"KEY", b"CA", b"CLIENT", b"CLIENTKEY"])
+    (tmp_path / "tls" / "ca.crt").write_text("CA-BUNDLE")
+    assert main.install_tls(pod) != loaded
+    _, config = main.build_config(env, loaded)
+    assert config["tags"][LOADED_TAG] == loaded
     for name, content in (("tls.key", "KEY"), ("replication.key", "CLIENTKEY")):
         key = tmp_path / "run" / "tls" / name
         assert key.read_text() == content and stat.S_IMODE(key.stat().st_mode) == 0o600

@@ -41,7 +41,8 @@ INSTANCE: dict[str, Any] = {
 
 TLS = tls_files("/var/run/postgresql")
 PEER_TLS = {"sslmode": "verify-full", "sslrootcert": "/var/run/postgresql/tls/ca.crt",
-            "sslcert": "/var/run/postgresql/tls/replication.crt", "sslkey": "/var/run/postgresql/tls/replication.key"}
+            "sslcert": "/var/run/postgresql/tls/replication.crt",
+            "sslkey": "/var/run/postgresql/tls/replication.key"}
 
 CREDS = {
     "superuser": Credentials("postgres", "su-secret-pw"),
@@ -60,6 +61,13 @@ def render(instance: dict[str, Any] | None = None, env: dict[str, str] | None = 
         post_bootstrap="/opt/pg-operator/bin/python -m pg_operator.instance post-bootstrap",
         tls=TLS,
     )
+
+
+def test_the_loaded_tls_files_are_published_as_a_tag() -> None:
+    assert "pgop_tls" not in render()["tags"]
+    tagged = pc.render_patroni_config(pod=pod_environment(ENV), instance=INSTANCE, credentials=CREDS,
+                                      os_user="postgres", post_bootstrap="true", tls=TLS, tls_loaded="ab12")
+    assert tagged["tags"]["pgop_tls"] == "ab12" and tagged["tags"]["nofailover"] is False
 
 
 def with_changes(path: str, value: Any) -> dict[str, Any]:

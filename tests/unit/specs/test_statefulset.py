@@ -86,6 +86,11 @@ def test_mounts_of_the_pod_contract() -> None:
         secret = volumes[mount["name"]]["secret"]
         assert secret["secretName"] == f"orders-db-{kind}"
         assert {i["key"] for i in secret["items"]} == {"username", "password"}
+    # Everything the entrypoint installs from Secret <name>-server-tls, and never the CA's key.
+    tls = volumes[mounts["/etc/pg-operator/tls"]["name"]]["secret"]
+    assert tls["secretName"] == "orders-db-server-tls"
+    assert [i["key"] for i in tls["items"]] == ["tls.crt", "tls.key", "ca.crt", "replication.crt",
+                                                "replication.key"]  # fmt: skip
     assert volumes["shm"]["emptyDir"] == {"medium": "Memory"}
 
 

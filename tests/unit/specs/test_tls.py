@@ -20,9 +20,11 @@ from pg_operator.specs.tls import (
     issue_client,
     issue_server,
     new_ca,
+    pem_certificates,
     server_dns_names,
     server_renewal,
     server_secret,
+    trust_while_leaves_change,
 )
 
 NOW = dt.datetime(2026, 12, 2, 10, 0, tzinfo=dt.UTC)
@@ -121,3 +123,15 @@ def test_certificates_in_use_and_when_one_is_reported_as_expiring() -> None:
     assert "the replication certificate expires at" in late and "the ca certificate" not in late
     gone = expiring(in_use, NOW + dt.timedelta(days=91))
     assert gone is not None and "expired at" in gone
+
+
+def test_a_ca_leaves_the_bundle_only_after_the_leaves_it_signed() -> None:
+    c = cluster()
+    old, new = new_ca(c, NOW), new_ca(c, NOW + dt.timedelta(seconds=1))
+    assert pem_certificates(old.cert_pem + new.cert_pem) == [old.cert_pem, new.cert_pem]
+    assert pem_certificates(None) == []
+    # New leaves signed by `new`, while the instances still trust (and some present leaves of) `old`.
+    assert trust_while_leaves_change(old.cert_pem, new.cert_pem) == new.cert_pem + old.cert_pem
+    assert trust_while_leaves_change(new.cert_pem + old.cert_pem, new.cert_pem + old.cert_pem) == (
+        new.cert_pem + old.cert_pem)
+    assert trust_while_leaves_change(None, new.cert_pem) == new.cert_pem

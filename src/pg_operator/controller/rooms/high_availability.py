@@ -59,6 +59,7 @@ from pg_operator.patroni.client import (
     switchover,
 )
 from pg_operator.specs import names
+from pg_operator.specs.ca_rotation import PREVIOUS_CERT_KEY
 from pg_operator.specs.tls import CA_CERT_KEY
 
 log = logging.getLogger(__name__)
@@ -228,8 +229,12 @@ class HighAvailabilityRoom(Room):
         if not inst.patroni_https:
             return Endpoint(inst.pod_ip)
         ca = (p.snapshot.find("v1", "Secret", names.ca_secret(p.cluster)) or {}).get("data") or {}
+        served = (p.snapshot.find("v1", "Secret", names.server_tls_secret(p.cluster)) or {}).get("data") or {}
         try:
-            ca_pem = base64.b64decode(ca[CA_CERT_KEY], validate=True)
+            # What the instances trust (the user's server CA too, if they bring one), and the cluster's CAs:
+            # during a CA rotation a member may still present the previous CA's certificate.
+            ca_pem = b"".join(base64.b64decode(source[key], validate=True) for source, key in (
+                (served, CA_CERT_KEY), (ca, CA_CERT_KEY), (ca, PREVIOUS_CERT_KEY)) if key in source)
             context = self.trust.context(ca_pem)
         except (KeyError, ValueError, ssl.SSLError):
             log.info("%s/%s: no readable CA in Secret %s to verify Patroni on %s with", p.namespace, p.name,

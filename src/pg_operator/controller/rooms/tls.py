@@ -1,6 +1,7 @@
 """The TLS room: the cluster's certificate authority and the instances' server certificate, issued and
-renewed by the operator (specs/tls.py). The CA is created once; the server certificate is re-issued
-when a third of its life is left, when the names it must carry change, or when the CA changed. The
+renewed by the operator (specs/tls.py), and the CA's rotation through a bundle (specs/ca_rotation.py).
+The CA is created once; the server certificate is re-issued when a third of its life is left, when the
+names it must carry change, or when the CA that should sign it or the CAs to trust changed. The
 instances reload a renewed certificate without a restart (instance/main.py). The room also reports when
 each certificate in use expires (a gauge per certificate) and, as Degraded `CertificateExpiring` with a
 Warning Event, one that comes within three weeks of its end without having been renewed."""
@@ -10,32 +11,58 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Secret
 from prometheus_client import CollectorRegistry, Gauge
 
 from pg_operator import objects
-from pg_operator.api.constants import REPLICATION_USER
+from pg_operator.api.constants import CLUSTER_LABEL, REPLICATION_USER
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.kube_api import Api, is_conflict, is_not_found
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.controller.writes import WriteMemo
+from pg_operator.orchestration.instances import instance_from_pod, loaded_tls
 from pg_operator.specs import names
+from pg_operator.specs.ca_rotation import (
+    ROTATE_CA_ANNOTATION,
+    Authority,
+    Plan,
+    authority_from_secret,
+    authority_patch,
+    authority_secret,
+    finish,
+    plan,
+    secret_digest,
+    start,
+)
 from pg_operator.specs.secrets import APP_CA_KEY
 from pg_operator.specs.tls import (
+    CA_CERT_KEY,
+    TRUST_CHANGED,
     KeyPair,
-    ca_from_secret,
-    ca_secret,
+    b64,
     certificates_in_use,
     expiring,
     issue_client,
     issue_server,
     new_ca,
+    pem_certificates,
+    secret_bytes,
     server_renewal,
     server_secret,
     tls_secret_names,
+    trust_while_leaves_change,
+)
+from pg_operator.specs.user_tls import (
+    USER_CERTIFICATE_CHANGED,
+    UserServer,
+    trust_bundle,
+    user_ca,
+    user_server,
+    user_server_renewal,
 )
 
 log = logging.getLogger(__name__)
@@ -76,10 +103,12 @@ class TlsRoom(Room):
         self.clock = clock
         self.metrics = CertificateMetrics(registry)
         self._warned: dict[tuple[str, str], str] = {}  # the CertificateExpiring message last posted
+        self._refused: dict[tuple[str, str], str] = {}  # the TlsSecretInvalid message last posted
 
     def forget(self, key: tuple[str, str]) -> None:
         self.metrics.set(key, {})
         self._warned.pop(key, None)
+        self._refused.pop(key, None)
 
     async def settle(self, p: ClusterPass) -> int:
         """Report what the cache shows in use: the expiry gauge, and a certificate near its end that was
@@ -106,29 +135,107 @@ class TlsRoom(Room):
         now = self.clock()
         observed_ca = p.snapshot.find("v1", "Secret", ca_name)
         writes = 0
+        brought_ca, user = await self._user_tls(p, now)
         if observed_ca is None:
             if self.memo.pending((p.namespace, "Secret", ca_name, "create"), None, ""):
                 return 0  # created a moment ago; the cache has not shown it yet
-            ca = new_ca(p.cluster, now)
-            if not await self._create(ca_secret(p.cluster, ca)):
+            authority = Authority(brought_ca or new_ca(p.cluster, now))
+            if not await self._create(authority_secret(p.cluster, authority)):
                 return 1
             self.memo.wrote((p.namespace, "Secret", ca_name, "create"), None, "")
             writes += 1
         else:
             self.memo.seen((p.namespace, "Secret", ca_name, "create"))
-            found = ca_from_secret(observed_ca)
+            found = authority_from_secret(observed_ca)
             if found is None:
                 p.report(("CertificateAuthorityInvalid", f"Secret {ca_name} holds no readable ca.crt and "
                           "ca.key: no certificate can be issued"))
                 return 0
-            ca = found
-        return writes + await self._server(p, ca, now) + await self._app_ca(p, ca)
+            authority = found
+        observed_server = p.snapshot.find("v1", "Secret", server_name)
+        trust = trust_bundle(authority.trust_pem(), user)
+        step = plan(authority, objects.annotation(p.body, ROTATE_CA_ANNOTATION), observed_server,
+                    self._loaded(p), now, trust_pem=trust, replacement=brought_ca)  # fmt: skip
+        if step.start or step.finish:
+            return writes + await self._rotate(p, observed_ca, authority, step, now, brought_ca)
+        if step.waiting:
+            log.info("%s/%s: CA rotation waits for %s", p.namespace, p.name, step.waiting)
+        if step.again_in is not None:
+            p.again_in(step.again_in)
+        return writes + await self._server(p, step.leaf_ca, trust, now, user) + await self._app_ca(p, trust)
 
-    async def _app_ca(self, p: ClusterPass, ca: KeyPair) -> int:
-        """The application Secret carries the CA its clients verify the server with."""
+    async def _user_tls(self, p: ClusterPass, now: dt.datetime) -> tuple[KeyPair | None, UserServer | None]:
+        """The CA and server certificate the user brings (spec.tls), each None when not asked for or not
+        usable; what is wrong is reported (Degraded TlsSecretInvalid, one Warning per message) and the
+        operator keeps what runs."""
+        wanted = p.cluster.spec.tls
+        ca: KeyPair | str | None = None
+        server: UserServer | str | None = None
+        if wanted.ca_secret:
+            ca = user_ca(wanted.ca_secret, p.snapshot.find("v1", "Secret", wanted.ca_secret))
+        if wanted.server_secret:
+            server = user_server(p.cluster, wanted.server_secret,
+                                 p.snapshot.find("v1", "Secret", wanted.server_secret), now)  # fmt: skip
+        problems = [x for x in (ca, server) if isinstance(x, str)]
+        key = (p.namespace, p.name)
+        if problems:
+            message = "; ".join(problems)
+            p.report(("TlsSecretInvalid", message))
+            if self._refused.get(key) != message:
+                self._refused[key] = message
+                await self.events.record(p.body, "Warning", "TlsSecretInvalid", message)
+        else:
+            self._refused.pop(key, None)
+        return (ca if isinstance(ca, KeyPair) else None,
+                server if isinstance(server, UserServer) else None)  # fmt: skip
+
+    def _loaded(self, p: ClusterPass) -> dict[str, str]:
+        """What each running instance says it loaded (tls_files.LOADED_TAG in Patroni's member data);
+        pods going away or whose database is not running are left out (a starting one reads the Secret as
+        it is then)."""
+        found: dict[str, str] = {}
+        for pod in p.snapshot.of_kind("v1", "Pod"):
+            if objects.label(pod, CLUSTER_LABEL) != p.name:
+                continue
+            inst = instance_from_pod(pod)
+            if inst.terminating or inst.container_down:
+                continue
+            found[inst.name] = loaded_tls(objects.meta(pod))
+        return found
+
+    async def _rotate(self, p: ClusterPass, observed: Mapping[str, Any] | None, authority: Authority,
+                      step: Plan, now: dt.datetime, brought_ca: KeyPair | None) -> int:
+        """Start a CA rotation (a new CA beside the current one) or finish it (the old one goes)."""
+        name = names.ca_secret(p.cluster)
+        rv = objects.resource_version(observed)
+        what = "start" if step.start else "finish"
+        if self.memo.pending((p.namespace, "Secret", name, "rotate"), rv, what):
+            return 0
+        if step.start:
+            requested = objects.annotation(p.body, ROTATE_CA_ANNOTATION)
+            after = start(authority, requested, brought_ca or new_ca(p.cluster, now), now)
+        else:
+            after = finish(authority)
+        try:
+            await self.api.merge_patch(Secret, name, p.namespace, authority_patch(after, rv))
+        except ApiError as exc:
+            if is_conflict(exc) or is_not_found(exc):
+                return 1
+            raise
+        self.memo.wrote((p.namespace, "Secret", name, "rotate"), rv, what)
+        message = (f"started a rotation of the certificate authority: every instance and Secret "
+                   f"{names.app_secret(p.cluster)} trust the old and the new CA until the new one has "
+                   "re-issued every certificate" if step.start else
+                   "finished the rotation of the certificate authority: the old CA is no longer trusted")
+        log.info("%s/%s: %s", p.namespace, p.name, message)
+        await self.events.record(p.body, "Normal", "CertificateAuthorityRotation", message)
+        return 1
+
+    async def _app_ca(self, p: ClusterPass, trust_pem: bytes) -> int:
+        """The application Secret carries the CA certificates its clients verify the server with."""
         name = names.app_secret(p.cluster)
         app = p.snapshot.find("v1", "Secret", name)
-        wanted = base64.b64encode(ca.cert_pem).decode("ascii")
+        wanted = base64.b64encode(trust_pem).decode("ascii")
         if app is None or objects.deleting(app) or (app.get("data") or {}).get(APP_CA_KEY) == wanted:
             return 0
         rv = objects.resource_version(app)
@@ -144,10 +251,16 @@ class TlsRoom(Room):
         self.memo.wrote((p.namespace, "Secret", name, "ca"), rv, wanted)
         return 1
 
-    async def _server(self, p: ClusterPass, ca: KeyPair, now: dt.datetime) -> int:
+    async def _server(self, p: ClusterPass, ca: KeyPair, trust_pem: bytes, now: dt.datetime,
+                      user: UserServer | None) -> int:
+        """Secret <name>-server-tls: the server certificate (the operator's, signed by `ca`, or the
+        user's), the replication role's (always the operator's), and `trust_pem` as ca.crt."""
         name = names.server_tls_secret(p.cluster)
         observed = p.snapshot.find("v1", "Secret", name)
-        why = server_renewal(p.cluster, ca, observed, now)
+        if user is None:
+            why = server_renewal(p.cluster, ca, observed, now, trust_pem)
+        else:
+            why = user_server_renewal(user, ca, trust_pem, observed, now)
         ident = (p.namespace, "Secret", name, "issue")
         if why is None:
             # The cache shows what was issued: forget the write, or the Secret deleted soon after would
@@ -157,8 +270,33 @@ class TlsRoom(Room):
         rv = objects.resource_version(observed)
         if self.memo.pending(ident, rv, why):
             return 0
-        desired = server_secret(p.cluster, ca, issue_server(p.cluster, ca, now),
-                                issue_client(ca, REPLICATION_USER, now))
+        served = issue_server(p.cluster, ca, now) if user is None else KeyPair(user.cert_pem, user.key_pem)
+        observed_trust = secret_bytes(observed, CA_CERT_KEY)
+        if why == TRUST_CHANGED and observed is not None and any(
+                c not in pem_certificates(trust_pem) for c in pem_certificates(observed_trust)):
+            # A CA leaves the bundle only once every instance serves leaves it did not sign.
+            wanted = secret_digest(observed)
+            behind = sorted(n for n, seen in self._loaded(p).items() if seen != wanted)
+            if behind:
+                log.info("%s/%s: a CA leaves the bundle once %s loaded the new certificates", p.namespace,
+                         p.name, ", ".join(behind))
+                return 0
+        elif why != TRUST_CHANGED and observed is not None:
+            trust_pem = trust_while_leaves_change(observed_trust, trust_pem)
+        desired = server_secret(p.cluster, ca, served, issue_client(ca, REPLICATION_USER, now), trust_pem)
+        if user is not None and observed is not None and why == USER_CERTIFICATE_CHANGED:
+            # Peers must trust the new certificate's CA before any instance presents it: first the
+            # bundle alone, then, once every instance loaded it, the certificate.
+            if any(c not in pem_certificates(observed_trust) for c in pem_certificates(trust_pem)):
+                desired = {"data": {CA_CERT_KEY: b64(trust_pem)}}
+                why = "trusting the CA of the user's server certificate before presenting it"
+            else:
+                wanted = secret_digest(observed)
+                behind = sorted(n for n, seen in self._loaded(p).items() if seen != wanted)
+                if behind:
+                    log.info("%s/%s: the user's server certificate waits for %s to load its CA", p.namespace,
+                             p.name, ", ".join(behind))
+                    return 0
         if observed is None:
             if not await self._create(desired):
                 return 1
