@@ -71,6 +71,8 @@ class Collector:
         self.scrapes = 0
         self.errors = 0
         self.last_error = ""
+        self._sizes: dict[str, float] = {}
+        self._sizes_at: float | None = None  # monotonic time of the last size query
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(
@@ -105,7 +107,11 @@ class Collector:
         m.instance_samples(out, instance)
         databases = self._query(conn, m.DATABASE_SQL, counter)
         m.activity_samples(out, self._query(conn, m.ACTIVITY_SQL, counter), m.database_names(databases))
-        m.database_samples(out, databases)
+        if self._sizes_at is None or time.monotonic() - self._sizes_at >= m.SIZES_MAX_AGE_SECONDS:
+            rows = self._query(conn, m.SIZES_SQL, counter)
+            self._sizes = {str(r["datname"]): float(r["size_bytes"]) for r in rows}
+            self._sizes_at = time.monotonic()
+        m.database_samples(out, databases, self._sizes)
         m.lock_samples(out, self._query(conn, m.LOCKS_SQL, counter), m.database_names(databases))
         m.replication_samples(out, self._query(conn, m.REPLICATION_SQL, counter))
         (archiver,) = self._query(conn, m.ARCHIVER_SQL, counter)
@@ -137,9 +143,11 @@ class Collector:
                     _log("reading PostgreSQL again")
                 self.last_error = ""
             self.scrapes += 1
+            now = time.monotonic()
+            sizes_age = None if self._sizes_at is None or not up else now - self._sizes_at
             stats = m.ScrapeStats(
-                up=up, seconds=time.monotonic() - started, cpu_seconds=time.thread_time() - cpu_started,
-                queries=counter[0],
+                up=up, seconds=now - started, cpu_seconds=time.thread_time() - cpu_started,
+                queries=counter[0], sizes_age=sizes_age,
             )  # fmt: skip
             m.exporter_samples(out, stats, self.scrapes, self.errors)
             return m.render(out)

@@ -71,15 +71,16 @@ def test_activity_is_zero_filled_per_database_and_state() -> None:
 
 def test_database_counters_sizes_and_wraparound_age() -> None:
     row = {c: 7 for c in m._DATABASE_COUNTERS} | {
-        "datname": "app", "size_bytes": 8_000_000, "age_datfrozenxid": 1_200_000_000, "age_datminmxid": 3,
+        "datname": "app", "age_datfrozenxid": 1_200_000_000, "age_datminmxid": 3,
     }  # fmt: skip
+    new_db = row | {"datname": "new"}  # created since the sizes were read: no size yet, not a zero
     out = m.Families()
-    m.database_samples(out, [row])
+    m.database_samples(out, [row, new_db], {"app": 8e6})
     got = families(out)
-    assert got["pg_stat_database_xact_commit"] == [({"datname": "app"}, 7.0)]
-    assert got["pg_stat_database_deadlocks"] == [({"datname": "app"}, 7.0)]
+    assert got["pg_stat_database_xact_commit"] == [({"datname": "app"}, 7.0), ({"datname": "new"}, 7.0)]
+    assert ({"datname": "app"}, 7.0) in got["pg_stat_database_deadlocks"]
     assert got["pg_database_size_bytes"] == [({"datname": "app"}, 8e6)]
-    assert got["pg_database_wraparound_age_datfrozenxid"] == [({"datname": "app"}, 1.2e9)]
+    assert ({"datname": "app"}, 1.2e9) in got["pg_database_wraparound_age_datfrozenxid"]
 
 
 def test_locks_waiting_summed_per_database_with_zeros() -> None:
