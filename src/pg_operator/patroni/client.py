@@ -125,6 +125,12 @@ async def restart_pending(session: aiohttp.ClientSession, member: Endpoint,
                        f"restart on {member}")
 
 
+async def restart(session: aiohttp.ClientSession, member: Endpoint, auth: PatroniAuth | None = None) -> str:
+    """POST /restart on one member unconditionally (a restart a user asked for, kubectl pgc restart);
+    Patroni answers once PostgreSQL is back up."""
+    return await _post(session, member, "/restart", {}, auth, 120, f"restart on {member}")
+
+
 async def patch_config(session: aiohttp.ClientSession, member: Endpoint, patch: Mapping[str, Any],
                        auth: PatroniAuth | None = None) -> None:
     """PATCH /config: Patroni merges the body into its dynamic configuration (null removes a key) and

@@ -46,6 +46,7 @@ from pg_operator.controller.kube_api import (
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.controller.rooms.settings_changes import SettingsChanges
+from pg_operator.orchestration import requested_restart as restart_request
 from pg_operator.orchestration.failover import leader_configmap_name, plan_lock_release, sync_configmap_name
 from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
 from pg_operator.orchestration.rollout import Action, best_candidate, plan_restart, plan_scale, plan_update
@@ -55,6 +56,7 @@ from pg_operator.patroni.client import (
     PatroniError,
     TrustStore,
     get_cluster,
+    restart,
     restart_pending,
     switchover,
 )
@@ -176,11 +178,20 @@ class HighAvailabilityRoom(Room):
             return result
 
         # A recreated pod starts with the current settings, so restarts wait until a rollout is done.
+        # A requested restart (kubectl pgc restart) rides the same rollout (orchestration.requested_restart).
+        token = objects.annotation(p.body, restart_request.RESTART_ANNOTATION)
+        if token and restart_request.restart_answered(instances, pods, token):
+            result.writes += await self._clear_request(p, "Normal", "RestartDone", "every instance restarted",
+                                                       restart_request.RESTART_ANNOTATION)
+            token = ""
+        if token:
+            instances = restart_request.with_requested_restart(instances, pods, token)
         if any(i.pending_restart is not None for i in instances):
             members = await self._members(p, instances)
-            action = plan_restart(instances_from_pods(pods, members), cluster.spec.replicas,
-                                  now=datetime.now(UTC))
-            result.writes += await self._act(p, instances, action, result)
+            planned = instances_from_pods(pods, members)
+            planned = restart_request.with_requested_restart(planned, pods, token) if token else planned
+            action = plan_restart(planned, cluster.spec.replicas, now=datetime.now(UTC))
+            result.writes += await self._act(p, planned, action, result)
         return result
 
     async def _requested_switchover(self, p: ClusterPass, pods: list[dict[str, Any]], requested: str,
@@ -211,10 +222,11 @@ class HighAvailabilityRoom(Room):
         # request is answered; asking again is the user's call.
         return writes + await self._clear_request(p, None, "", "")
 
-    async def _clear_request(self, p: ClusterPass, event_type: str | None, reason: str, message: str) -> int:
+    async def _clear_request(self, p: ClusterPass, event_type: str | None, reason: str, message: str,
+                             annotation: str = SWITCHOVER_ANNOTATION) -> int:
         try:
             await self.api.merge_patch(PostgresClusterResource, p.name, p.namespace,
-                                       {"metadata": {"annotations": {SWITCHOVER_ANNOTATION: None}}})
+                                       {"metadata": {"annotations": {annotation: None}}})
         except ApiError as exc:
             if not is_not_found(exc):
                 raise
@@ -312,8 +324,13 @@ class HighAvailabilityRoom(Room):
         if target is None or member is None:
             return 0
         log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
+        ask = restart if restart_request.is_requested(target) else restart_pending
         try:
-            await restart_pending(self.session(), member, patroni_auth(p.snapshot, cluster))
+            await ask(self.session(), member, patroni_auth(p.snapshot, cluster))
+            token = objects.annotation(p.body, restart_request.RESTART_ANNOTATION)
+            if token:
+                await self.api.merge_patch(resource_for("v1", "Pod"), target.name, cluster.namespace,
+                                           restart_request.restarted_patch(token))
         except PatroniError as exc:
             # Most often the member restarted already and its pod does not say so yet (Patroni checks
             # restart_pending itself); otherwise Patroni says why. Either way: re-plan on the next pass.
