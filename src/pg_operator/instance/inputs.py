@@ -84,8 +84,13 @@ class TlsFiles:
         return (self.cert, self.key, self.ca, self.replication_cert, self.replication_key)
 
 
-def tls_files(run_dir: str) -> TlsFiles:
-    return TlsFiles(*(f"{run_dir}/tls/{name}" for name in TLS_FILES))
+def tls_files(run_dir: str, version: str = "") -> TlsFiles:
+    """The stable copies, or with `version` (the files' digest) the copies Patroni and PostgreSQL are
+    configured with: a new version is a new path, which is what makes Patroni restart its REST API with
+    the new certificate on the reload that also publishes the version (an unchanged path is reloaded
+    only by a reload that changes nothing else)."""
+    base = f"{run_dir}/tls/{version}" if version else f"{run_dir}/tls"
+    return TlsFiles(*(f"{base}/{name}" for name in TLS_FILES))
 
 
 def _required(env: Mapping[str, str], name: str) -> str:

@@ -26,6 +26,7 @@ import hashlib
 import os
 import pwd
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -115,7 +116,7 @@ def build_config(env: Mapping[str, str], tls_loaded: str = "") -> tuple[PodEnvir
         credentials=read_credentials(pod.secrets_dir),
         os_user=os_user(),
         post_bootstrap=f"{shlex.quote(sys.executable)} -m pg_operator.instance post-bootstrap",
-        tls=tls_files(pod.run_dir),
+        tls=tls_files(pod.run_dir, tls_loaded),
         tls_loaded=tls_loaded,
     )
     return pod, config
@@ -132,9 +133,17 @@ def install_tls(pod: PodEnvironment) -> str:
             contents.append(source.read_text(encoding="ascii"))
         except (OSError, UnicodeDecodeError):
             raise ValueError(f"TLS: cannot read {source} (Secret <cluster>-server-tls)") from None
-    for dest, content in zip(tls_files(pod.run_dir).paths(), contents, strict=True):
-        write_private(Path(dest), content)
-    return tls_digest(c.encode("ascii") for c in contents)
+    version = tls_digest(c.encode("ascii") for c in contents)
+    for target in (tls_files(pod.run_dir), tls_files(pod.run_dir, version)):
+        for dest, content in zip(target.paths(), contents, strict=True):
+            write_private(Path(dest), content)
+    # Keep this version and the one before it (a reload may still be reading it); drop older ones.
+    tls_root = Path(pod.run_dir, "tls")
+    versions = sorted((d for d in tls_root.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    for old in versions[:-2]:
+        if old.name != version:
+            shutil.rmtree(old, ignore_errors=True)
+    return version
 
 
 def write_private(path: Path, text: str) -> None:

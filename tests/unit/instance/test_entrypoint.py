@@ -153,6 +153,15 @@ def test_the_key_is_copied_private_and_a_missing_file_is_named(tmp_path: Path) -
     assert main.install_tls(pod) != loaded
     _, config = main.build_config(env, loaded)
     assert config["tags"][LOADED_TAG] == loaded
+    # Each version of the files has its own path in the config (so Patroni re-reads the REST API's
+    # certificate on the reload that publishes it); the two newest versions are kept.
+    assert config["restapi"]["certfile"] == f"{tmp_path}/run/tls/{loaded}/tls.crt"
+    assert config["postgresql"]["parameters"]["ssl_ca_file"] == f"{tmp_path}/run/tls/{loaded}/ca.crt"
+    (tmp_path / "tls" / "ca.crt").write_text("CA-BUNDLE-2")
+    newest = main.install_tls(pod)
+    versions = sorted(d.name for d in (tmp_path / "run" / "tls").iterdir() if d.is_dir())
+    assert newest in versions and loaded not in versions and len(versions) == 2
+    assert (tmp_path / "run" / "tls" / "ca.crt").read_text() == "CA-BUNDLE-2"  # the stable copy
     for name, content in (("tls.key", "KEY"), ("replication.key", "CLIENTKEY")):
         key = tmp_path / "run" / "tls" / name
         assert key.read_text() == content and stat.S_IMODE(key.stat().st_mode) == 0o600
