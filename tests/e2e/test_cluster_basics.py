@@ -250,10 +250,10 @@ def test_a_ca_rotation_goes_through_a_bundle_without_a_failed_write_or_a_restart
                if e.get("reason") == "CertificateAuthorityRotation"]  # fmt: skip
     assert any("started" in m for m in reasons) and any("finished" in m for m in reasons), reasons
     # The operator still drives Patroni over HTTPS with the new CA: a switchover goes through.
-    old_primary = status(example, NS, NAME)["currentPrimary"]
+    old_primary = wait_serving(example, NS, NAME, 3, 180)["currentPrimary"]
     example.kubectl("annotate", "pgc", NAME, "-n", NS, f"{SWITCHOVER}=auto", "--overwrite")
     wait_until("a switchover after the rotation", lambda: (st := healthy(example, NS, NAME, 3))
-               and st["currentPrimary"] != old_primary, 180, 1)  # fmt: skip
+               and st["currentPrimary"] != old_primary, 300, 1)  # fmt: skip
 
 
 def test_a_server_certificate_the_user_brings_is_served_after_its_ca_is_trusted(example: Kube,
