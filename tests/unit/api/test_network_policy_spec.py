@@ -1,5 +1,6 @@
 """spec.networkPolicy: on by default, the peers Kubernetes accepts, refusals that name the field (the
-same rules the CRD carries as CEL; tests/e2e/test_network_policy.py has the API server refuse them)."""
+same rules the CRD carries as CEL; tests/e2e/test_cluster_network_policy.py has the API server refuse
+them)."""
 
 from __future__ import annotations
 
