@@ -162,7 +162,11 @@ class TlsRoom(Room):
             log.info("%s/%s: CA rotation waits for %s", p.namespace, p.name, step.waiting)
         if step.again_in is not None:
             p.again_in(step.again_in)
-        return writes + await self._server(p, step.leaf_ca, trust, now, user) + await self._app_ca(p, trust)
+        # Applications keep trusting what the instances may still present until every instance serves
+        # what the wanted bundle covers (the server Secret keeps the old CAs until then, and so do they).
+        app_trust = trust_while_leaves_change(secret_bytes(observed_server, CA_CERT_KEY), trust)
+        return (writes + await self._server(p, step.leaf_ca, trust, now, user)
+                + await self._app_ca(p, app_trust))
 
     async def _user_tls(self, p: ClusterPass, now: dt.datetime) -> tuple[KeyPair | None, UserServer | None]:
         """The CA and server certificate the user brings (spec.tls), each None when not asked for or not
