@@ -74,6 +74,9 @@ SWITCHOVER_ANNOTATION = "db.example.com/switchover-to"
 
 UNAUTHORIZED = "HTTP 401"  # in a PatroniError: the basic-auth password was refused
 CREDENTIALS_RETRY_SECONDS = 2.0
+# A requested switchover Patroni refuses is asked again this often, this many times in all.
+SWITCHOVER_RETRY_SECONDS = 5.0
+SWITCHOVER_ATTEMPTS = 6
 
 
 @dataclass
@@ -85,6 +88,9 @@ class StepResult:
     # Patroni refused the operator's REST API password: an instance has not reloaded a rotated Secret yet
     # (rooms/credentials.py), so the same request will go through once it has.
     credentials_pending: bool = False
+    # Patroni refused the requested switchover (e.g. it could not reach the candidate's REST API for a
+    # moment, as while an instance reloads its certificates).
+    refused: bool = False
 
 
 def _desired_image(statefulset: Mapping[str, Any] | None) -> str | None:
@@ -111,6 +117,7 @@ class HighAvailabilityRoom(Room):
         self._session: aiohttp.ClientSession | None = None
         self.settings = SettingsChanges(events, self.session, pod_exec)
         self._halt_told: dict[tuple[str, str], str] = {}  # the RolloutHalted message last posted
+        self._refusals: dict[tuple[str, str], int] = {}  # of the requested switchover, by cluster
         self.trust = TrustStore()
 
     async def close(self) -> None:
@@ -126,6 +133,7 @@ class HighAvailabilityRoom(Room):
     def forget(self, key: tuple[str, str]) -> None:
         self.settings.forget(key)
         self._halt_told.pop(key, None)
+        self._refusals.pop(key, None)
 
     async def act(self, p: ClusterPass) -> None:
         if p.statefulset is None:
@@ -218,12 +226,22 @@ class HighAvailabilityRoom(Room):
         if result.credentials_pending:
             p.again_in(CREDENTIALS_RETRY_SECONDS)  # kept, and asked again soon: no event announces the reload
             return writes
-        # Done, or refused by Patroni (its reason is in the SwitchoverRefused Event): either way the
-        # request is answered; asking again is the user's call.
+        key = (p.namespace, p.name)
+        if result.refused:
+            # A refusal is often a moment's (a candidate whose REST API restarts with new certificates,
+            # or still catching up): ask again a few times before answering the request with it.
+            self._refusals[key] = self._refusals.get(key, 0) + 1
+            if self._refusals[key] < SWITCHOVER_ATTEMPTS:
+                p.again_in(SWITCHOVER_RETRY_SECONDS)
+                return writes
+        self._refusals.pop(key, None)
+        # Done, or refused by Patroni every time (its reason is in the SwitchoverRefused Event): either way
+        # the request is answered; asking again is the user's call.
         return writes + await self._clear_request(p, None, "", "")
 
     async def _clear_request(self, p: ClusterPass, event_type: str | None, reason: str, message: str,
                              annotation: str = SWITCHOVER_ANNOTATION) -> int:
+        self._refusals.pop((p.namespace, p.name), None)
         try:
             await self.api.merge_patch(PostgresClusterResource, p.name, p.namespace,
                                        {"metadata": {"annotations": {annotation: None}}})
@@ -313,6 +331,7 @@ class HighAvailabilityRoom(Room):
             # Patroni says why (e.g. the candidate is not the synchronous standby yet): try again later.
             log.warning("%s/%s: switchover refused: %s", cluster.namespace, cluster.name, exc)
             result.message = f"switchover to {action.target} refused by Patroni; retrying"
+            result.refused = True
             return int(await self.events.record(body, "Warning", "SwitchoverRefused", str(exc)))
         return int(await self.events.record(body, "Normal", "Switchover", action.reason))
 
