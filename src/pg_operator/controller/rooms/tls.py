@@ -193,6 +193,11 @@ class TlsRoom(Room):
         return (ca if isinstance(ca, KeyPair) else None,
                 server if isinstance(server, UserServer) else None)  # fmt: skip
 
+    def _behind(self, p: ClusterPass, secret: Mapping[str, Any]) -> str:
+        """The running instances that have not loaded exactly this server Secret, comma-separated."""
+        wanted = secret_digest(secret)
+        return ", ".join(sorted(n for n, seen in self._loaded(p).items() if seen != wanted))
+
     def _loaded(self, p: ClusterPass) -> dict[str, str]:
         """What each running instance says it loaded (tls_files.LOADED_TAG in Patroni's member data);
         pods going away or whose database is not running are left out (a starting one reads the Secret as
@@ -279,11 +284,10 @@ class TlsRoom(Room):
         if why == TRUST_CHANGED and observed is not None and any(
                 c not in pem_certificates(trust_pem) for c in pem_certificates(observed_trust)):
             # A CA leaves the bundle only once every instance serves leaves it did not sign.
-            wanted = secret_digest(observed)
-            behind = sorted(n for n, seen in self._loaded(p).items() if seen != wanted)
+            behind = self._behind(p, observed)
             if behind:
                 log.info("%s/%s: a CA leaves the bundle once %s loaded the new certificates", p.namespace,
-                         p.name, ", ".join(behind))
+                         p.name, behind)
                 return 0
         elif why != TRUST_CHANGED and observed is not None:
             trust_pem = trust_while_leaves_change(observed_trust, trust_pem)
@@ -295,11 +299,10 @@ class TlsRoom(Room):
                 desired = {"data": {CA_CERT_KEY: b64(trust_pem)}}
                 why = "trusting the CA of the user's server certificate before presenting it"
             else:
-                wanted = secret_digest(observed)
-                behind = sorted(n for n, seen in self._loaded(p).items() if seen != wanted)
+                behind = self._behind(p, observed)
                 if behind:
                     log.info("%s/%s: the user's server certificate waits for %s to load its CA", p.namespace,
-                             p.name, ", ".join(behind))
+                             p.name, behind)
                     return 0
         if observed is None:
             if not await self._create(desired):
