@@ -12,11 +12,22 @@ import pytest
 
 from harness.deployed_operator import EXAMPLE, EXAMPLE_NAMESPACE, install_operator
 from harness.e2e_backup import BUCKET, Moto
+from harness.failure_report import report
 from harness.kube import get_json
 from harness.local_cluster import Kube
 from harness.objects import s3_credentials_secret
 from harness.paths import REPO
 from harness.s3 import s3_server
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed e2e test carries the cluster's state with it: CI shows only the test output."""
+    outcome = yield
+    result = outcome.get_result()
+    kube = next((v for v in getattr(item, "funcargs", {}).values() if isinstance(v, Kube)), None)
+    if result.failed and kube is not None and kube.profile == "full":
+        result.sections.append(("cluster state at the failure", report(kube)))
 
 
 @pytest.fixture(scope="session")

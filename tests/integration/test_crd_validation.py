@@ -300,7 +300,9 @@ def test_every_child_the_builders_make_is_valid_for_the_api_server(api: Api) -> 
     objs = [*desired_children(c), *build_secrets(c, ClusterPasswords.generate())]
     result = server_side_apply(api, objs, dry_run=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("serverside-applied (server dry run)") == len(objs) == 14
+    kinds = sorted(o["kind"] for o in objs)
+    assert result.stdout.count("serverside-applied (server dry run)") == len(objs) == 15, kinds
+    assert "NetworkPolicy" in kinds
 
 
 def test_statefulset_update_keeps_the_immutable_fields(api: Api) -> None:

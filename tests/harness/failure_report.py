@@ -1,0 +1,73 @@
+"""What an e2e failure leaves behind for whoever reads only the test output (CI shows nothing else):
+every PostgresCluster's phase, conditions and instances, the pods that are not plainly running, recent
+Warning Events, and the tail of the operator's log. Secrets are never read."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from harness.deployed_operator import OPERATOR_NAMESPACE
+from harness.local_cluster import Kube
+
+LOG_LINES = 80
+EVENTS = 25
+
+
+def _json(kube: Kube, *args: str) -> dict[str, Any]:
+    res = kube.kubectl(*args, "-o", "json", check=False, timeout=30)
+    return json.loads(res.stdout) if res.returncode == 0 and res.stdout else {"items": []}
+
+
+def clusters(kube: Kube) -> list[str]:
+    lines = []
+    for item in _json(kube, "get", "pgc", "-A")["items"]:
+        meta, st = item["metadata"], item.get("status") or {}
+        lines.append(f"pgc {meta['namespace']}/{meta['name']}: phase={st.get('phase')!r} "
+                     f"primary={st.get('currentPrimary')!r}")  # fmt: skip
+        for c in st.get("conditions") or []:
+            message = str(c.get("message", ""))[:300]
+            lines.append(f"  {c.get('type')}={c.get('status')} {c.get('reason')}: {message}")
+        for i in st.get("instances") or []:
+            rest = {k: v for k, v in i.items() if k not in ("name", "role", "ready")}
+            lines.append(f"  instance {i.get('name')}: role={i.get('role')} ready={i.get('ready')} {rest}")
+    return lines
+
+
+def pods(kube: Kube) -> list[str]:
+    lines = []
+    for pod in _json(kube, "get", "pods", "-A")["items"]:
+        meta, st = pod["metadata"], pod.get("status") or {}
+        states = [(c["name"], c.get("ready"), c.get("restartCount"), next(iter(c.get("state") or {}), "?"))
+                  for c in st.get("containerStatuses") or []]  # fmt: skip
+        if st.get("phase") == "Running" and all(ready for _, ready, _, _ in states) and not meta.get(
+                "deletionTimestamp"):
+            continue
+        lines.append(f"pod {meta['namespace']}/{meta['name']}: {st.get('phase')} "
+                     f"deleting={bool(meta.get('deletionTimestamp'))} {states}")  # fmt: skip
+    return lines
+
+
+def warnings(kube: Kube) -> list[str]:
+    items = [e for e in _json(kube, "get", "events", "-A")["items"] if e.get("type") == "Warning"]
+    items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return [f"event {e['metadata']['namespace']} {e.get('lastTimestamp') or e.get('eventTime')} "
+            f"{e['involvedObject'].get('name')} {e.get('reason')}: {e.get('message', '')[:300]}"
+            for e in items[-EVENTS:]]  # fmt: skip
+
+
+def operator_log(kube: Kube) -> list[str]:
+    res = kube.kubectl("-n", OPERATOR_NAMESPACE, "logs", "deployment/pg-operator", f"--tail={LOG_LINES}",
+                       check=False, timeout=30)  # fmt: skip
+    return [f"operator: {line}" for line in (res.stdout or res.stderr).splitlines()]
+
+
+def report(kube: Kube) -> str:
+    """The whole picture as text; a part that cannot be read says so instead of hiding the rest."""
+    parts = []
+    for part in (clusters, pods, warnings, operator_log):
+        try:
+            parts.extend(part(kube))
+        except Exception as exc:  # a report must not replace the failure it explains
+            parts.append(f"{part.__name__}: could not be read: {exc}")
+    return "\n".join(parts)
