@@ -1,5 +1,11 @@
 """Fixtures of the e2e tier (full profile): the operator as a user installs it, the user's example
-cluster, and the backup modules' S3 server and namespace."""
+cluster, the backup modules' S3 server and namespace, the synchronous cluster and the day-2 cluster.
+
+Clusters are shared across modules where their tests leave them serving: a cluster's bring-up and
+teardown cost more than most tests. `example` (orders-db, three instances) serves every module that asks
+for it, `sync_cluster` (three instances, synchronous) the failover and settings modules, and `day2` (two
+instances archiving to a store of their own, metrics open to the host) `kubectl pgc` and monitoring; each
+stays until the session ends."""
 
 from __future__ import annotations
 
@@ -7,16 +13,18 @@ import json
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
 from harness.deployed_operator import EXAMPLE, EXAMPLE_NAMESPACE, install_operator
-from harness.e2e_backup import BUCKET, Moto
+from harness.e2e_backup import BRIDGE_HOST, BUCKET, DAY2_NAME, Day2, Moto, backup_cluster, s3
 from harness.failure_report import report
-from harness.kube import get_json
+from harness.kube import apply_objects, get_json
 from harness.local_cluster import Kube
-from harness.objects import s3_credentials_secret
+from harness.objects import cluster, s3_credentials_secret
 from harness.paths import REPO
+from harness.pgcluster import SMALL, SYNC_NAME, SYNC_NAMESPACE, SYNC_SPEC, wait_serving
 from harness.s3 import s3_server
 
 
@@ -37,19 +45,35 @@ def operator(full_kube: Kube) -> Iterator[Kube]:
     yield full_kube
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def example(operator: Kube) -> Iterator[Kube]:
-    """examples/orders-db.yaml applied and Ready."""
+    """examples/orders-db.yaml applied and Ready; modules using it leave it serving as they found it."""
     operator.kubectl("apply", "-f", str(REPO / "examples" / "orders-db.yaml"))
     operator.kubectl("-n", EXAMPLE_NAMESPACE, "wait", f"postgrescluster/{EXAMPLE}", "--for=condition=Ready",
                      "--timeout=900s", timeout=920)  # fmt: skip
     yield operator
-    operator.kubectl("delete", "namespace", EXAMPLE_NAMESPACE, "--ignore-not-found", timeout=300)
+    if answers(operator):  # not when the lifecycle test stopped the cluster before the session's end
+        operator.kubectl("delete", "namespace", EXAMPLE_NAMESPACE, "--ignore-not-found", timeout=300)
 
 
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
-    """The backup modules' S3 server (one per module), on every address so the pods reach it."""
+@pytest.fixture(scope="session")
+def sync_cluster(operator: Kube) -> Iterator[Kube]:
+    """SYNC_NAME in SYNC_NAMESPACE serving (harness/pgcluster.py); modules leave it serving."""
+    operator.kubectl("create", "namespace", SYNC_NAMESPACE)
+    body = cluster(SYNC_NAME, SYNC_NAMESPACE, **{"resources": SMALL, **SYNC_SPEC})
+    operator.kubectl("apply", "-f", "-", input=json.dumps(body))
+    wait_serving(operator, SYNC_NAMESPACE, SYNC_NAME, int(SYNC_SPEC["replicas"]), 900)
+    yield operator
+    if answers(operator):
+        operator.kubectl("delete", "namespace", SYNC_NAMESPACE, "--ignore-not-found", timeout=300)
+
+
+def answers(kube: Kube) -> bool:
+    return kube.kubectl("get", "--raw", "/readyz", check=False, timeout=15).returncode == 0
+
+
+@contextmanager
+def _store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
     os.environ.setdefault("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")
     os.environ.setdefault("AWS_RESPONSE_CHECKSUM_VALIDATION", "when_required")
     with s3_server(tmp_path_factory.mktemp("moto"), bind="0.0.0.0", user="e2e") as server:  # noqa: S104
@@ -58,18 +82,51 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
         yield server_
 
 
-@pytest.fixture(scope="module")
-def ns(operator: Kube, moto: Moto) -> Iterator[str]:
-    """The backup modules' namespace (one per module), with the store's credentials Secret `s3-creds`
-    and `s3-wrong` (a wrong secret key). (test_localkube_full has an `ns` of its own.)"""
+@contextmanager
+def _store_namespace(operator: Kube, moto: Moto) -> Iterator[str]:
     name = f"bk-{uuid.uuid4().hex[:6]}"
     operator.kubectl("create", "namespace", name)
     for secret_name, secret_key in (("s3-creds", moto.secret_access_key), ("s3-wrong", "not-the-secret-key")):
         body = s3_credentials_secret(secret_name, name, moto.access_key_id, secret_key)
         operator.kubectl("apply", "-f", "-", input=json.dumps(body))
-    yield name
+    try:
+        yield name
+    finally:
+        if answers(operator):  # not when the session's cluster was stopped already
+            _release_and_delete(operator, name)
+
+
+def _release_and_delete(operator: Kube, namespace: str) -> None:
     # Clusters whose store is gone must not hold the namespace: release them by hand first.
-    for item in get_json(operator, "pgc", "-n", name)["items"]:
-        operator.kubectl("annotate", "pgc", item["metadata"]["name"], "-n", name,
-                         "db.example.com/release-backup-store=true", "--overwrite", check=False)  # fmt: skip
-    operator.kubectl("delete", "namespace", name, "--ignore-not-found", timeout=300)
+    for item in get_json(operator, "pgc", "-n", namespace)["items"]:
+        release = ("db.example.com/release-backup-store=true", "--overwrite")
+        operator.kubectl("annotate", "pgc", item["metadata"]["name"], "-n", namespace, *release, check=False)
+    operator.kubectl("delete", "namespace", namespace, "--ignore-not-found", timeout=300)
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
+    """The backup modules' S3 server (one per module), on every address so the pods reach it."""
+    with _store(tmp_path_factory) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def ns(operator: Kube, moto: Moto) -> Iterator[str]:
+    """The backup modules' namespace (one per module), with the store's credentials Secret `s3-creds`
+    and `s3-wrong` (a wrong secret key). (test_localkube_full has an `ns` of its own.)"""
+    with _store_namespace(operator, moto) as name:
+        yield name
+
+
+@pytest.fixture(scope="session")
+def day2(operator: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Day2]:
+    """Two instances archiving every 10 s to a store of their own, the metrics port open to the host
+    (where the tests' Prometheus runs) and every namespace. Modules leave it serving, its store's
+    credentials working; they may switch it over, restart it and take backups."""
+    with _store(tmp_path_factory) as moto, _store_namespace(operator, moto) as namespace:
+        store = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "delete"}
+        policy = {"metricsFrom": [{"ipBlock": {"cidr": f"{BRIDGE_HOST}/32"}}, {"namespaceSelector": {}}]}
+        apply_objects(operator, backup_cluster(DAY2_NAME, namespace, 2, backup=store, networkPolicy=policy))
+        wait_serving(operator, namespace, DAY2_NAME, 2, 900)
+        yield Day2(namespace, DAY2_NAME, moto)

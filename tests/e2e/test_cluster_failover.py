@@ -7,30 +7,24 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import psycopg
-import pytest
 
 from harness.kube import get_json
 from harness.local_cluster import Kube
 from harness.pgcluster import (
+    SYNC_NAME,
+    SYNC_NAMESPACE,
     Writer,
     healthy,
     kill_container,
     secret,
-    serving_cluster,
     status,
 )
 from harness.waiting import wait_until
 
-NS, NAME = "ha-sync", "sync-db"
-
-
-@pytest.fixture(scope="module")
-def sync_cluster(operator: Kube) -> Iterator[Kube]:
-    sync = {"number": 1, "dataDurability": "required"}
-    yield from serving_cluster(operator, NS, NAME, {"replicas": 3, "synchronous": sync})
+# The e2e tier's synchronous cluster (its session fixture `sync_cluster`; the settings module shares it).
+NS, NAME = SYNC_NAMESPACE, SYNC_NAME
 
 
 def sync_standby(kube: Kube, primary: str) -> str:

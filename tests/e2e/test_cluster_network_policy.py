@@ -1,7 +1,9 @@
 """The cluster's NetworkPolicy on real pods, enforced by the local cluster's kube-router (docs/network.md).
 
-Client pods run the PostgreSQL image (it has psql and bash): one in the cluster's namespace (admitted to
-5432 by default), one in another namespace (admitted nowhere). Each probe is a TCP connect from inside
+On the e2e tier's example cluster (orders-db, three instances; other modules share it, so the module
+gives it back with its default policy). Client pods run the PostgreSQL image (it has psql and bash):
+one in the cluster's namespace (admitted to 5432 by default), one in another namespace (admitted
+nowhere). Each probe is a TCP connect from inside
 the pod, so what is measured is the packet filter, not PostgreSQL's own pg_hba. The operator runs in
 the cluster (deploy/), so its switchover over Patroni's REST API crosses the policy too.
 """
@@ -16,13 +18,15 @@ from typing import Any
 
 import pytest
 
+from harness.deployed_operator import EXAMPLE, EXAMPLE_NAMESPACE
 from harness.kube import get_json, get_or_none
 from harness.local_cluster import Kube
-from harness.pgcluster import healthy, kill_container, secret, serving_cluster, status
+from harness.pgcluster import healthy, kill_container, secret, status, wait_serving
 from harness.waiting import wait_until
 from pg_operator.images import default_image
 
-NS, NAME = "netpol", "guarded-db"
+NS, NAME = EXAMPLE_NAMESPACE, EXAMPLE
+REPLICAS = 3
 OUTSIDE_NS = "netpol-outside"
 INSIDER, OUTSIDER = "insider", "outsider"
 CONNECT_SECONDS = 4
@@ -47,23 +51,24 @@ def client_pod(name: str, namespace: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def guarded(operator: Kube) -> Iterator[Kube]:
-    """A two-instance cluster with the default policy, and the two client pods."""
-    operator.kubectl("create", "namespace", OUTSIDE_NS)
+def guarded(example: Kube) -> Iterator[Kube]:
+    """The example cluster with its default policy, and the two client pods; afterwards the policy is
+    the default again and the clients are gone."""
+    example.kubectl("create", "namespace", OUTSIDE_NS)
     try:
-        yield from _with_clients(operator)
+        wait_serving(example, NS, NAME, REPLICAS, 300)
+        for name, namespace in ((INSIDER, NS), (OUTSIDER, OUTSIDE_NS)):
+            example.kubectl("apply", "-f", "-", input=json.dumps(client_pod(name, namespace)))
+        for name, namespace in ((INSIDER, NS), (OUTSIDER, OUTSIDE_NS)):
+            example.kubectl("-n", namespace, "wait", f"pod/{name}", "--for=condition=Ready", "--timeout=120s",
+                            timeout=130)  # fmt: skip
+        yield example
     finally:
-        operator.kubectl("delete", "namespace", OUTSIDE_NS, "--ignore-not-found", "--wait=false")
-
-
-def _with_clients(operator: Kube) -> Iterator[Kube]:
-    for kube in serving_cluster(operator, NS, NAME, {"replicas": 2}):
-        for name, namespace in ((INSIDER, NS), (OUTSIDER, OUTSIDE_NS)):
-            kube.kubectl("apply", "-f", "-", input=json.dumps(client_pod(name, namespace)))
-        for name, namespace in ((INSIDER, NS), (OUTSIDER, OUTSIDE_NS)):
-            kube.kubectl("-n", namespace, "wait", f"pod/{name}", "--for=condition=Ready", "--timeout=120s",
-                         timeout=130)  # fmt: skip
-        yield kube
+        default = '{"spec":{"networkPolicy":null}}'
+        example.kubectl("patch", "pgc", NAME, "-n", NS, "--type=merge", "-p", default)
+        example.kubectl("delete", "pod", INSIDER, "-n", NS, "--ignore-not-found", "--wait=false")
+        example.kubectl("delete", "namespace", OUTSIDE_NS, "--ignore-not-found", "--wait=false")
+        wait_until("the default policy back", lambda: the_policy(example), 60, 1)
 
 
 def in_pod(
@@ -86,7 +91,8 @@ def pod_ip(kube: Kube, pod: str) -> str:
 
 
 def primary(kube: Kube) -> str:
-    return str(wait_until("a healthy cluster", lambda: healthy(kube, NS, NAME, 2), 300)["currentPrimary"])
+    st = wait_until("a healthy cluster", lambda: healthy(kube, NS, NAME, REPLICAS), 300)
+    return str(st["currentPrimary"])
 
 
 def psql_over_tls(kube: Kube, namespace: str, pod: str) -> subprocess.CompletedProcess[str]:
@@ -148,7 +154,7 @@ def test_replication_and_failover_work_under_the_policy(guarded: Kube) -> None:
 
     wait_until("the replica to stream", streaming, 120)
     kill_container(guarded, NS, old)
-    new = wait_until("a new primary", lambda: (st := healthy(guarded, NS, NAME, 2)) and
+    new = wait_until("a new primary", lambda: (st := healthy(guarded, NS, NAME, REPLICAS)) and
                      st["currentPrimary"] != old and st["currentPrimary"], 300, 1)  # fmt: skip
     assert new != old
     assert psql_over_tls(guarded, NS, INSIDER).stdout.strip() == "t"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -17,16 +16,17 @@ import pytest
 
 from harness.kube import get_json
 from harness.local_cluster import Kube
-from harness.pgcluster import Writer, healthy, secret, serving_cluster
+from harness.pgcluster import SYNC_NAME, SYNC_NAMESPACE, Writer, healthy, secret, wait_serving
 from harness.waiting import wait_until
 
-NS, NAME = "settings", "settings-db"
+# The e2e tier's synchronous cluster (its session fixture `sync_cluster`; the failover module shares it).
+NS, NAME = SYNC_NAMESPACE, SYNC_NAME
 
 
 @pytest.fixture(scope="module")
-def cluster(operator: Kube) -> Iterator[Kube]:
-    sync = {"number": 1, "dataDurability": "required"}
-    yield from serving_cluster(operator, NS, NAME, {"replicas": 3, "synchronous": sync})
+def cluster(sync_cluster: Kube) -> Kube:
+    wait_serving(sync_cluster, NS, NAME, 3, 300)
+    return sync_cluster
 
 
 def pods(kube: Kube) -> list[dict[str, Any]]:

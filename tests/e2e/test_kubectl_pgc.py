@@ -1,10 +1,10 @@
 """`kubectl pgc` against a real cluster (full profile): the plugin as installed with the package
-(`kubectl-pgc`), with kubectl on PATH as when kubectl runs it. One serving cluster of two instances with
-a backup store (moto) for the whole module: status (text and JSON, exit codes), certs, psql to the
-primary and to a replica over exec, logs merged by time, reload, a Backup taken and waited for, a
-switchover to a named replica, a rolling restart, and errors scripts rely on (unknown cluster,
-instance). Also the operator's first contact: `pg-operator run` with a Lease namespace that does not
-exist stops at once with one line saying what to do."""
+(`kubectl-pgc`), with kubectl on PATH as when kubectl runs it. On the e2e tier's day-2 cluster (two
+instances archiving to a store; the monitoring module shares it): status (text and JSON, exit codes),
+certs, psql to the primary and to a replica over exec, logs merged by time, reload, a Backup taken and
+waited for, a switchover to a named replica, a rolling restart, and errors scripts rely on (unknown
+cluster, instance). Also the operator's first contact: `pg-operator run` with a Lease namespace that does
+not exist stops at once with one line saying what to do."""
 
 from __future__ import annotations
 
@@ -14,27 +14,30 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from harness.e2e_backup import Moto, backup_cluster, s3, wait_condition
-from harness.kube import apply_objects, get_json
+from harness.e2e_backup import DAY2_NAME, Day2, wait_condition
+from harness.kube import get_json
 from harness.local_cluster import Kube
 from harness.net import free_port
 from harness.pgcluster import status, wait_serving
 from harness.waiting import wait_until
 
-NAME = "pgc-db"
+NAME = DAY2_NAME
 BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
-def db(operator: Kube, ns: str, moto: Moto) -> Iterator[str]:
-    apply_objects(operator, backup_cluster(NAME, ns, 2, backup={"s3": s3(moto), "archiveTimeout": "10s"}))
-    wait_serving(operator, ns, NAME, 2, 900)
-    yield NAME
+def ns(day2: Day2) -> str:
+    return day2.namespace
+
+
+@pytest.fixture(scope="module")
+def db(operator: Kube, day2: Day2) -> str:
+    wait_serving(operator, day2.namespace, day2.name, 2, 300)
+    return day2.name
 
 
 def pgc(kube: Kube, *args: str, input: str | None = None,

@@ -4,40 +4,40 @@ instance's /metrics over verified HTTPS (the cluster's CA, a name its certificat
 operator's, and evaluates deploy/monitoring/prometheus-rules.yaml (every `for:` shortened to a few seconds
 in the test's copy).
 
-- every query of the dashboard returns data for a live two-instance cluster with archiving;
+On the e2e tier's day-2 cluster (two instances archiving to a store; the `kubectl pgc` module shares it):
+
+- every query of the dashboard returns data for a live two-instance cluster with archiving and a
+  completed base backup (the operator's backup series included);
 - a replica whose PostgreSQL is stopped (Patroni paused so it stays down) fires PostgresInstanceDown and
   PostgresReplicaNotStreaming, which resolve once Patroni starts it again;
 - the store refusing the cluster's credentials (their permission revoked in the store) fires
-  PostgresArchivingFailing, which resolves once it accepts them again;
-- the cost of one scrape, printed as a JSON line, at 1 and at 100 databases.
+  PostgresArchivingFailing, which resolves once it accepts them again.
+
+The cost of a scrape is measured by bench/bench_scrape.py.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import signal
-import socket
-import ssl
-import statistics
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 
 from harness.deployed_operator import OPERATOR_NAMESPACE
-from harness.e2e_backup import BRIDGE_HOST, Moto, archived_after_switch, backup_cluster, s3, superuser_sql
+from harness.e2e_backup import DAY2_NAME, Day2, Moto, archived_after_switch, superuser_sql, wait_backup
 from harness.kube import apply_objects, get_json
 from harness.local_cluster import Kube
+from harness.objects import backup
 from harness.pgcluster import connect_app, secret, status, wait_serving
 from harness.prometheus import MONITORING, Prometheus, prometheus, rules_with_short_for, scrape_config
 from harness.s3 import REGION
 from harness.waiting import wait_until
 
-CLUSTER = "mon-db"
+CLUSTER = DAY2_NAME
 PGDATA = "/var/lib/postgresql/data/pgdata"
 PATRONI_CONFIG = "/var/run/postgresql/patroni.yml"
 SHORT_FOR = "6s"
@@ -50,9 +50,6 @@ NO_KUBELET_STATS = "the kubelet is not scraped here, and hostPath volumes have n
 ABSENT_HERE = {
     "kubelet_volume_stats_available_bytes": NO_KUBELET_STATS,
     "kubelet_volume_stats_capacity_bytes": NO_KUBELET_STATS,
-    "pg_operator_backup_last_success_timestamp_seconds": "served by the operator once it reports backups",
-    "pg_operator_backup_last_succeeded": "served by the operator once it reports backups",
-    "pg_operator_certificate_expiry_timestamp_seconds": "served by the operator once it reports certificates",
 }
 
 
@@ -62,16 +59,30 @@ def pods(kube: Kube, ns: str, role: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def monitored(operator: Kube, ns: str, moto: Moto) -> str:
-    """Two instances, archiving to the store, the metrics port open to the host (where Prometheus runs)."""
-    store = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "delete"}
-    policy = {"metricsFrom": [{"ipBlock": {"cidr": f"{BRIDGE_HOST}/32"}}, {"namespaceSelector": {}}]}
-    apply_objects(operator, backup_cluster(CLUSTER, ns, 2, backup=store, networkPolicy=policy))
-    wait_serving(operator, ns, CLUSTER, 2, 900)
+def ns(day2: Day2) -> str:
+    return day2.namespace
+
+
+@pytest.fixture(scope="module")
+def moto(day2: Day2) -> Moto:
+    return day2.moto
+
+
+@pytest.fixture(scope="module")
+def monitored(operator: Kube, day2: Day2) -> str:
+    """The day-2 cluster serving, WAL archived, a table with rows and a completed base backup (one the
+    `kubectl pgc` module took, or one taken here)."""
+    ns = day2.namespace
+    wait_serving(operator, ns, CLUSTER, 2, 300)
     archived_after_switch(operator, ns, CLUSTER, 240)
     with connect_app(operator, ns, CLUSTER) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS t (id int)")
         conn.execute("INSERT INTO t SELECT generate_series(1, 1000)")
+    done = [b for b in get_json(operator, "backups.db.example.com", "-n", ns)["items"]
+            if (b.get("status") or {}).get("phase") == "Completed"]  # fmt: skip
+    if not done:
+        apply_objects(operator, backup(f"{CLUSTER}-mon", ns, CLUSTER))
+        assert wait_backup(operator, ns, f"{CLUSTER}-mon", 600)["phase"] == "Completed"
     return CLUSTER
 
 
@@ -157,6 +168,11 @@ def test_every_dashboard_query_returns_data(ns: str, monitored: str, prom: Prome
         json.dumps({"dashboard targets": len(dashboard_targets()), "empty and excused": excused}), flush=True
     )
     assert empty == []
+    # The operator's own backup series (the backup alerts read them) report the completed backup.
+    succeeded = prom.query(f'pg_operator_backup_last_succeeded{{namespace="{ns}", cluster="{monitored}"}}')
+    assert succeeded and {r["value"][1] for r in succeeded} == {"1"}, succeeded
+    finished = prom.query(f'pg_operator_backup_last_success_timestamp_seconds{{cluster="{monitored}"}}')
+    assert finished and all(0 < time.time() - float(r["value"][1]) < 3600 for r in finished), finished
 
 
 @pytest.fixture(scope="module")
@@ -226,94 +242,3 @@ def test_refused_store_credentials_fire_the_archiving_alert_until_accepted_again
     print(json.dumps({"measure": "archiving alert", "fired_after_s": round(fired, 1),
                       "resolved_after_s": round(resolved, 1), "for": SHORT_FOR}), flush=True)  # fmt: skip
     assert prom.query(f'pg_stat_archiver_failing{{namespace="{ns}", pod="{primary}"}} == 0')
-
-
-def https_get(ip: str, port: int, server_name: str, ca: Path) -> str:
-    """GET /metrics from a pod by IP, verifying its certificate for `server_name` against the CA."""
-    context = ssl.create_default_context(cafile=str(ca))
-    with socket.create_connection((ip, port), timeout=10) as raw, \
-            context.wrap_socket(raw, server_hostname=server_name) as tls:  # fmt: skip
-        tls.sendall(f"GET /metrics HTTP/1.0\r\nHost: {server_name}\r\n\r\n".encode())
-        data = b""
-        while chunk := tls.recv(65536):
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    assert head.split(b"\r\n")[0].endswith(b"200 OK"), head[:200]
-    return body.decode()
-
-
-CLOCK_TICKS = 100  # USER_HZ on Linux: /proc/<pid>/stat counts CPU time in 1/100 s
-
-
-def backend_cpu_ticks(operator: Kube, ns: str, pod: str, pid: str) -> int:
-    """utime + stime of a PostgreSQL backend (the endpoint's session), from the pod's /proc."""
-    stat = operator.kubectl("exec", "-n", ns, pod, "-c", "postgres", "--", "cat", f"/proc/{pid}/stat").stdout
-    fields = stat.rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
-def scrape_cost(operator: Kube, ns: str, monitored: str, pod: str, ca: Path, n: int = 20) -> dict[str, Any]:
-    """n + 1 scrapes of one pod's /metrics from the host over verified HTTPS, nothing else scraping it: the
-    first (which reads the database sizes, a minute having passed) on its own, then the n others: the
-    client's wall time, the endpoint's own figures (its queries' wall time, its CPU time) and the CPU time
-    of the endpoint's PostgreSQL session (from the pod's /proc)."""
-    ip = get_json(operator, "pod", pod, "-n", ns)["status"]["podIP"]
-    name = f"{monitored}-r.{ns}.svc"
-
-    def figures(body: str) -> dict[str, float]:
-        return {k: float(v) for k, v in re.findall(r"^(pg_exporter_\w+) (\S+)$", body, re.M)}
-
-    first = figures(https_get(ip, 9187, name, ca))
-    backend = superuser_sql(operator, ns, pod, "SELECT pid FROM pg_stat_activity WHERE application_name = "
-                            "'pg-operator-metrics'")  # fmt: skip
-    ticks_before = backend_cpu_ticks(operator, ns, pod, backend)
-    walls: list[float] = []
-    own: list[float] = []
-    cpu: list[float] = []
-    queries: set[int] = set()
-    samples = 0
-    for _ in range(n):
-        started = time.perf_counter()
-        body = https_get(ip, 9187, name, ca)
-        walls.append(time.perf_counter() - started)
-        got = figures(body)
-        own.append(got["pg_exporter_last_scrape_duration_seconds"])
-        cpu.append(got["pg_exporter_last_scrape_cpu_seconds"])
-        queries.add(int(got["pg_exporter_last_scrape_queries"]))
-        samples = sum(1 for line in body.splitlines() if line and not line.startswith("#"))
-    backend_ms = (backend_cpu_ticks(operator, ns, pod, backend) - ticks_before) * 1000 / CLOCK_TICKS / n
-    return {
-        "with_sizes": {"queries": int(first["pg_exporter_last_scrape_queries"]),
-                       "queries_wall_ms": round(first["pg_exporter_last_scrape_duration_seconds"] * 1000, 1),
-                       "endpoint_cpu_ms": round(first["pg_exporter_last_scrape_cpu_seconds"] * 1000, 2)},
-        "others": {"queries": sorted(queries),
-                   "client_wall_ms_median": round(statistics.median(walls) * 1000, 1),
-                   "queries_wall_ms_median": round(statistics.median(own) * 1000, 1),
-                   "endpoint_cpu_ms_median": round(statistics.median(cpu) * 1000, 2),
-                   "postgres_session_cpu_ms_mean": round(backend_ms, 2)},
-        "samples": samples,
-    }  # fmt: skip
-
-
-def test_scrape_cost_at_1_and_100_databases(
-    operator: Kube, ns: str, monitored: str, prom: Prometheus, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    (primary,) = pods(operator, ns, "primary")
-    ca = tmp_path_factory.mktemp("scrape") / "ca.crt"
-    ca.write_text(secret(operator, ns, f"{monitored}-ca")["ca.crt"])
-    prom.proc.send_signal(signal.SIGSTOP)  # only these scrapes while measuring
-    try:
-        time.sleep(61)  # the sizes are read again from the next scrape on
-        one = scrape_cost(operator, ns, monitored, primary, ca)
-        statements = [a for i in range(100) for a in ("-c", f"CREATE DATABASE scrape_{i}")]
-        psql = ("psql", "-h", "/var/run/postgresql", "-U", "postgres", "-qAtX")
-        operator.kubectl("exec", "-n", ns, primary, "-c", "postgres", "--", *psql, *statements, timeout=600)
-        time.sleep(61)
-        hundred = scrape_cost(operator, ns, monitored, primary, ca)
-    finally:
-        prom.proc.send_signal(signal.SIGCONT)
-    print(json.dumps({"measure": "instance scrape", "1_database": one, "101_databases": hundred}), flush=True)
-    # 7 queries per scrape, and an 8th (the database sizes) once a minute.
-    assert one["with_sizes"]["queries"] == hundred["with_sizes"]["queries"] == 8
-    assert one["others"]["queries"] == hundred["others"]["queries"] == [7]
-    assert hundred["samples"] > one["samples"]

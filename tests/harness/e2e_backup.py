@@ -49,6 +49,18 @@ class Moto:
         return self.server.keys(BUCKET, prefix)
 
 
+@dataclass(frozen=True)
+class Day2:
+    """The e2e tier's day-2 cluster (its `day2` fixture): `name` in `namespace`, archiving to `moto`."""
+
+    namespace: str
+    name: str
+    moto: Moto
+
+
+DAY2_NAME = "day2-db"
+
+
 def s3(
     moto: Moto,
     *,

@@ -78,6 +78,12 @@ def wait_serving(kube: Kube, namespace: str, cluster: str, replicas: int, timeou
 SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}
 
 
+# The e2e tier's synchronous cluster (its `sync_cluster` fixture), shared by the failover and settings
+# modules: three instances, one synchronous standby that must acknowledge every commit.
+SYNC_NAMESPACE, SYNC_NAME = "ha-sync", "sync-db"
+SYNC_SPEC: dict[str, Any] = {"replicas": 3, "synchronous": {"number": 1, "dataDurability": "required"}}
+
+
 def serving_cluster(kube: Kube, namespace: str, name: str, spec: dict[str, Any]) -> Iterator[Kube]:
     """A module fixture's body: a namespace with one PostgresCluster (small requests unless the spec
     says otherwise), yielded once it serves through -rw; the namespace goes afterwards."""

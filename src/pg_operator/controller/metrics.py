@@ -55,6 +55,19 @@ class Metrics:
             registry=self.registry,
         )
         self._last_archived: dict[tuple[str, str], float] = {}
+        # Base backups (the cluster's Backup objects), for the backup alerts and the dashboard.
+        self.backup_last_success = Gauge(
+            "pg_operator_backup_last_success_timestamp_seconds",
+            "Unix time at which the cluster's newest completed base backup finished.",
+            ["namespace", "cluster"],
+            registry=self.registry,
+        )
+        self.backup_last_succeeded = Gauge(
+            "pg_operator_backup_last_succeeded",
+            "1 when the cluster's most recently finished base backup completed, 0 when it failed.",
+            ["namespace", "cluster"],
+            registry=self.registry,
+        )
 
     def set_phase(self, key: tuple[str, str], phase: str | None) -> None:
         """Record a cluster's phase (None when the cluster is gone) and refresh the by-phase gauge."""
@@ -80,4 +93,18 @@ class Metrics:
     def forget_archive(self, key: tuple[str, str]) -> None:
         if self._last_archived.pop(key, None) is not None:
             self.wal_archive_age.remove(key[0], key[1])
+        self.set_backups(key, None, None)
+
+    def set_backups(self, key: tuple[str, str], last_success: float | None, succeeded: bool | None) -> None:
+        """A cluster's base-backup figures; None removes a series (no such backup yet, or no backups)."""
+        for gauge, value in ((self.backup_last_success, last_success),
+                             (self.backup_last_succeeded, None if succeeded is None else float(succeeded))):
+            if value is not None:
+                gauge.labels(namespace=key[0], cluster=key[1]).set(value)
+            elif (key[0], key[1]) in _label_sets(gauge):
+                gauge.remove(key[0], key[1])
+
+
+def _label_sets(gauge: Gauge) -> set[tuple[str, ...]]:
+    return {tuple(sample.labels.values()) for metric in gauge.collect() for sample in metric.samples}
 

@@ -32,6 +32,7 @@ from pg_operator.backup.archive_health import (
     parse_archiver_line,
 )
 from pg_operator.backup.barman import ObjectStore, backup_list_argv
+from pg_operator.backup.catalog import parse_time
 from pg_operator.backup.failures import Failure, classify
 from pg_operator.backup.placement import primary_pod
 from pg_operator.backup.store_cleanup import decide_finalizer
@@ -154,6 +155,9 @@ class ClusterBackupReconciler:
         discarding = self._gates.get(key) == "discard"
         shown = None if discarding else stats
         summary = self._summary(body, shown, primary, mine, keep_old=not discarding)
+        finished = parse_time(summary.get("lastSuccessfulBackupTime"))
+        self.metrics.set_backups(key, None if finished is None else finished.timestamp(),
+                                 None if last is None else last[0] == "True")  # fmt: skip
         await self.writes.status(body, ours, summary or None)
         if archiving.status == "False" and archiving.reason != "NothingArchivedYet":
             await self.notices.once(
