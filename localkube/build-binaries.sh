@@ -66,3 +66,15 @@ if [ "$want" = all ] || [ "$want" = kube-router ]; then
     "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$kr_version" \
     github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
 fi
+if [ "$want" = all ] || [ "$want" = helm ]; then
+  # The Helm chart's tests (charts/pg-operator) and the e2e tier's install; the version is the one
+  # localkube/modules/helm/go.mod pins. The ldflags give `helm version` its release and tell `helm lint`
+  # which Kubernetes minor to check API deprecations against (the client-go minor Helm is built with).
+  helm_version=$(awk '$1 == "helm.sh/helm/v3" {print $2}' "$here/modules/helm/go.mod")
+  helm_kube_minor=$(awk '$1 == "k8s.io/client-go" {split($2, v, "."); print v[2]}' "$here/modules/helm/go.mod")
+  ld="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ld="$ld -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$helm_kube_minor"
+  done
+  build_group helm "$helm_version" "$here/modules/helm" "$ld" helm.sh/helm/v3/cmd/helm
+fi

@@ -1,9 +1,11 @@
 """The operator as a user installs it (the e2e tier and its benchmarks): images built and imported into
-the full profile's node, then `kubectl apply -k deploy/`; and the user's example cluster."""
+the full profile's node, then the Helm chart charts/pg-operator (cluster-wide; the kubectl install from
+deploy/ is proven by the namespaced-install module and the demo); and the user's example cluster."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,10 +30,36 @@ def operator_image() -> str:
     raise AssertionError("deploy/operator/deployment.yaml has no Deployment")
 
 
+CHART = REPO / "charts" / "pg-operator"
+RELEASE = "pg-operator"  # with the chart's naming, the Deployment, ServiceAccount and RBAC are `pg-operator`
+
+
+def helm(kube: Kube, *args: str, timeout: float = 360) -> subprocess.CompletedProcess[str]:
+    """The helm binary built into the cache (localkube/build-binaries.sh), on `kube`'s cluster."""
+    cmd = [kube.ctx.binary("helm"), "--kubeconfig", kube.kubeconfig, *args]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if res.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+    return res
+
+
 def install_operator(kube: Kube) -> None:
-    """What a user does (kubectl apply -k deploy/), after building and importing the images."""
-    ensure_images(kube.ctx, [default_image("16"), image_for("16.13"), operator_image()])
-    kube.kubectl("apply", "-k", str(REPO / "deploy"))
+    """What a user does with the chart (docs/install.md), after building and importing the images: the
+    namespace with the restricted Pod Security level, then `helm upgrade --install` of the cluster-wide
+    chart with the locally built image (an install on a fresh cluster; on a reused one it upgrades, takes
+    over objects an earlier `kubectl apply -k deploy/` made, and applies the chart's CRDs first, as Helm
+    never upgrades them)."""
+    image = operator_image()
+    ensure_images(kube.ctx, [default_image("16"), image_for("16.13"), image])
+    namespace = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": OPERATOR_NAMESPACE,
+                              "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}  # fmt: skip
+    kube.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=yaml.safe_dump(namespace))
+    if kube.kubectl("get", "crd", "postgresclusters.db.example.com", check=False).returncode == 0:
+        kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
+    repository, _, tag = image.rpartition(":")
+    helm(kube, "upgrade", "--install", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
+         "--take-ownership", "--set-string", f"image.repository={repository},image.tag={tag}")  # fmt: skip
     kube.kubectl("-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment/pg-operator",
                  "--timeout=300s", timeout=320)  # fmt: skip
 

@@ -1,0 +1,289 @@
+"""The Helm chart (charts/pg-operator) against deploy/: `helm lint --strict` in both modes; the rendered
+RBAC rules, Deployment and monitoring objects equal those of `kubectl apply -k deploy/` (cluster-wide),
+of the deploy/namespaced/ overlay (namespaced) and of deploy/monitoring/, so the two installs cannot
+drift; then the namespaced mode `helm install`ed on the kwok cluster (every object accepted by the API
+server, the ServiceAccount's grants checked with the API server's authorizer) and `helm uninstall`ed
+(everything gone but the CRDs). The cluster-wide mode runs on real pods in every e2e module: the e2e
+tier installs its operator from this chart (tests/harness/deployed_operator.py)."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from localkube.common import Context
+
+from harness.deployed_operator import CHART, OPERATOR_NAMESPACE, helm, namespaced_overlay
+from harness.kube import get_json, get_or_none
+from harness.local_cluster import Kube
+from harness.paths import REPO
+from pg_operator.cli.main import build_parser
+
+DEPLOY = REPO / "deploy"
+RELEASE = "pg-operator"  # as the e2e tier installs it: every name is then deploy/'s
+# Flags the chart passes that deploy/ leaves at the operator's default.
+CHART_ONLY_ARGS = ["--log-level=info"]
+# Labels the chart adds to every object and to the pod template (Helm's and the release's).
+CHART_LABELS = {"app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/managed-by",
+                "helm.sh/chart"}  # fmt: skip
+MONITORING = [
+    "--set", "monitoring.serviceMonitor.enabled=true",
+    "--set", "monitoring.podMonitor.enabled=true",
+    "--set", "monitoring.prometheusRule.enabled=true",
+]  # fmt: skip
+
+
+class LocalKubectl:
+    """kubectl for what needs no API server (kustomize), so the render tests need no cluster."""
+
+    def __init__(self) -> None:
+        self.ctx = Context()
+        self.kubeconfig = ""  # none: kustomize reads only files
+
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None,
+                timeout: float = 120) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        res = subprocess.run([self.ctx.binary("kubectl"), *args], input=input, capture_output=True,
+                             text=True, timeout=timeout)  # fmt: skip
+        if check and res.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed:\n{res.stderr}")
+        return res
+
+
+def helm_local(*args: str) -> str:
+    """helm for what needs no cluster (lint, template)."""
+    res = subprocess.run([Context().binary("helm"), *args], capture_output=True, text=True, timeout=120)
+    if res.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+    return res.stdout
+
+
+def render(*values: str, namespace: str = OPERATOR_NAMESPACE, release: str = RELEASE) -> list[dict[str, Any]]:
+    out = helm_local("template", release, str(CHART), "--namespace", namespace, *values)
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def watching(namespaces: Sequence[str]) -> list[str]:
+    return ["--set", "watchNamespaces={" + ",".join(namespaces) + "}"]
+
+
+def yaml_docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def find(objects: Sequence[dict[str, Any]], kind: str, name: str, namespace: str | None) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name
+             and o["metadata"].get("namespace") == namespace]  # fmt: skip
+    assert len(found) == 1, f"{len(found)} {kind} {namespace}/{name}"
+    return found[0]
+
+
+def identities(objects: Sequence[dict[str, Any]]) -> set[tuple[str, str, str | None]]:
+    """(kind, name, namespace) of every object but the Namespace and the CRDs (which the chart leaves to
+    `--create-namespace` and its crds/ directory)."""
+    return {(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in objects
+            if o["kind"] not in ("Namespace", "CustomResourceDefinition")}  # fmt: skip
+
+
+def comparable_deployment(deployment: dict[str, Any]) -> dict[str, Any]:
+    """A chart's Deployment spec less what the chart adds on purpose: its flags left at the operator's
+    defaults in deploy/, and Helm's labels on the pod template."""
+    spec = copy.deepcopy(deployment["spec"])
+    pod = spec["template"]
+    pod["metadata"]["labels"] = {k: v for k, v in pod["metadata"]["labels"].items() if k not in CHART_LABELS}
+    container = pod["spec"]["containers"][0]
+    for arg in CHART_ONLY_ARGS:
+        assert arg in container["args"], arg
+        container["args"].remove(arg)
+    return dict(spec)
+
+
+def test_chart_only_args_are_the_operators_defaults() -> None:
+    """What the chart passes beyond deploy/ changes nothing: the operator's own defaults."""
+    parsed = build_parser().parse_args(["run", *CHART_ONLY_ARGS])
+    assert vars(parsed) == vars(build_parser().parse_args(["run"]))
+
+
+def test_lint_is_clean_in_both_modes() -> None:
+    for values in ([], [*watching(["shop", "billing"]), *MONITORING]):
+        out = helm_local("lint", "--strict", str(CHART), *values)
+        assert "0 chart(s) failed" in out, out
+        assert "[WARNING]" not in out and "[ERROR]" not in out, out
+
+
+def test_bad_values_are_refused_naming_the_field() -> None:
+    for values, field in ((["--set", "watchNamespaces={Shop}"], "/watchNamespaces/0"),
+                          (["--set", "logLevel=verbose"], "/logLevel"),
+                          (["--set", "replicaCount=3"], "replicaCount")):  # fmt: skip
+        res = subprocess.run([Context().binary("helm"), "template", RELEASE, str(CHART), *values],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert res.returncode != 0 and field in res.stderr, (values, res.stderr)
+
+
+def test_cluster_wide_mode_renders_deploy() -> None:
+    chart = render()
+    deployed = [d for path in (DEPLOY / "operator").glob("*.yaml") if path.name != "kustomization.yaml"
+                for d in yaml_docs(path)]  # fmt: skip
+    assert identities(chart) == identities(deployed)
+    for kind, name, namespace in identities(deployed):
+        ours, theirs = find(chart, kind, name, namespace), find(deployed, kind, name, namespace)
+        if "rules" in theirs:  # ClusterRole, the Lease's Role: the same rules in the same order
+            assert ours["rules"] == theirs["rules"], f"{kind} {name}"
+        if "subjects" in theirs:
+            assert (ours["subjects"], ours["roleRef"]) == (theirs["subjects"], theirs["roleRef"]), name
+        assert {k: v for k, v in ours["metadata"].get("labels", {}).items() if k not in CHART_LABELS} == (
+            theirs["metadata"].get("labels") or {}), f"{kind} {name}"  # fmt: skip
+    ours = find(chart, "Deployment", "pg-operator", OPERATOR_NAMESPACE)
+    theirs = find(deployed, "Deployment", "pg-operator", OPERATOR_NAMESPACE)
+    assert comparable_deployment(ours) == theirs["spec"]
+    # The arguments are ones `pg-operator run` accepts.
+    build_parser().parse_args(["run", *ours["spec"]["template"]["spec"]["containers"][0]["args"]])
+    # Monitoring is off by default.
+    assert not [o for o in chart if o["apiVersion"].startswith("monitoring.coreos.com/")]
+
+
+def test_namespaced_mode_renders_the_overlay(tmp_path: Path) -> None:
+    watched = ["shop", "billing"]
+    chart = render(*watching(watched))
+    overlay = namespaced_overlay(LocalKubectl(), tmp_path, watched)
+    assert identities(chart) == identities(overlay)
+    assert not [o for o in chart if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    for kind, name, namespace in identities(overlay):
+        ours, theirs = find(chart, kind, name, namespace), find(overlay, kind, name, namespace)
+        if "rules" in theirs:
+            assert ours["rules"] == theirs["rules"], f"{kind} {namespace}/{name}"
+        if "subjects" in theirs:
+            assert (ours["subjects"], ours["roleRef"]) == (theirs["subjects"], theirs["roleRef"]), name
+    ours = find(chart, "Deployment", "pg-operator", OPERATOR_NAMESPACE)
+    theirs = find(overlay, "Deployment", "pg-operator", OPERATOR_NAMESPACE)
+    assert comparable_deployment(ours) == theirs["spec"]
+    args = ours["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert build_parser().parse_args(["run", *args]).namespaces == watched
+
+
+def test_monitoring_objects_are_deploys() -> None:
+    chart = render(*MONITORING)
+    monitoring = DEPLOY / "monitoring"
+    for path in ("operator-metrics-service.yaml", "servicemonitor.yaml", "podmonitor.yaml",
+                 "prometheus-rule.yaml"):  # fmt: skip
+        (theirs,) = yaml_docs(monitoring / path)
+        ours = find(chart, theirs["kind"], theirs["metadata"]["name"], theirs["metadata"]["namespace"])
+        assert ours["spec"] == theirs["spec"], path
+    # The PrometheusRule carries the rule file's groups, Prometheus' own {{ $labels }} templates intact.
+    rule = find(chart, "PrometheusRule", "pg-operator", OPERATOR_NAMESPACE)
+    assert rule["spec"] == yaml.safe_load((monitoring / "prometheus-rules.yaml").read_text())
+    assert "{{ $labels.namespace }}" in yaml.safe_dump(rule)
+    # Extra labels (what a Prometheus selects monitors by) reach every monitoring object.
+    labelled = render(*MONITORING, "--set", "monitoring.labels.release=prom")
+    monitors = [o for o in labelled if o["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert len(monitors) == 3 and all(o["metadata"]["labels"]["release"] == "prom" for o in monitors)
+
+
+# --- On the kwok cluster: the namespaced mode installed and uninstalled -----------------------------
+
+
+def resource(obj: dict[str, Any]) -> str:
+    """kubectl's name of an object's resource, with its API group (role.rbac.authorization.k8s.io)."""
+    group = obj["apiVersion"].rpartition("/")[0]
+    return f"{obj['kind'].lower()}.{group}" if group else str(obj["kind"]).lower()
+
+
+def can_i(kube: Kube, user: str, verb: str, resource: str, *where: str) -> bool:
+    kind, _, sub = resource.partition(":")
+    extra = [f"--subresource={sub}"] if sub else []
+    res = kube.kubectl("auth", "can-i", verb, kind, *extra, f"--as={user}", *where, check=False)
+    assert res.stdout.strip() in ("yes", "no"), res.stderr
+    return res.stdout.strip() == "yes"
+
+
+# What the namespaced operator's ServiceAccount may and may not do (the API server's authorizer answers).
+IN_WATCHED = [
+    ("create", "pods:exec"),
+    ("get", "pods:exec"),
+    ("create", "secrets"),
+    ("patch", "secrets"),
+    ("delete", "statefulsets.apps"),
+    ("patch", "postgresclusters.db.example.com"),
+    ("patch", "postgresclusters.db.example.com:status"),
+    ("update", "backups.db.example.com:finalizers"),
+    ("create", "roles.rbac.authorization.k8s.io"),
+]
+NOT_IN_WATCHED = [
+    ("update", "secrets"),
+    ("update", "postgresclusters.db.example.com"),
+    ("create", "leases.coordination.k8s.io"),
+]
+NOT_ELSEWHERE = [("create", "pods:exec"), ("get", "secrets"), ("list", "pods")]
+NOT_CLUSTER_WIDE = [("list", "secrets"), ("create", "pods:exec"), ("list", "postgresclusters.db.example.com"),
+                    ("list", "storageclasses.storage.k8s.io"),
+                    ("get", "customresourcedefinitions.apiextensions.k8s.io")]  # fmt: skip
+CRDS = ("postgresclusters", "backups", "scheduledbackups")
+
+
+@pytest.fixture
+def namespaces(kube: Kube) -> Iterator[dict[str, str]]:
+    """The release's namespace (made by `helm install --create-namespace`), two watched ones and one
+    that is not watched; all deleted afterwards."""
+    suffix = uuid.uuid4().hex[:6]
+    names = {"release": f"helm-rel-{suffix}", "watched": f"helm-a-{suffix}", "watched2": f"helm-b-{suffix}",
+             "other": f"helm-other-{suffix}"}  # fmt: skip
+    for key in ("watched", "watched2", "other"):
+        kube.kubectl("create", "namespace", names[key])
+    yield names
+    for name in names.values():
+        kube.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false")
+
+
+def test_namespaced_install_and_uninstall(kube: Kube, namespaces: dict[str, str]) -> None:
+    release = f"pg-operator-{namespaces['release'][-6:]}"  # it holds the chart's name: objects are named so
+    ns, watched = namespaces["release"], [namespaces["watched"], namespaces["watched2"]]
+    helm(kube, "install", release, str(CHART), "--namespace", ns, "--create-namespace", *watching(watched),
+         "--wait", "--timeout=180s")  # fmt: skip
+    try:
+        listed = helm(kube, "get", "manifest", release, "-n", ns).stdout
+        manifest = [d for d in yaml.safe_load_all(listed) if d]
+        assert identities(manifest) == identities(render(*watching(watched), namespace=ns, release=release))
+        # Every object is in the API server, owned by the release; the fake pods are Ready.
+        for obj in manifest:
+            where = ["-n", obj["metadata"]["namespace"]] if obj["metadata"].get("namespace") else []
+            live = get_json(kube, resource(obj), obj["metadata"]["name"], *where)
+            assert live["metadata"]["annotations"]["meta.helm.sh/release-name"] == release
+        assert get_json(kube, "deployment", release, "-n", ns)["status"].get("readyReplicas") == 2
+        for crd in CRDS:
+            conditions = get_json(kube, "crd", f"{crd}.db.example.com")["status"]["conditions"]
+            assert any(c["type"] == "Established" and c["status"] == "True" for c in conditions), crd
+
+        user = f"system:serviceaccount:{ns}:{release}"
+        for namespace in watched:
+            for verb, what in IN_WATCHED:
+                assert can_i(kube, user, verb, what, "-n", namespace), f"{verb} {what} in {namespace}"
+            for verb, what in NOT_IN_WATCHED:
+                assert not can_i(kube, user, verb, what, "-n", namespace), f"{verb} {what} in {namespace}"
+        for verb, what in NOT_ELSEWHERE:
+            assert not can_i(kube, user, verb, what, "-n", namespaces["other"]), f"{verb} {what} elsewhere"
+        for verb, what in NOT_CLUSTER_WIDE:
+            assert not can_i(kube, user, verb, what, "-A"), f"{verb} {what} cluster-wide"
+        assert can_i(kube, user, "create", "leases.coordination.k8s.io", "-n", ns)
+        assert can_i(kube, user, "update", "leases.coordination.k8s.io/pg-operator-leader", "-n", ns)
+        assert not can_i(kube, user, "update", "leases.coordination.k8s.io/other", "-n", ns)
+        bindings = get_json(kube, "clusterrolebindings")["items"]
+        bound = [b["metadata"]["name"] for b in bindings for s in b.get("subjects") or ()
+                 if (s.get("name"), s.get("namespace")) == (release, ns)]  # fmt: skip
+        assert bound == []
+    finally:
+        helm(kube, "uninstall", release, "-n", ns, "--wait", "--timeout=180s")
+
+    # Everything the release made is gone; the CRDs (Helm never deletes crds/) and the namespaces stay.
+    for obj in manifest:
+        where = ["-n", obj["metadata"]["namespace"]] if obj["metadata"].get("namespace") else []
+        gone = get_or_none(kube, resource(obj), obj["metadata"]["name"], *where) is None
+        assert gone, f"{resource(obj)} {obj['metadata']['name']} survived the uninstall"
+    for crd in CRDS:
+        assert get_or_none(kube, "crd", f"{crd}.db.example.com") is not None
+    for namespace in watched:
+        assert get_or_none(kube, "namespace", namespace) is not None
