@@ -45,6 +45,15 @@ from pg_operator.api.placement import (
 )
 from pg_operator.api.postgresql import Postgresql
 from pg_operator.api.quantity import QUANTITY_PATTERN, parse_quantity
+from pg_operator.api.roles import (
+    MAX_DATABASES,
+    MAX_ROLES,
+    Database,
+    RemovalPolicies,
+    Role,
+    spec_problems,
+)
+from pg_operator.api.roles import SPEC_RULES as ROLES_SPEC_RULES
 from pg_operator.api.schema import (
     MAX_NAME_LENGTH,
     NAME_PATTERN,
@@ -272,6 +281,7 @@ _SPEC_RULES = (
         fieldPath=".storageClassName",
         reason="FieldValueForbidden",
     ),
+    *ROLES_SPEC_RULES,
 )
 
 
@@ -388,6 +398,22 @@ class PostgresClusterSpec(SpecModel):
             "archiving, and Backup/ScheduledBackup objects for this cluster fail."
         ),
     )
+    # None rather than an empty list when unset: the API server stores no empty list it did not default.
+    roles: list[Role] | None = Field(
+        None,
+        max_length=MAX_ROLES,
+        description="Roles the operator creates and keeps as declared (docs/roles.md).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    databases: list[Database] | None = Field(
+        None,
+        max_length=MAX_DATABASES,
+        description="Databases the operator creates and keeps as declared, with extensions and schemas.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    removal_policy: RemovalPolicies = _nested(
+        RemovalPolicies, "What happens to a role or database removed from spec.roles or spec.databases."
+    )
 
     @field_validator("version")
     @classmethod
@@ -418,6 +444,14 @@ class PostgresClusterSpec(SpecModel):
             raise ValueError(
                 "synchronous.number must be less than replicas: each synchronous standby is another instance"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _roles_and_databases(self) -> PostgresClusterSpec:
+        problems = spec_problems(self.roles or [], self.databases or [], self.bootstrap.initdb.owner,
+                                 self.bootstrap.initdb.database)  # fmt: skip
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @property

@@ -11,10 +11,18 @@ from pg_operator.api.schema import StatusModel
 
 
 class Condition(StatusModel):
-    # The last three are the backup reconcilers' (controller/backup_reconcilers; specs/backup_status.py
-    # keeps them).
+    # ContinuousArchiving, LastBackupSucceeded and BackupStoreCleanup are the backup reconcilers'
+    # (controller/backup_reconcilers; specs/backup_status.py keeps them); RolesApplied and DatabasesApplied
+    # the roles room's (controller/rooms/roles.py), present only while spec.roles or spec.databases are.
     type: Literal[
-        "Ready", "Progressing", "Degraded", "ContinuousArchiving", "LastBackupSucceeded", "BackupStoreCleanup"
+        "Ready",
+        "Progressing",
+        "Degraded",
+        "ContinuousArchiving",
+        "LastBackupSucceeded",
+        "BackupStoreCleanup",
+        "RolesApplied",
+        "DatabasesApplied",
     ]
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(max_length=1024)
@@ -56,6 +64,15 @@ class BackupClusterStatus(StatusModel):
     last_successful_backup_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
 
 
+class DeclaredObjectStatus(StatusModel):
+    """One entry of spec.roles or spec.databases (or one removed from them and not yet released) as the
+    database holds it."""
+
+    name: str
+    applied: bool = Field(description="The database holds it as declared.")
+    reason: str | None = Field(None, max_length=4096, description="Why it is not (yet) as declared.")
+
+
 class PostgresClusterStatus(StatusModel):
     """What the operator observed; written only when it changes."""
 
@@ -74,3 +91,13 @@ class PostgresClusterStatus(StatusModel):
     )
     selector: str = Field("", description="Label selector of the instance pods (for the scale subresource).")
     backup: BackupClusterStatus | None = Field(None, description="Backups and WAL archiving (spec.backup).")
+    roles: list[DeclaredObjectStatus] | None = Field(
+        None,
+        description="Each declared role, checked against the database (docs/roles.md).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    databases: list[DeclaredObjectStatus] | None = Field(
+        None,
+        description="Each declared database, with its extensions and schemas, checked against the database.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
