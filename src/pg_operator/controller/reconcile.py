@@ -32,6 +32,7 @@ from pg_operator.controller.rooms.credentials import CredentialsRoom
 from pg_operator.controller.rooms.high_availability import HighAvailabilityRoom
 from pg_operator.controller.rooms.instances import InstancesRoom
 from pg_operator.controller.rooms.major_upgrade import MajorUpgradeRoom
+from pg_operator.controller.rooms.roles import RolesRoom
 from pg_operator.controller.rooms.storage import StorageRoom
 from pg_operator.controller.rooms.tls import TlsRoom
 from pg_operator.controller.writes import Applier, WriteMemo, all_of, canonical
@@ -130,6 +131,7 @@ class Reconciler:
             InstancesRoom(events),
             CredentialsRoom(api, self.memo, events, pod_exec),
             TlsRoom(api, self.memo, events, registry=metrics.registry),
+            RolesRoom(api, self.memo, events, pod_exec),
         )
         self._invalid_seen: dict[ClusterKey, int] = {}
         # Clusters whose namespace refused a write because it is being deleted, by the cluster version
@@ -268,6 +270,8 @@ class Reconciler:
             problem=p.problem,
             endpoint_slices=p.snapshot.of_kind(*ENDPOINT_SLICE_KIND),
         )
+        for room in self.rooms:
+            room.status(p, status)
         outcome.phase = str(status.get("phase") or "")
         self.metrics.set_phase(key, outcome.phase)
         self.instance_metrics.set(

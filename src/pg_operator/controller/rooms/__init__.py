@@ -87,5 +87,8 @@ class Room:
         """Writes that follow the children (e.g. growing volumes); returns the writes made."""
         return 0
 
+    def status(self, p: ClusterPass, status: dict[str, Any]) -> None:
+        """The room's own fields and conditions, added to the status the pass computed."""
+
     def forget(self, key: tuple[str, str]) -> None:
         """The cluster is gone: drop what the room remembers of it."""

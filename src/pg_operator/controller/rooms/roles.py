@@ -1,0 +1,307 @@
+"""The roles room: `spec.roles` and `spec.databases` kept in the database as declared.
+
+A check reads what the primary holds (one psql over pod exec, read-only: roles, memberships, password
+verifiers of the declared roles, databases, extensions, schemas), plans the SQL that converges it
+(specs/roles.py) and, only when something differs, runs that SQL in a second exec — verifiers, never
+passwords, on stdin; nothing of it in argv, a log line or an Event. A check runs when something that
+could change the answer changed (the cluster's generation, the primary, a password Secret's version)
+and otherwise at most every `CHECK_SECONDS`, which bounds how long a role altered or dropped by hand
+stays so: a steady cluster costs one read-only exec per interval and no write; a cluster that declares
+nothing (and has nothing left to release) costs nothing.
+
+Generated role Secrets (`<cluster>-<role>`) are created once with a CSPRNG password, owned by the
+cluster; their derived keys (URIs, pgpass, ca.crt) follow the password and the cluster's CA. A Secret the
+user names is read, never written: the database's verifier is the applied mark (specs/roles.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Secret
+
+from pg_operator import objects
+from pg_operator.api.constants import CLUSTER_LABEL, ROLE_PRIMARY
+from pg_operator.controller.events import EventRecorder
+from pg_operator.controller.kube_api import Api, is_conflict, is_not_found
+from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
+from pg_operator.controller.rooms import ClusterPass, Room
+from pg_operator.controller.writes import WriteMemo, all_of
+from pg_operator.orchestration.instances import instances_from_pods, patroni_state
+from pg_operator.specs import names
+from pg_operator.specs.roles import (
+    DATABASES_CONDITION,
+    ROLES_CONDITION,
+    Entry,
+    ObservationError,
+    conditions,
+    converge,
+    declared_databases,
+    declared_roles,
+    declares_anything,
+    decoded,
+    generates_secret,
+    new_password,
+    observe_sql,
+    parse_observed,
+    password_sources,
+    passwords,
+    role_secret,
+    role_secret_name,
+    stale_keys,
+    without_secrets,
+)
+from pg_operator.specs.secrets import APP_CA_KEY
+
+log = logging.getLogger(__name__)
+
+# How long a role or database changed by hand may stay so before the next check puts it back.
+CHECK_SECONDS = 60.0
+# After a failed check or apply.
+RETRY_SECONDS = 15.0
+EXEC_SECONDS = 60
+CONDITION_TYPES = (ROLES_CONDITION, DATABASES_CONDITION)
+
+
+@dataclass
+class _Checked:
+    """The last check of one cluster."""
+
+    trigger: tuple[Any, ...]
+    at: float
+    roles: list[Entry] = field(default_factory=list)
+    databases: list[Entry] = field(default_factory=list)
+    failure: str | None = None  # the check or the apply failed: why (no secret in it)
+
+
+class RolesRoom(Room):
+    def __init__(self, api: Api, memo: WriteMemo, events: EventRecorder, pod_exec: PodExec | None) -> None:
+        self.api = api
+        self.memo = memo
+        self.events = events
+        self.exec = pod_exec
+        self._checked: dict[tuple[str, str], _Checked] = {}
+        self._warned: dict[tuple[str, str], str] = {}
+
+    def forget(self, key: tuple[str, str]) -> None:
+        self._checked.pop(key, None)
+        self._warned.pop(key, None)
+
+    # --- data plane -------------------------------------------------------------------------------------
+
+    async def act(self, p: ClusterPass) -> None:
+        key = (p.namespace, p.name)
+        if not declares_anything(p.cluster) and not self._left_to_release(p):
+            self._checked.pop(key, None)
+            return
+        p.writes += await self._refresh_secrets(p)
+        primary = self._running_primary(p)
+        if primary is None or self.exec is None:
+            return  # the primary's pod changes wake the cluster
+        secrets = {objects.name(s): s for s in p.snapshot.of_kind("v1", "Secret")}
+        trigger = (
+            p.cluster.generation,
+            primary,
+            tuple((n, objects.resource_version(secrets.get(n))) for n in password_sources(p.cluster)),
+        )
+        last = self._checked.get(key)
+        now = time.monotonic()
+        if last is not None and last.trigger == trigger:
+            wait = (RETRY_SECONDS if last.failure else CHECK_SECONDS) - (now - last.at)
+            if wait > 0:
+                p.again_in(wait)
+                return
+        checked = await self._check(p, primary, trigger, secrets)
+        self._checked[key] = checked
+        p.again_in(RETRY_SECONDS if checked.failure else CHECK_SECONDS)
+        problems = ([checked.failure] if checked.failure else []) + [
+            f"{kind} {e.name}: {e.reason}"
+            for kind, entries in (("role", checked.roles), ("database", checked.databases))
+            for e in entries
+            if not e.applied and not e.reason.startswith("waiting for")
+        ]
+        if problems:
+            p.writes += await self._warn_once(p, "; ".join(problems)[:2000])
+
+    def _left_to_release(self, p: ClusterPass) -> bool:
+        """Nothing is declared, but the last check or status still lists roles or databases (removed from
+        the spec: the removal policy is still to be applied, or a removal was refused)."""
+        last = self._checked.get((p.namespace, p.name))
+        if last is not None:
+            return bool(last.roles or last.databases)
+        status = p.body.get("status") or {}
+        return bool(status.get("roles") or status.get("databases"))
+
+    async def _check(
+        self, p: ClusterPass, primary: str, trigger: tuple[Any, ...], secrets: dict[str, dict[str, Any]]
+    ) -> _Checked:
+        assert self.exec is not None
+        checked = _Checked(trigger, time.monotonic())
+        try:
+            script = observe_sql(p.cluster).encode()
+            result = await self.exec.run(p.namespace, primary, [*PSQL, "-q", "-f", "-"],
+                                         stdin=script, seconds=EXEC_SECONDS)  # fmt: skip
+            if result.exit_status != 0:
+                why = without_secrets(result.stderr)[-300:] or f"psql exited {result.exit_status}"
+                checked.failure = f"could not read roles and databases on {primary}: {why}"
+                return checked
+            observed = parse_observed(result.stdout)
+        except (ExecError, ObservationError) as exc:
+            checked.failure = f"could not read roles and databases on {primary}: {exc}"
+            return checked
+        plan = converge(p.cluster, observed, passwords(p.cluster, secrets))
+        checked.roles, checked.databases = plan.roles, plan.databases
+        if not plan.script:
+            return checked
+        what = "; ".join(plan.changes)[:1500] or "marked managed roles and databases"
+        try:
+            result = await self.exec.run(p.namespace, primary, [*PSQL, "-q", "-f", "-"],
+                                         stdin=plan.sql.encode(), seconds=EXEC_SECONDS)  # fmt: skip
+        except ExecError as exc:
+            checked.failure = f"could not apply roles and databases on {primary}: {exc}"
+            return checked
+        if result.exit_status != 0:
+            why = without_secrets(result.stderr)[-400:] or f"psql exited {result.exit_status}"
+            checked.failure = f"could not apply roles and databases on {primary}: {why}"
+            # Nothing is known to be applied now: every entry says so until the next check.
+            checked.roles = [Entry(e.name, False, e.reason or "the SQL failed") for e in checked.roles]
+            checked.databases = [
+                Entry(e.name, False, e.reason or "the SQL failed") for e in checked.databases
+            ]
+            return checked
+        log.info("%s/%s: %s", p.namespace, p.name, what)
+        p.writes += int(await self.events.record(p.body, "Normal", "RolesConverged", what))
+        return checked
+
+    async def _warn_once(self, p: ClusterPass, message: str) -> int:
+        key = (p.namespace, p.name)
+        if self._warned.get(key) == message:
+            return 0
+        self._warned[key] = message
+        return int(await self.events.record(p.body, "Warning", "RolesNotApplied", message))
+
+    @staticmethod
+    def _running_primary(p: ClusterPass) -> str | None:
+        pods = [pod for pod in p.snapshot.of_kind("v1", "Pod") if objects.label(pod, CLUSTER_LABEL) == p.name]
+        by_name = {objects.name(pod): pod for pod in pods}
+        for instance in instances_from_pods(pods):
+            state = patroni_state(objects.meta(by_name[instance.name]))
+            if (instance.role == ROLE_PRIMARY and instance.ready and not instance.terminating
+                    and state.get("state") == "running"):  # fmt: skip
+                return instance.name
+        return None
+
+    # --- generated Secrets ------------------------------------------------------------------------------
+
+    def _ca(self, p: ClusterPass) -> str | None:
+        return decoded(p.snapshot.find("v1", "Secret", names.app_secret(p.cluster)), APP_CA_KEY)
+
+    async def _refresh_secrets(self, p: ClusterPass) -> int:
+        """Generated Secrets' derived keys follow their password, the cluster and its trusted CAs."""
+        ca = self._ca(p)
+        patches = []
+        for role in declared_roles(p.cluster):
+            if not generates_secret(role):
+                continue
+            name = role_secret_name(p.cluster, role.name)
+            patch = stale_keys(p.cluster, role.name, p.snapshot.find("v1", "Secret", name), ca)
+            if patch is not None:
+                patches.append((name, patch))
+
+        async def send(name: str, patch: dict[str, Any]) -> int:
+            try:
+                await self.api.merge_patch(Secret, name, p.namespace, patch)
+            except ApiError as exc:
+                if not (is_conflict(exc) or is_not_found(exc)):
+                    raise
+            return 1
+
+        return await all_of([send(n, patch) for n, patch in patches])
+
+    async def create(self, p: ClusterPass) -> int:
+        wanted = [
+            role_secret_name(p.cluster, r.name) for r in declared_roles(p.cluster) if generates_secret(r)
+        ]
+        p.wanted.update(("v1", "Secret", n) for n in wanted)
+        missing = []
+        for role in declared_roles(p.cluster):
+            if not generates_secret(role):
+                continue
+            name = role_secret_name(p.cluster, role.name)
+            ident = (p.namespace, "Secret", name, "create")
+            if p.snapshot.find("v1", "Secret", name) is not None:
+                self.memo.seen(ident)
+            elif not self.memo.pending(ident, None, ""):
+                missing.append((role.name, name, ident))
+        if not missing:
+            return 0
+        ca = self._ca(p)
+
+        async def create(role: str, name: str, ident: tuple[str, str, str, str]) -> int:
+            log.info("creating Secret %s/%s for role %s", p.namespace, name, role)
+            try:
+                await self.api.create_dict(role_secret(p.cluster, role, new_password(), ca))
+            except ApiError as exc:
+                if not is_conflict(exc):
+                    raise
+                p.report(("RoleSecretUnlabelled",
+                          f"Secret {name} exists without the label {CLUSTER_LABEL}={p.name}: the operator "
+                          f"cannot see the password of role {role}; label it, or delete it to have one "
+                          "generated"))  # fmt: skip
+                return 1
+            self.memo.wrote(ident, None, "")
+            return 1
+
+        return await all_of([create(*m) for m in missing])
+
+    # --- status -----------------------------------------------------------------------------------------
+
+    def status(self, p: ClusterPass, status: dict[str, Any]) -> None:
+        """status.roles, status.databases and the RolesApplied / DatabasesApplied conditions."""
+        previous = p.body.get("status") or {}
+        checked = self._checked.get((p.namespace, p.name))
+        if checked is None:
+            if not declares_anything(p.cluster):
+                return
+            if previous.get("roles") is not None or previous.get("databases") is not None:
+                # Not checked since the operator started: what the last one found stands.
+                for key in ("roles", "databases"):
+                    if previous.get(key):
+                        status[key] = previous[key]
+                status["conditions"] = [
+                    *status.get("conditions", []),
+                    *(dict(c) for c in previous.get("conditions") or () if c.get("type") in CONDITION_TYPES),
+                ]
+                return
+            waiting = "not checked yet: waiting for a running primary"
+            roles = [Entry(r.name, False, waiting) for r in declared_roles(p.cluster)]
+            dbs = [Entry(d.name, False, waiting) for d in declared_databases(p.cluster)]
+            failure = None
+        else:
+            roles, dbs, failure = checked.roles, checked.databases, checked.failure
+        if roles:
+            status["roles"] = [e.as_status() for e in roles]
+        if dbs:
+            status["databases"] = [e.as_status() for e in dbs]
+        if not roles and not dbs and not declares_anything(p.cluster) and failure is None:
+            return
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        added = []
+        for type_, ok, reason, message in conditions(roles, dbs):
+            if failure is not None:
+                ok, reason, message = False, "CheckFailed", failure[:4000]
+            value = "True" if ok else "False"
+            since = now
+            for old in previous.get("conditions") or ():
+                same = old.get("type") == type_ and old.get("status") == value
+                if same and old.get("lastTransitionTime"):
+                    since = str(old["lastTransitionTime"])
+            added.append({"type": type_, "status": value, "reason": reason, "message": message,
+                          "observedGeneration": p.cluster.generation,
+                          "lastTransitionTime": since})  # fmt: skip
+        status["conditions"] = [*status.get("conditions", []), *added]
