@@ -116,6 +116,15 @@ def test_lint_is_clean_in_both_modes() -> None:
         assert "[WARNING]" not in out and "[ERROR]" not in out, out
 
 
+def test_the_packaged_chart_renders_the_same(tmp_path: Path) -> None:
+    """A packaged chart holds only its own directory: nothing it renders may come from outside it."""
+    helm_local("package", str(CHART), "--destination", str(tmp_path))
+    (packaged,) = tmp_path.glob("pg-operator-*.tgz")
+    values = [*watching(["shop"]), *MONITORING]
+    out = helm_local("template", RELEASE, str(packaged), "--namespace", OPERATOR_NAMESPACE, *values)
+    assert [d for d in yaml.safe_load_all(out) if d] == render(*values)
+
+
 def test_bad_values_are_refused_naming_the_field() -> None:
     for values, field in ((["--set", "watchNamespaces={Shop}"], "/watchNamespaces/0"),
                           (["--set", "logLevel=verbose"], "/logLevel"),
@@ -197,8 +206,9 @@ def can_i(kube: Kube, user: str, verb: str, resource: str, *where: str) -> bool:
     kind, _, sub = resource.partition(":")
     extra = [f"--subresource={sub}"] if sub else []
     res = kube.kubectl("auth", "can-i", verb, kind, *extra, f"--as={user}", *where, check=False)
-    assert res.stdout.strip() in ("yes", "no"), res.stderr
-    return res.stdout.strip() == "yes"
+    answer = str(res.stdout).strip()
+    assert answer in ("yes", "no"), res.stderr
+    return answer == "yes"
 
 
 # What the namespaced operator's ServiceAccount may and may not do (the API server's authorizer answers).
