@@ -673,7 +673,10 @@ def converge(cluster: PostgresCluster, observed: Observed, pw: Passwords, *, sal
             removal.append(f"COMMENT ON DATABASE {ident(seen_db.name)} IS NULL;\n")
             out.changes.append(f"released database {seen_db.name} (removed from spec.databases; retained)")
     remaining = [d for d in observed.databases.values() if d.name not in dropped_dbs]
-    connectable = sorted({d.name for d in remaining if d.allow_connections} | {"postgres"})
+    # Databases psql can be pointed at by name (one created by hand with another name is left out: a role
+    # owning objects there then fails to drop, and that is reported).
+    connectable = sorted({d.name for d in remaining if d.allow_connections and _SAFE_NAME.fullmatch(d.name)}
+                         | {"postgres"})  # fmt: skip
     drops: list[str] = []
     for seen in sorted(observed.roles.values(), key=lambda r: r.name):
         if not seen.managed or seen.name in declared_role_names or seen.name == app_owner:

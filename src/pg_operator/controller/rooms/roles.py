@@ -154,7 +154,11 @@ class RolesRoom(Room):
         except (ExecError, ObservationError) as exc:
             checked.failure = f"could not read roles and databases on {primary}: {exc}"
             return checked
-        plan = converge(p.cluster, observed, passwords(p.cluster, secrets))
+        try:
+            plan = converge(p.cluster, observed, passwords(p.cluster, secrets))
+        except ValueError as exc:  # a name the plan refuses to put on a psql line
+            checked.failure = f"could not plan roles and databases: {exc}"
+            return checked
         checked.roles, checked.databases = plan.roles, plan.databases
         if not plan.script:
             return checked
