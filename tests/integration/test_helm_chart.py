@@ -252,8 +252,11 @@ def namespaces(kube: Kube) -> Iterator[dict[str, str]]:
 def test_namespaced_install_and_uninstall(kube: Kube, namespaces: dict[str, str]) -> None:
     release = f"pg-operator-{namespaces['release'][-6:]}"  # it holds the chart's name: objects are named so
     ns, watched = namespaces["release"], [namespaces["watched"], namespaces["watched2"]]
-    helm(kube, "install", release, str(CHART), "--namespace", ns, "--create-namespace", *watching(watched),
-         "--wait", "--timeout=180s")  # fmt: skip
+    installed = helm(kube, "install", release, str(CHART), "--namespace", ns, "--create-namespace",
+                     *watching(watched), "--wait", "--timeout=180s")  # fmt: skip
+    # NOTES.txt tells the user what was installed and how to go on.
+    assert f"Namespaced install: it acts only in {', '.join(watched)}" in installed.stdout, installed.stdout
+    assert f"rollout status deployment/{release}" in installed.stdout
     try:
         listed = helm(kube, "get", "manifest", release, "-n", ns).stdout
         manifest = [d for d in yaml.safe_load_all(listed) if d]
