@@ -106,7 +106,7 @@ def declared(example: Kube) -> Iterator[Kube]:
                    lambda: on_primary(example, "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'e2e\\_%'")
                    == "0" and not status(example, NS, NAME).get("roles"), REPAIR_TIMEOUT, 2)  # fmt: skip
         patch_spec(example, {"removalPolicy": None})
-        example.kubectl("delete", "secret", USER_SECRET, "-n", NS, "--ignore-not-found")
+        example.kubectl("delete", "secret", USER_SECRET, f"{NAME}-e2e-temp", "-n", NS, "--ignore-not-found")
         wait_serving(example, NS, NAME, 3, 120)
 
 
@@ -259,6 +259,14 @@ def test_removal_retains_by_default_and_drops_with_delete(declared: Kube) -> Non
 
     wait_until("e2e_temp released (retain)", released, REPAIR_TIMEOUT, 2)
     assert on_primary(declared, "SELECT rolcanlogin FROM pg_roles WHERE rolname = 'e2e_temp'") == "t"
+
+    # Its Secret is handed over with it: still there, no longer owned by the cluster nor labelled.
+    def handed_over() -> dict[str, Any] | None:
+        body = get_json(declared, "secret", f"{NAME}-e2e-temp", "-n", NS)
+        return None if body["metadata"].get("ownerReferences") else body
+
+    handed = wait_until("e2e_temp's Secret handed over", handed_over, 60, 1)
+    assert "db.example.com/cluster" not in (handed["metadata"].get("labels") or {})
     patch_spec(
         declared,
         {"removalPolicy": {"roles": "delete"}, "roles": [r for r in kept if r["name"] != "e2e_gone"]},

@@ -209,6 +209,23 @@ def stale_keys(cluster: PostgresCluster, role: str, secret: Mapping[str, Any] | 
     return {"metadata": {"resourceVersion": objects.resource_version(secret)}, "data": differing}
 
 
+def released_secrets(cluster: PostgresCluster, secrets: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Generated role Secrets (labelled with a role) that no declared role generates any more."""
+    wanted = {role_secret_name(cluster, r.name) for r in declared_roles(cluster) if generates_secret(r)}
+    return sorted(
+        objects.name(s) for s in secrets
+        if objects.label(s, ROLE_LABEL) and objects.name(s) not in wanted and not objects.deleting(s)
+    )  # fmt: skip
+
+
+def orphan_patch(secret: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge patch handing a generated Secret over to the user (removal policy retain: the role keeps
+    its password, so its Secret stays): no owner (it outlives the cluster), and without the cluster's
+    and the role's labels the operator no longer sees it."""
+    return {"metadata": {"resourceVersion": objects.resource_version(secret), "ownerReferences": None,
+                         "labels": {CLUSTER_LABEL: None, ROLE_LABEL: None}}}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Passwords:
     """Each declared role's password as its Secret holds it (None: the role's password is not managed, or

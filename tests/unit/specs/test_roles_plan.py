@@ -24,8 +24,10 @@ from pg_operator.specs.roles import (
     ident,
     literal,
     observe_sql,
+    orphan_patch,
     parse_observed,
     passwords,
+    released_secrets,
     role_secret,
     stale_keys,
     verifier_matches,
@@ -352,3 +354,19 @@ def test_passwords_come_from_the_named_or_generated_secret() -> None:
     )
     waiting = passwords(c, {"user-pw": secret({"pw": "two\nlines"})})
     assert waiting.waiting == {"gen"} and "newline" in waiting.problems["mine"]
+
+
+def test_secrets_of_roles_no_longer_generating_one_are_released_without_owner_or_labels() -> None:
+    labelled = [
+        {"metadata": {"name": "db-orders", "labels": {"db.example.com/role": "orders"}}},
+        {"metadata": {"name": "db-gone", "labels": {"db.example.com/role": "gone"}, "resourceVersion": "9"}},
+        {"metadata": {"name": "db-app", "labels": {"db.example.com/cluster": "db"}}},
+    ]
+    assert released_secrets(DECLARED, labelled) == ["db-gone"]
+    assert orphan_patch(labelled[1]) == {
+        "metadata": {
+            "resourceVersion": "9",
+            "ownerReferences": None,
+            "labels": {"db.example.com/cluster": None, "db.example.com/role": None},
+        }
+    }

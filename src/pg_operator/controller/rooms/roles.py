@@ -48,9 +48,11 @@ from pg_operator.specs.roles import (
     generates_secret,
     new_password,
     observe_sql,
+    orphan_patch,
     parse_observed,
     password_sources,
     passwords,
+    released_secrets,
     role_secret,
     role_secret_name,
     stale_keys,
@@ -227,7 +229,33 @@ class RolesRoom(Room):
 
         return await all_of([send(n, patch) for n, patch in patches])
 
+    async def _release_secrets(self, p: ClusterPass) -> int:
+        """The generated Secret of a role no longer declared: with removal policy retain the role keeps its
+        password, so the Secret is handed over (no owner, no labels) rather than deleted; with delete it is
+        left to the deletion of undesired children."""
+        if p.cluster.spec.removal_policy.roles != "retain":
+            return 0
+        released = released_secrets(p.cluster, p.snapshot.of_kind("v1", "Secret"))
+        p.wanted.update(("v1", "Secret", n) for n in released)  # kept this pass; gone from the cache after
+
+        async def release(name: str) -> int:
+            secret = p.snapshot.find("v1", "Secret", name) or {}
+            log.info("handing Secret %s/%s over: its role is no longer declared (retain)", p.namespace, name)
+            try:
+                await self.api.merge_patch(Secret, name, p.namespace, orphan_patch(secret))
+            except ApiError as exc:
+                if not (is_conflict(exc) or is_not_found(exc)):
+                    raise
+                return 1
+            await self.events.record(p.body, "Normal", "RoleSecretReleased",
+                                     f"Secret {name} is no longer managed: its role was removed from "
+                                     "spec.roles and retained; the Secret is yours now")  # fmt: skip
+            return 2
+
+        return await all_of([release(n) for n in released])
+
     async def create(self, p: ClusterPass) -> int:
+        writes = await self._release_secrets(p)
         wanted = [
             role_secret_name(p.cluster, r.name) for r in declared_roles(p.cluster) if generates_secret(r)
         ]
@@ -243,7 +271,7 @@ class RolesRoom(Room):
             elif not self.memo.pending(ident, None, ""):
                 missing.append((role.name, name, ident))
         if not missing:
-            return 0
+            return writes
         ca = self._ca(p)
 
         async def create(role: str, name: str, ident: tuple[str, str, str, str]) -> int:
@@ -261,7 +289,7 @@ class RolesRoom(Room):
             self.memo.wrote(ident, None, "")
             return 1
 
-        return await all_of([create(*m) for m in missing])
+        return writes + await all_of([create(*m) for m in missing])
 
     # --- status -----------------------------------------------------------------------------------------
 
