@@ -279,3 +279,42 @@ def test_removal_retains_by_default_and_drops_with_delete(declared: Kube) -> Non
                lambda: get_or_none(declared, "secret", gone_secret, "-n", NS) is None, 60, 1)  # fmt: skip
     assert on_primary(declared, count + "'e2e_temp'") == "1"  # retained
     patch_spec(declared, {"removalPolicy": {"roles": "retain"}})
+
+
+def test_what_only_the_database_refuses_is_reported_not_applied(declared: Kube) -> None:
+    """An extension the image does not ship and a membership in a role that does not exist: the entries
+    say why, the conditions are False, one Warning Event; the rest stays applied."""
+    spec = get_json(declared, "pgc", NAME, "-n", NS)["spec"]
+    roles = [*spec["roles"], {"name": "e2e_lonely", "inRoles": ["e2e_nobody"]}]
+    databases = [
+        *spec["databases"],
+        {"name": "e2e_bad", "owner": "e2e_orders", "extensions": ["no_such_ext"]},
+    ]
+    patch_spec(declared, {"roles": roles, "databases": databases})
+
+    def reported() -> dict[str, Any] | None:
+        st = status(declared, NS, NAME)
+        entries = {e["name"]: e for e in [*(st.get("roles") or ()), *(st.get("databases") or ())]}
+        lonely = entries.get("e2e_lonely", {}).get("reason")
+        ok = (
+            "e2e_bad" in entries
+            and not entries["e2e_bad"]["applied"]
+            and lonely == "membership in role e2e_nobody: no such role"
+        )
+        return st if ok else None
+
+    st = wait_until("the refusals reported", reported, 120, 1)
+    entries = {e["name"]: e for e in [*st["roles"], *st["databases"]]}
+    assert entries["e2e_bad"]["reason"] == "extension no_such_ext is not available in the image"
+    assert entries["e2e_lonely"]["reason"] == "membership in role e2e_nobody: no such role"
+    assert entries["e2e_orders"]["applied"] and entries["e2e_shop"]["applied"]
+    conditions = {c["type"]: c for c in st["conditions"]}
+    assert (
+        conditions["DatabasesApplied"]["status"] == "False"
+        and conditions["RolesApplied"]["status"] == "False"
+    )
+    assert "no_such_ext" in conditions["DatabasesApplied"]["message"]
+    # The database and the role themselves exist: only what the database refused is missing.
+    assert on_primary(declared, "SELECT count(*) FROM pg_database WHERE datname = 'e2e_bad'") == "1"
+    warnings = get_json(declared, "events", "-n", NS, "--field-selector", "reason=RolesNotApplied")["items"]
+    assert any("no_such_ext" in w["message"] and "e2e_nobody" in w["message"] for w in warnings), warnings
