@@ -15,6 +15,7 @@ from harness.paths import REPO
 CHART = REPO / "charts" / "pg-operator"
 DEPLOY = REPO / "deploy"
 COPY_HINT = "copy it again: cp {src} {dst}"
+CRD_HINT = "regenerate both with `make manifests`"
 
 
 def deploy_image() -> str:
@@ -30,7 +31,7 @@ def test_the_chart_crds_are_the_generated_ones_byte_for_byte() -> None:
     assert sorted(p.name for p in (CHART / "crds").iterdir()) == generated
     for name in generated:
         src, dst = DEPLOY / "crd" / name, CHART / "crds" / name
-        assert dst.read_bytes() == src.read_bytes(), COPY_HINT.format(src=src, dst=dst)
+        assert dst.read_bytes() == src.read_bytes(), CRD_HINT
 
 
 def test_the_chart_alert_rules_are_deploys() -> None:

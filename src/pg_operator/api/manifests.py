@@ -1,7 +1,8 @@
 """Generate the committed CRD manifests from the models: `python -m pg_operator.api.manifests [--check]`.
 
-Without arguments it (re)writes deploy/crd/postgresclusters.yaml, backups.yaml and scheduledbackups.yaml;
-with --check it writes nothing and exits 1 when a committed file differs from what the models generate.
+Without arguments it (re)writes deploy/crd/postgresclusters.yaml, backups.yaml and scheduledbackups.yaml,
+and the same files in the Helm chart's crds/ (a packaged chart cannot read outside its directory); with
+--check it writes nothing and exits 1 when a committed file differs from what the models generate.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pg_operator.api.crd import CustomResource, build
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_CRD_DIR = REPO_ROOT / "deploy" / "crd"
+CHART_CRD_DIR = REPO_ROOT / "charts" / "pg-operator" / "crds"
 COMMAND = "python -m pg_operator.api.manifests"
 # Every kind the operator serves, each written to deploy/crd/<plural>.yaml.
 KINDS: tuple[CustomResource, ...] = (POSTGRES_CLUSTER, BACKUP, SCHEDULED_BACKUP)
@@ -74,16 +76,22 @@ def main(argv: list[str] | None = None, *, check: bool | None = None) -> int:
     args = parser.parse_args([] if argv is None and check is not None else argv)
     if check is not None:
         args.check = check
+    # The chart's copies too, from a checkout (an installed package has no chart beside it).
+    chart = args.out_dir == DEFAULT_CRD_DIR and CHART_CRD_DIR.parent.is_dir()
+    out_dirs = [args.out_dir] + ([CHART_CRD_DIR] if chart else [])
     if args.check:
-        diffs = drift(args.out_dir)
+        diffs = [d for out in out_dirs for d in drift(out)]
         if diffs:
             sys.stdout.write("".join(diffs))
-            print(f"\nthe CRD in {args.out_dir} is stale; regenerate it with `{COMMAND}`", file=sys.stderr)
+            where = " and ".join(str(out) for out in out_dirs)
+            print(f"\nthe CRDs in {where} are stale; regenerate them with `{COMMAND}`", file=sys.stderr)
             return 1
-        print(f"{args.out_dir}: up to date")
+        for out in out_dirs:
+            print(f"{out}: up to date")
         return 0
-    for path in write_manifests(args.out_dir):
-        print(f"wrote {path}")
+    for out in out_dirs:
+        for path in write_manifests(out):
+            print(f"wrote {path}")
     return 0
 
 
