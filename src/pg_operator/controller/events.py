@@ -4,6 +4,8 @@ built by the controller from names and counts only; no Secret content ever reach
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,10 +48,23 @@ def event_body(
     }
 
 
+# How long a Warning a room posted stands for the same reason's Degraded transition Warning (both come
+# from one pass; a later transition deserves its own Event).
+RECENT_SECONDS = 60.0
+RECENT_KEPT = 4096
+
+
 class EventRecorder:
-    def __init__(self, api: Api, instance: str) -> None:
+    def __init__(self, api: Api, instance: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.api = api
         self.instance = instance
+        self.clock = clock
+        self._warned: dict[tuple[str, str], float] = {}  # (object uid, reason) → when its Warning was posted
+
+    def warned_recently(self, obj: dict[str, Any], reason: str) -> bool:
+        """Whether a Warning with this reason about this object was posted within RECENT_SECONDS."""
+        at = self._warned.get((objects.uid(obj), reason))
+        return at is not None and self.clock() - at < RECENT_SECONDS
 
     async def record(self, cluster: dict[str, Any], event_type: str, reason: str, message: str) -> bool:
         """Post one Event; failures are logged, never raised (an Event must not fail a reconcile)."""
@@ -60,4 +75,9 @@ class EventRecorder:
         except Exception as exc:
             log.warning("could not post %s event %s: %s", event_type, reason, exc)
             return False
+        if event_type == "Warning":
+            now = self.clock()
+            if len(self._warned) >= RECENT_KEPT:
+                self._warned = {k: at for k, at in self._warned.items() if now - at < RECENT_SECONDS}
+            self._warned[(objects.uid(cluster), reason)] = now
         return True

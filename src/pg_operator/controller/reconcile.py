@@ -317,9 +317,10 @@ class Reconciler:
         now_degraded = objects.condition(status, "Degraded") or {}
         if now_degraded.get("status") == "True" and not was:
             reason = str(now_degraded.get("reason") or "Degraded")
-            writes += await self.events.record(
-                body, "Warning", reason, str(now_degraded.get("message") or reason)
-            )
+            if not self.events.warned_recently(body, reason):  # a room said it this pass, in its words
+                writes += await self.events.record(
+                    body, "Warning", reason, str(now_degraded.get("message") or reason)
+                )
         elif was and now_degraded.get("status") != "True":
             writes += await self.events.record(
                 body, "Normal", "Recovered", "the cluster is no longer degraded"
