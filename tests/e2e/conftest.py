@@ -38,10 +38,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         result.sections.append(("cluster state at the failure", report(kube)))
 
 
+# The operator's periodic retention pass every 20 s (default 10 min) for the retention module; it runs only
+# for clusters with a retention policy, so the rest of the tier is not touched by it.
+OPERATOR_ARGS = ("--backup-retention-interval=20s",)
+
+
 @pytest.fixture(scope="session")
 def operator(full_kube: Kube) -> Iterator[Kube]:
-    """CRD, RBAC and Deployment from deploy/, with images built locally (cached by their inputs)."""
-    install_operator(full_kube)
+    """The operator installed with its Helm chart (images built locally, cached by their inputs)."""
+    install_operator(full_kube, OPERATOR_ARGS)
     yield full_kube
 
 

@@ -111,22 +111,28 @@ def recovery(moto: Moto, source: str, **target: Any) -> dict[str, Any]:
     return {"recovery": {"source": {"clusterName": source, "s3": s3(moto)}, **target}}
 
 
-def test_restore_to_a_point_in_time(
-    operator: Kube, ns: str, source: str, moto: Moto, history: dict[str, Any]
-) -> None:
+@pytest.fixture(scope="module")
+def restores(operator: Kube, ns: str, source: str, moto: Moto, history: dict[str, Any]) -> dict[str, Any]:
+    """Both restores asked for at once (they wait on different things): pitr-db to the target time,
+    latest-db to the latest point with a store of its own; and the source's archive as it was before."""
     before = moto.keys(f"e2e/{source}/")
-    target = recovery(moto, source, targetTime=history["target"])
-    apply_objects(operator, backup_cluster("pitr-db", ns, 1, bootstrap=target))
+    own = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "keep"}
+    to_time = recovery(moto, source, targetTime=history["target"])
+    apply_objects(operator, backup_cluster("pitr-db", ns, 1, bootstrap=to_time),
+                  backup_cluster("latest-db", ns, 1, bootstrap=recovery(moto, source), backup=own))
+    return {"source_keys_before": before}
+
+
+def test_restore_to_a_point_in_time(
+    operator: Kube, ns: str, source: str, moto: Moto, restores: dict[str, Any]
+) -> None:
     wait_serving(operator, ns, "pitr-db", 1, 900)
     assert rows(operator, ns, "pitr-db") == list(range(1, 101))
-    assert set(before) <= set(moto.keys(f"e2e/{source}/"))  # the source's archive is left as it was
+    # The source's archive is left as it was.
+    assert set(restores["source_keys_before"]) <= set(moto.keys(f"e2e/{source}/"))
 
 
-def test_restore_to_the_latest_point(
-    operator: Kube, ns: str, source: str, moto: Moto, history: dict[str, Any]
-) -> None:
-    own = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "keep"}
-    apply_objects(operator, backup_cluster("latest-db", ns, 1, bootstrap=recovery(moto, source), backup=own))
+def test_restore_to_the_latest_point(operator: Kube, ns: str, moto: Moto, restores: dict[str, Any]) -> None:
     wait_serving(operator, ns, "latest-db", 1, 900)
     assert rows(operator, ns, "latest-db") == list(range(1, 201))
     wait_condition(operator, ns, "latest-db", "ContinuousArchiving", "True", "Archiving", 240)
@@ -160,17 +166,24 @@ def test_archiving_continues_from_the_new_primary_after_a_failover(
     wait_condition(operator, ns, source, "ContinuousArchiving", "True", "Archiving", 120)
 
 
-@pytest.mark.parametrize(
-    ("name", "store", "reason"),
-    [("badcred-db", {"secret": "s3-wrong"}, "InvalidCredentials"),
-     ("nobucket-db", {"bucket": "no-such-bucket"}, "BucketNotFound"),
-     ("noendpoint-db", {"endpoint": f"http://{BRIDGE_HOST}:9"}, "EndpointUnreachable")],
-)  # fmt: skip
+BROKEN_STORES = [
+    ("badcred-db", {"secret": "s3-wrong"}, "InvalidCredentials"),
+    ("nobucket-db", {"bucket": "no-such-bucket"}, "BucketNotFound"),
+    ("noendpoint-db", {"endpoint": f"http://{BRIDGE_HOST}:9"}, "EndpointUnreachable"),
+]
+
+
+@pytest.fixture(scope="module")
+def broken_stores(operator: Kube, ns: str, moto: Moto) -> None:
+    """One single-instance cluster per broken store, asked for at once."""
+    stores = {name: {"s3": s3(moto, **store), "archiveTimeout": "10s"} for name, store, _ in BROKEN_STORES}
+    apply_objects(operator, *(backup_cluster(name, ns, 1, backup=store) for name, store in stores.items()))
+
+
+@pytest.mark.parametrize(("name", "store", "reason"), BROKEN_STORES)
 def test_a_broken_store_is_reported_and_the_cluster_keeps_serving(
-    operator: Kube, ns: str, moto: Moto, name: str, store: dict[str, str], reason: str
+    operator: Kube, ns: str, broken_stores: None, name: str, store: dict[str, str], reason: str
 ) -> None:
-    broken = {"s3": s3(moto, **store), "archiveTimeout": "10s"}
-    apply_objects(operator, backup_cluster(name, ns, 1, backup=broken))
     wait_serving(operator, ns, name, 1, 900)
     with connect_app(operator, ns, name) as conn:
         conn.execute("CREATE TABLE t (id int)")
@@ -195,7 +208,7 @@ def test_a_broken_store_is_reported_and_the_cluster_keeps_serving(
 
 
 def test_deleting_with_keep_leaves_the_objects(
-    operator: Kube, ns: str, moto: Moto, history: dict[str, Any]
+    operator: Kube, ns: str, moto: Moto, restores: dict[str, Any]
 ) -> None:
     keys = moto.keys("e2e/latest-db/")
     assert keys

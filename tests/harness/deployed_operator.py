@@ -4,6 +4,7 @@ deploy/ is proven by the namespaced-install module and the demo); and the user's
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -43,12 +44,12 @@ def helm(kube: Kube, *args: str, timeout: float = 360) -> subprocess.CompletedPr
     return res
 
 
-def install_operator(kube: Kube) -> None:
+def install_operator(kube: Kube, extra_args: Sequence[str] = ()) -> None:
     """What a user does with the chart (docs/install.md), after building and importing the images: the
     namespace with the restricted Pod Security level, then `helm upgrade --install` of the cluster-wide
     chart with the locally built image (an install on a fresh cluster; on a reused one it upgrades, takes
     over objects an earlier `kubectl apply -k deploy/` made, and applies the chart's CRDs first, as Helm
-    never upgrades them)."""
+    never upgrades them). `extra_args`: more flags for `pg-operator run` (the chart's extraArgs)."""
     image = operator_image()
     ensure_images(kube.ctx, [default_image("16"), image_for("16.13"), image])
     namespace = {"apiVersion": "v1", "kind": "Namespace",
@@ -59,7 +60,8 @@ def install_operator(kube: Kube) -> None:
         kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
     repository, _, tag = image.rpartition(":")
     helm(kube, "upgrade", "--install", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
-         "--take-ownership", "--set-string", f"image.repository={repository},image.tag={tag}")  # fmt: skip
+         "--take-ownership", "--set-string", f"image.repository={repository},image.tag={tag}",
+         "--set-json", f"extraArgs={json.dumps(list(extra_args))}")  # fmt: skip
     kube.kubectl("-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment/pg-operator",
                  "--timeout=300s", timeout=320)  # fmt: skip
 
