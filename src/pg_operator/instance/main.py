@@ -122,13 +122,23 @@ def build_config(env: Mapping[str, str], tls_loaded: str = "") -> tuple[PodEnvir
     return pod, config
 
 
+def volume_version(directory: str) -> Path:
+    """Where a Secret volume's files are for one version of the Secret. The kubelet writes each version
+    into a directory of its own and then swaps the `..data` link to it; reading the files through the
+    names at the top could mix two versions (a new certificate with the old key) when the swap comes
+    between two reads, and that mix would be installed for good."""
+    data = Path(directory, "..data")
+    return data.resolve() if data.is_symlink() else Path(directory)
+
+
 def install_tls(pod: PodEnvironment) -> str:
     """Copy the mounted certificates, keys and CA bundle to where PostgreSQL reads them, private to this
     user (PostgreSQL refuses a key file that others may read; a Secret volume's files belong to root).
     Returns the digest of what was installed (tls_files.digest), read once so it names exactly that."""
     contents: list[str] = []
+    version_dir = volume_version(pod.tls_dir)
     for name in TLS_FILES:
-        source = Path(pod.tls_dir, name)
+        source = version_dir / name
         try:
             contents.append(source.read_text(encoding="ascii"))
         except (OSError, UnicodeDecodeError):

@@ -11,7 +11,7 @@ import yaml
 
 from pg_operator.api.instance_config import InstanceConfig
 from pg_operator.instance import main
-from pg_operator.tls_files import LOADED_TAG
+from pg_operator.tls_files import LOADED_TAG, TLS_FILES
 from pg_operator.tls_files import digest as tls_digest
 
 PASSWORDS = {"superuser": "su-pw-0123456789", "replication": "repl-pw-0123456789", "app": "app-pw-0123456789",
@@ -168,3 +168,26 @@ def test_the_key_is_copied_private_and_a_missing_file_is_named(tmp_path: Path) -
     (tmp_path / "tls" / "ca.crt").unlink()
     with pytest.raises(ValueError, match=r"TLS: cannot read .*/tls/ca.crt \(Secret <cluster>-server-tls\)"):
         main.install_tls(pod)
+
+
+def test_the_tls_files_are_read_from_one_version_of_the_secret_volume(tmp_path: Path) -> None:
+    env = pod_files(tmp_path)
+    pod = main.pod_environment(env)
+    tls = tmp_path / "tls"
+    # The kubelet's layout: a directory per version, `..data` pointing at the current one, and the
+    # names at the top linking through `..data`.
+    for version, key in (("..v1", "KEY"), ("..v2", "KEY-2")):
+        (tls / version).mkdir()
+        for name in TLS_FILES:
+            (tls / version / name).write_text((tls / name).read_text())
+        (tls / version / "tls.key").write_text(key)
+    (tls / "..data").symlink_to("..v1")
+    for name in TLS_FILES:
+        (tls / name).unlink()
+        (tls / name).symlink_to(Path("..data") / name)
+    assert main.volume_version(str(tls)) == (tls / "..v1").resolve()
+    assert main.install_tls(pod) == tls_digest([b"CERT", b"KEY", b"CA", b"CLIENT", b"CLIENTKEY"])
+    (tls / "..data").unlink()
+    (tls / "..data").symlink_to("..v2")  # the swap
+    assert main.install_tls(pod) == tls_digest([b"CERT", b"KEY-2", b"CA", b"CLIENT", b"CLIENTKEY"])
+    assert main.volume_version(str(tmp_path / "run")) == tmp_path / "run"  # not a Secret volume
