@@ -24,7 +24,8 @@ after the N clusters are created, and the time until its StatefulSet carries the
 (is a single change starved behind the backlog?). With --restart, after the resync window a fresh
 operator process starts over the converged clusters: seconds until it leads with its cache synced (it
 is ready then), until every cluster has had a pass, its peak RSS, and what it asked of the API server
-meanwhile (a converged cluster needs no write).
+meanwhile (a converged cluster needs no write). After the resync window, the cost of one scrape of the
+operator's /metrics with every cluster's series in it (wall time, operator CPU, size, samples).
 
     .venv/bin/python bench/bench_reconcile_scale.py --clusters 50 --probe --restart
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,3 +40,27 @@ def metrics_of(op: OperatorProcess) -> dict[str, float]:
             if time.monotonic() > deadline:
                 raise
             time.sleep(2)
+
+
+def scrape_cost(op: OperatorProcess, scrapes: int = 20) -> dict[str, float]:
+    """What one scrape of the operator's /metrics costs: wall time (median, max), size, samples, and the
+    operator's CPU per scrape beyond what it spends idle over as long (measured right before)."""
+    idle_from, idle_cpu = time.monotonic(), cpu_seconds(op.pid)
+    time.sleep(5)
+    idle_rate = (cpu_seconds(op.pid) - idle_cpu) / (time.monotonic() - idle_from)
+    walls: list[float] = []
+    text = ""
+    started, cpu_before = time.monotonic(), cpu_seconds(op.pid)
+    for _ in range(scrapes):
+        began = time.perf_counter()
+        text = op.metrics_text()
+        walls.append(time.perf_counter() - began)
+    spent = cpu_seconds(op.pid) - cpu_before - idle_rate * (time.monotonic() - started)
+    return {
+        "scrapes": scrapes,
+        "wall_ms_median": round(statistics.median(walls) * 1000, 1),
+        "wall_ms_max": round(max(walls) * 1000, 1),
+        "cpu_ms_per_scrape": round(max(spent, 0.0) / scrapes * 1000, 1),
+        "bytes": len(text.encode()),
+        "samples": sum(1 for line in text.splitlines() if line and not line.startswith("#")),
+    }

@@ -30,7 +30,7 @@ from scale.clusters import (
     statefulset_replicas,
     wait_all,
 )
-from scale.measure import cpu_seconds, metrics_of, peak_rss_mib, progress
+from scale.measure import cpu_seconds, metrics_of, peak_rss_mib, progress, scrape_cost
 from scale.restart import measure_restart
 from scale.volumes import claims_of, delete_volumes, prepare_volumes
 
@@ -149,6 +149,8 @@ def run_operator_half(
                 v for (verb, _), v in resync.items() if verb in ("create", "update", "patch", "delete")
             ),
         }
+        # The metrics endpoint with every cluster's series in it (what a Prometheus scrape costs here).
+        result["operator"]["metrics_scrape"] = scrape_cost(op)
         op.stop()
         if args.restart:
             result["operator"]["restart"] = measure_restart(args, audit, op_config, work, op_ns, expected)

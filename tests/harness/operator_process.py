@@ -133,9 +133,13 @@ class OperatorProcess:
     def readyz(self) -> int:
         return self._get(self.health_port, "/readyz")[0]
 
+    def metrics_text(self) -> str:
+        """/metrics as served (the Prometheus text format)."""
+        return self._get(self.metrics_port, "/metrics")[1]
+
     def metrics(self) -> dict[str, float]:
         """Samples of /metrics as {'name{labels}': value}."""
-        _, text = self._get(self.metrics_port, "/metrics")
+        text = self.metrics_text()
         out: dict[str, float] = {}
         for line in text.splitlines():
             if line and not line.startswith("#"):
