@@ -2,13 +2,15 @@
 RBAC rules, Deployment and monitoring objects equal those of `kubectl apply -k deploy/` (cluster-wide),
 of the deploy/namespaced/ overlay (namespaced) and of deploy/monitoring/, so the two installs cannot
 drift; then the namespaced mode `helm install`ed on the kwok cluster (every object accepted by the API
-server, the ServiceAccount's grants checked with the API server's authorizer) and `helm uninstall`ed
-(everything gone but the CRDs). The cluster-wide mode runs on real pods in every e2e module: the e2e
-tier installs its operator from this chart (tests/harness/deployed_operator.py)."""
+server, the ServiceAccount's grants checked with the API server's authorizer), `helm upgrade`d to one
+watched namespace less, and `helm uninstall`ed (everything gone but the CRDs). The cluster-wide mode
+runs on real pods in every e2e module: the e2e tier installs its operator from this chart
+(tests/harness/deployed_operator.py)."""
 
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import uuid
 from collections.abc import Iterator, Sequence
@@ -288,6 +290,20 @@ def test_namespaced_install_and_uninstall(kube: Kube, namespaces: dict[str, str]
         bound = [b["metadata"]["name"] for b in bindings for s in b.get("subjects") or ()
                  if (s.get("name"), s.get("namespace")) == (release, ns)]  # fmt: skip
         assert bound == []
+
+        # helm upgrade: one namespace less. Its Role goes, the operator's flags follow, the rest stays.
+        helm(kube, "upgrade", release, str(CHART), "--namespace", ns, *watching(watched[:1]), "--wait",
+             "--timeout=180s")  # fmt: skip
+        history = json.loads(helm(kube, "history", release, "-n", ns, "-o", "json").stdout)
+        assert [h["revision"] for h in history] == [1, 2] and history[-1]["status"] == "deployed", history
+        assert get_or_none(kube, "role", release, "-n", watched[1]) is None
+        assert not can_i(kube, user, "create", "pods:exec", "-n", watched[1])
+        assert can_i(kube, user, "create", "pods:exec", "-n", watched[0])
+        pod_spec = get_json(kube, "deployment", release, "-n", ns)["spec"]["template"]["spec"]
+        args = pod_spec["containers"][0]["args"]
+        assert f"--namespace={watched[0]}" in args and f"--namespace={watched[1]}" not in args, args
+        listed = helm(kube, "get", "manifest", release, "-n", ns).stdout
+        manifest = [d for d in yaml.safe_load_all(listed) if d]
     finally:
         helm(kube, "uninstall", release, "-n", ns, "--wait", "--timeout=180s")
 
