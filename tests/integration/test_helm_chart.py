@@ -130,6 +130,7 @@ def test_the_packaged_chart_renders_the_same(tmp_path: Path) -> None:
 def test_bad_values_are_refused_naming_the_field() -> None:
     for values, field in ((["--set", "watchNamespaces={Shop}"], "/watchNamespaces/0"),
                           (["--set", "logLevel=verbose"], "/logLevel"),
+                          (["--set", "logFormat=xml"], "/logFormat"),
                           (["--set", "replicaCount=3"], "replicaCount")):  # fmt: skip
         res = subprocess.run([Context().binary("helm"), "template", RELEASE, str(CHART), *values],
                              capture_output=True, text=True, timeout=120)  # fmt: skip
