@@ -49,6 +49,7 @@ from pg_operator.controller.rooms.settings_changes import SettingsChanges
 from pg_operator.orchestration import requested_restart as restart_request
 from pg_operator.orchestration.failover import leader_configmap_name, plan_lock_release, sync_configmap_name
 from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
+from pg_operator.orchestration.requested_switchover import Asked, answered
 from pg_operator.orchestration.rollout import Action, best_candidate, plan_restart, plan_scale, plan_update
 from pg_operator.patroni.client import (
     Endpoint,
@@ -118,6 +119,7 @@ class HighAvailabilityRoom(Room):
         self.settings = SettingsChanges(events, self.session, pod_exec)
         self._halt_told: dict[tuple[str, str], str] = {}  # the RolloutHalted message last posted
         self._refusals: dict[tuple[str, str], int] = {}  # of the requested switchover, by cluster
+        self._asked: dict[tuple[str, str], Asked] = {}  # the requested switchover put to Patroni, by cluster
         self.trust = TrustStore()
 
     async def close(self) -> None:
@@ -134,6 +136,7 @@ class HighAvailabilityRoom(Room):
         self.settings.forget(key)
         self._halt_told.pop(key, None)
         self._refusals.pop(key, None)
+        self._asked.pop(key, None)
 
     async def act(self, p: ClusterPass) -> None:
         if p.statefulset is None:
@@ -206,9 +209,10 @@ class HighAvailabilityRoom(Room):
                                     result: StepResult) -> int:
         instances = instances_from_pods(pods)
         primary = next((i for i in instances if i.role == ROLE_PRIMARY), None)
-        if primary is not None and primary.name == requested:
-            return await self._clear_request(p, "Normal", "SwitchoverDone",
-                                             f"{requested} is the primary")
+        key = (p.namespace, p.name)
+        done = answered(requested, primary.name if primary else None, self._asked.get(key))
+        if done is not None:
+            return await self._clear_request(p, "Normal", "SwitchoverDone", done)
         members = await self._members(p, instances)
         instances = instances_from_pods(pods, members)
         if requested == "auto":
@@ -222,11 +226,12 @@ class HighAvailabilityRoom(Room):
             result.message = f"switchover to {requested} waits for it to be a streaming replica"
             return 0
         action = Action("switchover", target=target.name, reason=f"switchover to {target.name} requested")
+        if primary is not None and (key not in self._asked or self._asked[key].requested != requested):
+            self._asked[key] = Asked(requested, primary.name)
         writes = await self._act(p, instances, action, result)
         if result.credentials_pending:
             p.again_in(CREDENTIALS_RETRY_SECONDS)  # kept, and asked again soon: no event announces the reload
             return writes
-        key = (p.namespace, p.name)
         if result.refused:
             # A refusal is often a moment's (a candidate whose REST API restarts with new certificates,
             # or still catching up): ask again a few times before answering the request with it.
@@ -242,6 +247,7 @@ class HighAvailabilityRoom(Room):
     async def _clear_request(self, p: ClusterPass, event_type: str | None, reason: str, message: str,
                              annotation: str = SWITCHOVER_ANNOTATION) -> int:
         self._refusals.pop((p.namespace, p.name), None)
+        self._asked.pop((p.namespace, p.name), None)
         try:
             await self.api.merge_patch(PostgresClusterResource, p.name, p.namespace,
                                        {"metadata": {"annotations": {annotation: None}}})
