@@ -46,6 +46,7 @@ from pg_operator.controller.kube_api import (
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.controller.rooms.settings_changes import SettingsChanges
+from pg_operator.controller.writes import WriteMemo
 from pg_operator.orchestration import requested_restart as restart_request
 from pg_operator.orchestration.failover import leader_configmap_name, plan_lock_release, sync_configmap_name
 from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
@@ -120,6 +121,9 @@ class HighAvailabilityRoom(Room):
         self._halt_told: dict[tuple[str, str], str] = {}  # the RolloutHalted message last posted
         self._refusals: dict[tuple[str, str], int] = {}  # of the requested switchover, by cluster
         self._asked: dict[tuple[str, str], Asked] = {}  # the requested switchover put to Patroni, by cluster
+        # Requests answered (annotation cleared) that the cache may still show for a moment: a pass right
+        # after must not take a stale `auto` for a new request and switch over again.
+        self._cleared = WriteMemo()
         self.trust = TrustStore()
 
     async def close(self) -> None:
@@ -207,6 +211,9 @@ class HighAvailabilityRoom(Room):
 
     async def _requested_switchover(self, p: ClusterPass, pods: list[dict[str, Any]], requested: str,
                                     result: StepResult) -> int:
+        if self._cleared.pending(self._request_id(p, SWITCHOVER_ANNOTATION), objects.resource_version(p.body),
+                                 requested):  # fmt: skip
+            return 0  # answered a moment ago; the cache has not shown the cleared annotation yet
         instances = instances_from_pods(pods)
         primary = next((i for i in instances if i.role == ROLE_PRIMARY), None)
         key = (p.namespace, p.name)
@@ -254,8 +261,14 @@ class HighAvailabilityRoom(Room):
         except ApiError as exc:
             if not is_not_found(exc):
                 raise
+        self._cleared.wrote(self._request_id(p, annotation), objects.resource_version(p.body),
+                            objects.annotation(p.body, annotation) or "")  # fmt: skip
         recorded = await self.events.record(p.body, event_type, reason, message) if event_type else False
         return 1 + int(recorded)
+
+    @staticmethod
+    def _request_id(p: ClusterPass, annotation: str) -> tuple[str, str, str, str]:
+        return (p.namespace, "PostgresCluster", p.name, annotation)
 
     def endpoint(self, p: ClusterPass, inst: Instance) -> Endpoint | None:
         """Where the operator reaches an instance's Patroni: HTTPS verified against the cluster's CA and
