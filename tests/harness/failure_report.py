@@ -1,6 +1,7 @@
 """What an e2e failure leaves behind for whoever reads only the test output (CI shows nothing else):
 every PostgresCluster's phase, conditions and instances, the pods that are not plainly running, recent
-Warning Events, and the tail of the operator's log. Secrets are never read."""
+Warning Events, the tail of the operator's log and of each PostgreSQL pod that is not ready or restarted.
+Secrets are never read."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from harness.deployed_operator import OPERATOR_NAMESPACE
 from harness.local_cluster import Kube
 
 LOG_LINES = 80
+POD_LINES = 40
 EVENTS = 25
 
 
@@ -48,6 +50,24 @@ def pods(kube: Kube) -> list[str]:
     return lines
 
 
+def instance_logs(kube: Kube) -> list[str]:
+    """The log tail of each PostgreSQL pod that is not ready or has restarted (and of its previous
+    container when it restarted): what Patroni and PostgreSQL said about the failure."""
+    lines = []
+    for pod in _json(kube, "get", "pods", "-A", "-l", "db.example.com/cluster")["items"]:
+        meta = pod["metadata"]
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        restarted = any(c.get("restartCount") for c in statuses)
+        if all(c.get("ready") for c in statuses) and statuses and not restarted:
+            continue
+        for previous in ((True, False) if restarted else (False,)):
+            args = ["logs", meta["name"], "-n", meta["namespace"], "-c", "postgres", f"--tail={POD_LINES}"]
+            res = kube.kubectl(*args, *(["--previous"] if previous else []), check=False, timeout=30)
+            tag = f"{meta['namespace']}/{meta['name']}{' (previous)' if previous else ''}"
+            lines += [f"log {tag}: {line}" for line in (res.stdout or res.stderr).splitlines()]
+    return lines
+
+
 def warnings(kube: Kube) -> list[str]:
     items = [e for e in _json(kube, "get", "events", "-A")["items"] if e.get("type") == "Warning"]
     items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
@@ -65,7 +85,7 @@ def operator_log(kube: Kube) -> list[str]:
 def report(kube: Kube) -> str:
     """The whole picture as text; a part that cannot be read says so instead of hiding the rest."""
     parts = []
-    for part in (clusters, pods, warnings, operator_log):
+    for part in (clusters, pods, warnings, operator_log, instance_logs):
         try:
             parts.extend(part(kube))
         except Exception as exc:  # a report must not replace the failure it explains
