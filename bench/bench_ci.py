@@ -18,12 +18,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 REPO = Path(__file__).resolve().parents[1]
 _BUILT = re.compile(r"^(\S+) (\S+): built in (\d+) s$")
@@ -62,6 +64,28 @@ def summarize(log: str) -> dict[str, object]:
     }
 
 
+def _run_whole(argv: list[str], cwd: Path, env: dict[str, str], out: IO[str]) -> int:
+    """Run `.ci/run` in a process group of its own, and take the whole group down if this bench is
+    stopped: a test session left behind keeps polling the shared local cluster and, at its end, takes
+    down whatever cluster then runs in that state directory (the next run's)."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+    def stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ref", default="HEAD", help="commit to clone and run")
@@ -93,8 +117,7 @@ def main() -> int:
         load_before = _load()
         started = time.monotonic()
         with args.log.open("w") as out:
-            rc = subprocess.run(["bash", ".ci/run"], cwd=clone, env=env, stdout=out,
-                                stderr=subprocess.STDOUT).returncode  # fmt: skip
+            rc = _run_whole(["bash", ".ci/run"], clone, env, out)
         total = time.monotonic() - started
         result = {
             "bench": "ci",
