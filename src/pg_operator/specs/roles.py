@@ -28,16 +28,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
 
 from pg_operator import objects
 from pg_operator.api.cluster import PostgresCluster
-from pg_operator.api.constants import CLUSTER_LABEL, GROUP, PG_PORT
+from pg_operator.api.constants import CLUSTER_LABEL, GROUP
 from pg_operator.api.roles import Database, Role, secret_suffix
 from pg_operator.scram import scram_sha256_verifier
-from pg_operator.specs import names
 from pg_operator.specs.labels import COMPONENT_CREDENTIALS, child_metadata
-from pg_operator.specs.secrets import APP_CA_KEY, APP_SSLMODE, PASSWORD_BYTES
+from pg_operator.specs.secrets import APP_CA_KEY, PASSWORD_BYTES, connection_keys
 
 # On each role and database the operator manages (COMMENT ON ...).
 MARKER = "managed by pg-operator"
@@ -113,37 +111,6 @@ def role_dbname(cluster: PostgresCluster, role: str) -> str:
 
 
 # --- generated Secrets ----------------------------------------------------------------------------------
-
-
-def _pgpass_field(value: str) -> str:
-    return value.replace("\\", "\\\\").replace(":", "\\:")
-
-
-def connection_keys(cluster: PostgresCluster, user: str, dbname: str, password: str) -> dict[str, str]:
-    """The keys of a connection Secret, the same set and form as `<cluster>-app`'s (specs/secrets.py)."""
-    host, fqdn, port = names.rw_host(cluster), names.rw_fqdn(cluster), str(PG_PORT)
-    pw, u, db = quote(password, safe=""), quote(user, safe=""), quote(dbname, safe="")
-
-    def uri(h: str) -> str:
-        return f"postgresql://{u}:{pw}@{h}:{port}/{db}?sslmode={APP_SSLMODE}"
-
-    def jdbc(h: str) -> str:
-        return f"jdbc:postgresql://{h}:{port}/{db}?user={u}&password={pw}&sslmode={APP_SSLMODE}"
-
-    return {
-        "username": user,
-        "user": user,
-        "password": password,
-        "dbname": dbname,
-        "host": host,
-        "port": port,
-        "uri": uri(host),
-        "jdbc-uri": jdbc(host),
-        "pgpass": ":".join(_pgpass_field(v) for v in (host, port, dbname, user, password)) + "\n",
-        "fqdn-host": fqdn,
-        "fqdn-uri": uri(fqdn),
-        "fqdn-jdbc-uri": jdbc(fqdn),
-    }
 
 
 def _b64(value: str) -> str:

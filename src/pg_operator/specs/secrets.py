@@ -80,8 +80,12 @@ def _pgpass_field(value: str) -> str:
 
 def app_connection(cluster: PostgresCluster, password: str) -> dict[str, str]:
     """Everything an application needs to connect, as CloudNativePG users expect it."""
-    user = cluster.spec.bootstrap.initdb.owner
-    dbname = cluster.spec.bootstrap.initdb.database
+    init = cluster.spec.bootstrap.initdb
+    return connection_keys(cluster, init.owner, init.database, password)
+
+
+def connection_keys(cluster: PostgresCluster, user: str, dbname: str, password: str) -> dict[str, str]:
+    """The keys of a connection Secret through `-rw` (`<cluster>-app` and every generated role Secret)."""
     host = names.rw_host(cluster)
     fqdn = names.rw_fqdn(cluster)
     port = str(PG_PORT)
