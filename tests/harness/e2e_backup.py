@@ -16,7 +16,7 @@ from harness.waiting import wait_until
 
 BRIDGE_HOST = os.environ.get("PGOP_E2E_HOST_IP", "10.244.0.1")  # the host, as pods see it
 BUCKET = "e2e-backups"
-SMALL_BACKUP = {"requests": {"cpu": "100m", "memory": "384Mi"}}  # the resources of the backup tests' clusters
+SMALL_BACKUP = {"requests": {"cpu": "50m", "memory": "384Mi"}}  # the resources of the backup tests' clusters
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """What an e2e failure leaves behind for whoever reads only the test output (CI shows nothing else):
-every PostgresCluster's phase, conditions and instances, the pods that are not plainly running, recent
-Warning Events, the tail of the operator's log and of each PostgreSQL pod that is not ready or restarted.
+every PostgresCluster's phase, conditions and instances, the pods that are not plainly running (and why,
+where the scheduler said), what the pods request of the node, recent Warning Events, the tail of the
+operator's log and of each PostgreSQL pod that is not ready or restarted.
 Secrets are never read."""
 
 from __future__ import annotations
@@ -47,6 +48,21 @@ def pods(kube: Kube) -> list[str]:
             continue
         lines.append(f"pod {meta['namespace']}/{meta['name']}: {st.get('phase')} "
                      f"deleting={bool(meta.get('deletionTimestamp'))} {states}")  # fmt: skip
+        lines += [f"  {c['type']}={c['status']} {c.get('reason')}: {c.get('message')}"
+                  for c in st.get("conditions") or [] if c.get("status") != "True"]  # fmt: skip
+    return lines
+
+
+def node_requests(kube: Kube) -> list[str]:
+    """What the pods request of each node against what it has: a full node leaves pods Pending."""
+    lines = []
+    for node in _json(kube, "get", "nodes")["items"]:
+        res = kube.kubectl("describe", "node", node["metadata"]["name"], check=False, timeout=30)
+        text = res.stdout or ""
+        start = text.find("Allocated resources:")
+        if start >= 0:
+            block = text[start:].splitlines()[:8]
+            lines += [f"node {node['metadata']['name']}: {line.strip()}" for line in block if line.strip()]
     return lines
 
 
@@ -85,7 +101,7 @@ def operator_log(kube: Kube) -> list[str]:
 def report(kube: Kube) -> str:
     """The whole picture as text; a part that cannot be read says so instead of hiding the rest."""
     parts = []
-    for part in (clusters, pods, warnings, operator_log, instance_logs):
+    for part in (clusters, pods, node_requests, warnings, operator_log, instance_logs):
         try:
             parts.extend(part(kube))
         except Exception as exc:  # a report must not replace the failure it explains

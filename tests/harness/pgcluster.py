@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime as dt
 import json
 import os
 import subprocess
@@ -47,14 +48,44 @@ def status(kube: Kube, namespace: str, cluster: str) -> dict[str, Any]:
     return dict(get_json(kube, "pgc", cluster, "-n", namespace).get("status") or {})
 
 
+class Unschedulable(RuntimeError):
+    """A pod the scheduler has refused for minutes: waiting longer cannot help, so a wait fails at once
+    (not in waiting.NOT_YET) and names the scheduler's reason, usually a node whose CPU or memory the
+    session's clusters have requested in full."""
+
+
+REFUSED = ("PodScheduled", "False", "Unschedulable")
+UNSCHEDULABLE_FOR = 180.0  # seconds; volume binding and a just-freed node settle well within this
+
+
+def unschedulable(kube: Kube, namespace: str, cluster: str, now: float | None = None) -> list[str]:
+    """The scheduler's word on each of the cluster's pods it has refused for UNSCHEDULABLE_FOR seconds."""
+    now = time.time() if now is None else now
+    out = []
+    for pod in get_json(kube, "pods", "-n", namespace, "-l", f"db.example.com/cluster={cluster}")["items"]:
+        for c in (pod.get("status") or {}).get("conditions") or []:
+            if (c.get("type"), c.get("status"), c.get("reason")) != REFUSED:
+                continue
+            since = dt.datetime.fromisoformat(c["lastTransitionTime"]).timestamp()
+            if now - since >= UNSCHEDULABLE_FOR:
+                out.append(f"{pod['metadata']['name']}: {c.get('message')}")
+    return out
+
+
 def healthy(kube: Kube, namespace: str, cluster: str, replicas: int) -> dict[str, Any] | None:
-    """The status once every instance is ready with exactly one primary, else None."""
+    """The status once every instance is ready with exactly one primary, else None; Unschedulable
+    when the scheduler has refused one of its pods for minutes."""
     st = status(kube, namespace, cluster)
     instances = st.get("instances") or []
     roles = sorted(i.get("role") for i in instances)
     ok = (len(instances) == replicas and all(i.get("ready") for i in instances)
           and roles == ["primary"] + ["replica"] * (replicas - 1) and st.get("currentPrimary"))
-    return st if ok else None
+    if ok:
+        return st
+    refused = unschedulable(kube, namespace, cluster)
+    if refused:
+        raise Unschedulable(f"{namespace}/{cluster}: " + "; ".join(refused))
+    return None
 
 
 def wait_serving(kube: Kube, namespace: str, cluster: str, replicas: int, timeout: float) -> dict[str, Any]:
@@ -74,8 +105,10 @@ def wait_serving(kube: Kube, namespace: str, cluster: str, replicas: int, timeou
     return st
 
 
-# The single test node has 2 CPUs; several clusters and the operator share it.
-SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}
+# The single test node has 2 CPUs, 2000m to request: the operator (100m), the shared clusters that live
+# all session (the example's 3 x 250m as shipped, sync and day2) and each module's own must fit at once,
+# or a pod waits for the scheduler forever. 50m each leaves room for a module's six pods.
+SMALL = {"requests": {"cpu": "50m", "memory": "512Mi"}}
 
 
 # The e2e tier's synchronous cluster (its `sync_cluster` fixture), shared by the failover and settings
