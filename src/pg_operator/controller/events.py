@@ -81,3 +81,23 @@ class EventRecorder:
                 self._warned = {k: at for k, at in self._warned.items() if now - at < RECENT_SECONDS}
             self._warned[(objects.uid(cluster), reason)] = now
         return True
+
+
+class OncePerMessage:
+    """A room's Warning Events: one per distinct message per cluster; the same message again posts
+    nothing until it changes or is forgotten (the problem cleared, the cluster gone)."""
+
+    def __init__(self, events: EventRecorder) -> None:
+        self.events = events
+        self._last: dict[tuple[str, str], str] = {}
+
+    async def warn(self, cluster: dict[str, Any], reason: str, message: str) -> int:
+        """Post the Warning unless it is the one last posted for this cluster; 1 if posted."""
+        key = (str(objects.meta(cluster).get("namespace")), str(objects.meta(cluster).get("name")))
+        if self._last.get(key) == message:
+            return 0
+        self._last[key] = message
+        return int(await self.events.record(cluster, "Warning", reason, message))
+
+    def forget(self, key: tuple[str, str]) -> None:
+        self._last.pop(key, None)

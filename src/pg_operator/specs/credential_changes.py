@@ -12,7 +12,6 @@ repr, an error or a message.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import GROUP, PATRONI_API_USER, REPLICATION_USER, SUPERUSER
 from pg_operator.scram import scram_sha256_verifier
 from pg_operator.specs import names
-from pg_operator.specs.secrets import app_connection
+from pg_operator.specs.secrets import app_connection, decoded
 
 APPLIED_ANNOTATION = f"{GROUP}/credential-applied"
 
@@ -85,16 +84,6 @@ def fingerprint(secret_uid: str, username: str, password: str) -> str:
     return f"sha256:{digest}"
 
 
-def _decoded(secret: Mapping[str, Any], key: str) -> str | None:
-    raw = (secret.get("data") or {}).get(key)  # the API server has turned any stringData into data
-    if raw is None:
-        return None
-    try:
-        return base64.b64decode(str(raw), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-
-
 def plan(cluster: PostgresCluster, secrets: Mapping[str, Mapping[str, Any] | None]) -> Plan:
     """What to apply, from the Secrets the cache holds by name. A missing Secret is not here: the operator
     creates it (with a new password) and the next pass finds it unapplied."""
@@ -103,8 +92,8 @@ def plan(cluster: PostgresCluster, secrets: Mapping[str, Mapping[str, Any] | Non
         secret = secrets.get(slot.secret)
         if secret is None or objects.deleting(secret):
             continue
-        username = (_decoded(secret, "username") or "").strip()
-        password = _decoded(secret, "password")
+        username = (decoded(secret, "username") or "").strip()
+        password = decoded(secret, "password")
         # The instance reads the same keys and forgives one trailing newline (instance/inputs.py).
         password = password[:-1] if password and password.endswith("\n") else password
         if username != slot.username:
@@ -163,9 +152,9 @@ def stale_app_keys(cluster: PostgresCluster, secret: Mapping[str, Any] | None) -
     None."""
     if secret is None or objects.deleting(secret):
         return None
-    password = _decoded(secret, "password")
+    password = decoded(secret, "password")
     password = password[:-1] if password and password.endswith("\n") else password
-    username = (_decoded(secret, "username") or "").strip()
+    username = (decoded(secret, "username") or "").strip()
     if not password or objects.annotation(secret, APPLIED_ANNOTATION) != fingerprint(
             objects.uid(secret), username, password):
         return None

@@ -35,7 +35,7 @@ from pg_operator.api.constants import CLUSTER_LABEL, GROUP
 from pg_operator.api.roles import Database, Role, secret_suffix
 from pg_operator.scram import scram_sha256_verifier
 from pg_operator.specs.labels import COMPONENT_CREDENTIALS, child_metadata
-from pg_operator.specs.secrets import APP_CA_KEY, PASSWORD_BYTES, connection_keys
+from pg_operator.specs.secrets import APP_CA_KEY, PASSWORD_BYTES, connection_keys, decoded
 
 # On each role and database the operator manages (COMMENT ON ...).
 MARKER = "managed by pg-operator"
@@ -115,16 +115,6 @@ def role_dbname(cluster: PostgresCluster, role: str) -> str:
 
 def _b64(value: str) -> str:
     return base64.b64encode(value.encode()).decode("ascii")
-
-
-def decoded(secret: Mapping[str, Any] | None, key: str) -> str | None:
-    raw = ((secret or {}).get("data") or {}).get(key)
-    if raw is None:
-        return None
-    try:
-        return base64.b64decode(str(raw), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
 
 
 def new_password() -> str:

@@ -10,7 +10,9 @@ appears in a repr, a log line or an Event.
 from __future__ import annotations
 
 import base64
+import binascii
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -66,6 +68,18 @@ class ClusterPasswords:
                 "patroni_api=<redacted>)")
 
     __str__ = __repr__
+
+
+def decoded(secret: Mapping[str, Any] | None, key: str) -> str | None:
+    """One key of a Secret as the cache holds it (the API server has turned any stringData into data);
+    None when absent or not base64-encoded UTF-8."""
+    raw = ((secret or {}).get("data") or {}).get(key)
+    if raw is None:
+        return None
+    try:
+        return base64.b64decode(str(raw), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
 
 
 def secret_names(cluster: PostgresCluster) -> list[str]:

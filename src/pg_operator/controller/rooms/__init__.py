@@ -17,8 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pg_operator import objects
 from pg_operator.api.cluster import PostgresCluster
+from pg_operator.api.constants import CLUSTER_LABEL, ROLE_PRIMARY
 from pg_operator.controller.cache import Snapshot
+from pg_operator.orchestration.instances import instances_from_pods, patroni_state
 
 # (reason, message): what keeps the cluster from its desired state, for the status and a Warning Event.
 Problem = tuple[str, str]
@@ -55,6 +58,18 @@ class ClusterPass:
     def report(self, problem: Problem | None) -> None:
         if problem is not None and self.problem is None:
             self.problem = problem
+
+    def running_primary(self) -> str | None:
+        """The primary as Patroni says it runs (its member data on the pod), ready and not going: the one
+        pod a data-plane step may exec SQL on."""
+        pods = [p for p in self.snapshot.of_kind("v1", "Pod") if objects.label(p, CLUSTER_LABEL) == self.name]
+        by_name = {objects.name(pod): pod for pod in pods}
+        for instance in instances_from_pods(pods):
+            state = patroni_state(objects.meta(by_name[instance.name]))
+            if (instance.role == ROLE_PRIMARY and instance.ready and not instance.terminating
+                    and state.get("state") == "running"):  # fmt: skip
+                return instance.name
+        return None
 
 
 class Room:

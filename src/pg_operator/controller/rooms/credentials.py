@@ -18,14 +18,12 @@ from typing import Any
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Secret
 
-from pg_operator import objects
-from pg_operator.api.constants import CLUSTER_LABEL, ROLE_PRIMARY
-from pg_operator.controller.events import EventRecorder
+from pg_operator.api.constants import CLUSTER_LABEL
+from pg_operator.controller.events import EventRecorder, OncePerMessage
 from pg_operator.controller.kube_api import Api, is_conflict, is_not_found
 from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.controller.writes import WriteMemo, all_of
-from pg_operator.orchestration.instances import instances_from_pods, patroni_state
 from pg_operator.specs import ClusterPasswords, build_secrets, names, secret_names
 from pg_operator.specs.credential_changes import (
     Change,
@@ -49,10 +47,10 @@ class CredentialsRoom(Room):
         self.events = events
         self.exec = pod_exec
         # Warnings already posted, per cluster: one Event per distinct message.
-        self._warned: dict[tuple[str, str], str] = {}
+        self._warned = OncePerMessage(events)
 
     def forget(self, key: tuple[str, str]) -> None:
-        self._warned.pop(key, None)
+        self._warned.forget(key)
 
     async def act(self, p: ClusterPass) -> None:
         secrets = {n: p.snapshot.find("v1", "Secret", n) for n in secret_names(p.cluster)}
@@ -60,19 +58,19 @@ class CredentialsRoom(Room):
         if wanted.refused:
             message = "; ".join(wanted.refused)
             p.report(("CredentialRefused", message))
-            p.writes += await self._warn_once(p, "CredentialRefused", message)
+            p.writes += await self._warned.warn(p.body, "CredentialRefused", message)
         if not wanted.changes:
             p.writes += await self._refresh_app_keys(p, secrets)
             return
         roles = wanted.role_changes
         if roles:
-            primary = self._running_primary(p)
+            primary = p.running_primary()
             if primary is None or self.exec is None:
                 return  # nothing to apply them to yet: the primary's pod changes wake the cluster
             failure = await self._set_passwords(p, primary, roles)
             if failure:
                 p.report(("CredentialNotApplied", failure))
-                p.writes += await self._warn_once(p, "CredentialNotApplied", failure)
+                p.writes += await self._warned.warn(p.body, "CredentialNotApplied", failure)
                 return
         p.writes += await self._mark_applied(p, wanted, secrets)
 
@@ -89,17 +87,6 @@ class CredentialsRoom(Room):
                 raise
         return 1
 
-    @staticmethod
-    def _running_primary(p: ClusterPass) -> str | None:
-        """The primary as Patroni says it runs (its member data on the pod), ready and not going."""
-        pods = [pod for pod in p.snapshot.of_kind("v1", "Pod") if objects.label(pod, CLUSTER_LABEL) == p.name]
-        by_name = {objects.name(pod): pod for pod in pods}
-        for instance in instances_from_pods(pods):
-            state = patroni_state(objects.meta(by_name[instance.name]))
-            if (instance.role == ROLE_PRIMARY and instance.ready and not instance.terminating
-                    and state.get("state") == "running"):
-                return instance.name
-        return None
 
     async def _set_passwords(self, p: ClusterPass, primary: str, changes: list[Change]) -> str | None:
         """ALTER ROLE … PASSWORD '<verifier>' for each change, in one psql session; a reason on failure."""
@@ -137,12 +124,6 @@ class CredentialsRoom(Room):
 
         return await all_of([mark(c) for c in wanted.changes])
 
-    async def _warn_once(self, p: ClusterPass, reason: str, message: str) -> int:
-        key = (p.namespace, p.name)
-        if self._warned.get(key) == message:
-            return 0
-        self._warned[key] = message
-        return int(await self.events.record(p.body, "Warning", reason, message))
 
     async def create(self, p: ClusterPass) -> int:
         names = secret_names(p.cluster)

@@ -26,13 +26,12 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Secret
 
 from pg_operator import objects
-from pg_operator.api.constants import CLUSTER_LABEL, ROLE_PRIMARY
-from pg_operator.controller.events import EventRecorder
+from pg_operator.api.constants import CLUSTER_LABEL
+from pg_operator.controller.events import EventRecorder, OncePerMessage
 from pg_operator.controller.kube_api import Api, is_conflict, is_not_found
 from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.controller.writes import WriteMemo, all_of
-from pg_operator.orchestration.instances import instances_from_pods, patroni_state
 from pg_operator.specs import names
 from pg_operator.specs.roles import (
     DATABASES_CONDITION,
@@ -44,7 +43,6 @@ from pg_operator.specs.roles import (
     declared_databases,
     declared_roles,
     declares_anything,
-    decoded,
     generates_secret,
     new_password,
     observe_sql,
@@ -58,7 +56,7 @@ from pg_operator.specs.roles import (
     stale_keys,
     without_secrets,
 )
-from pg_operator.specs.secrets import APP_CA_KEY
+from pg_operator.specs.secrets import APP_CA_KEY, decoded
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +86,11 @@ class RolesRoom(Room):
         self.events = events
         self.exec = pod_exec
         self._checked: dict[tuple[str, str], _Checked] = {}
-        self._warned: dict[tuple[str, str], str] = {}
+        self._warned = OncePerMessage(events)
 
     def forget(self, key: tuple[str, str]) -> None:
         self._checked.pop(key, None)
-        self._warned.pop(key, None)
+        self._warned.forget(key)
 
     # --- data plane -------------------------------------------------------------------------------------
 
@@ -102,7 +100,7 @@ class RolesRoom(Room):
             self._checked.pop(key, None)
             return
         p.writes += await self._refresh_secrets(p)
-        primary = self._running_primary(p)
+        primary = p.running_primary()
         if primary is None or self.exec is None:
             return  # the primary's pod changes wake the cluster
         secrets = {objects.name(s): s for s in p.snapshot.of_kind("v1", "Secret")}
@@ -128,7 +126,7 @@ class RolesRoom(Room):
             if not e.applied and not e.reason.startswith("waiting for")
         ]
         if problems:
-            p.writes += await self._warn_once(p, "; ".join(problems)[:2000])
+            p.writes += await self._warned.warn(p.body, "RolesNotApplied", "; ".join(problems)[:2000])
 
     def _left_to_release(self, p: ClusterPass) -> bool:
         """Nothing is declared, but the last check or status still lists roles or databases (removed from
@@ -184,23 +182,7 @@ class RolesRoom(Room):
         p.writes += int(await self.events.record(p.body, "Normal", "RolesConverged", what))
         return checked
 
-    async def _warn_once(self, p: ClusterPass, message: str) -> int:
-        key = (p.namespace, p.name)
-        if self._warned.get(key) == message:
-            return 0
-        self._warned[key] = message
-        return int(await self.events.record(p.body, "Warning", "RolesNotApplied", message))
 
-    @staticmethod
-    def _running_primary(p: ClusterPass) -> str | None:
-        pods = [pod for pod in p.snapshot.of_kind("v1", "Pod") if objects.label(pod, CLUSTER_LABEL) == p.name]
-        by_name = {objects.name(pod): pod for pod in pods}
-        for instance in instances_from_pods(pods):
-            state = patroni_state(objects.meta(by_name[instance.name]))
-            if (instance.role == ROLE_PRIMARY and instance.ready and not instance.terminating
-                    and state.get("state") == "running"):  # fmt: skip
-                return instance.name
-        return None
 
     # --- generated Secrets ------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from pg_operator import objects
 from pg_operator.api.constants import CLUSTER_LABEL, REPLICATION_USER
-from pg_operator.controller.events import EventRecorder
+from pg_operator.controller.events import EventRecorder, OncePerMessage
 from pg_operator.controller.kube_api import Api, is_conflict, is_not_found
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.controller.writes import WriteMemo
@@ -102,12 +102,12 @@ class TlsRoom(Room):
         self.events = events
         self.clock = clock
         self.metrics = CertificateMetrics(registry)
-        self._warned: dict[tuple[str, str], str] = {}  # the CertificateExpiring message last posted
+        self._warned = OncePerMessage(events)  # CertificateExpiring
         self._refused: dict[tuple[str, str], str] = {}  # the TlsSecretInvalid message last posted
 
     def forget(self, key: tuple[str, str]) -> None:
         self.metrics.set(key, {})
-        self._warned.pop(key, None)
+        self._warned.forget(key)
         self._refused.pop(key, None)
 
     async def settle(self, p: ClusterPass) -> int:
@@ -121,13 +121,10 @@ class TlsRoom(Room):
         message = expiring(in_use, self.clock())
         key = (p.namespace, p.name)
         if message is None:
-            self._warned.pop(key, None)
+            self._warned.forget(key)
             return 0
         p.report(("CertificateExpiring", message))
-        if self._warned.get(key) == message:
-            return 0
-        self._warned[key] = message
-        return int(await self.events.record(p.body, "Warning", "CertificateExpiring", message))
+        return await self._warned.warn(p.body, "CertificateExpiring", message)
 
     async def create(self, p: ClusterPass) -> int:
         ca_name, server_name = tls_secret_names(p.cluster)
