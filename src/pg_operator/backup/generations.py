@@ -27,13 +27,18 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from pg_operator import objects
 from pg_operator.api.backup import parse_rfc3339
+from pg_operator.api.constants import API_VERSION, CLUSTER_LABEL
 
 ANNOTATION: Final = "db.example.com/backup-generations"
+# On a restored cluster: the generation of its source's backups it was restored from (decided once,
+# before its first instance starts, from the source's generations file).
+RECOVERY_ANNOTATION: Final = "db.example.com/recovery-source-generation"
 STORE_FILE: Final = "pg-operator-generations.json"
 _MAJOR = re.compile(r"\d{2}")
 _SERVER = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -196,3 +201,93 @@ def retired(
         elif window is not None and later and later[0] < now - window:
             out.append(g)
     return out
+
+
+# --- read from a cluster object ----------------------------------------------------------------------------
+
+
+def of_cluster(body: Mapping[str, Any]) -> list[Generation]:
+    """The cluster's record from its annotation ([] when none, or unreadable: the cluster's name then)."""
+    try:
+        return parse(objects.annotation(body, ANNOTATION))
+    except ValueError:
+        return []
+
+
+def current_server(body: Mapping[str, Any]) -> str:
+    """Where the cluster archives now: its newest generation's server name, or its own name."""
+    gens = of_cluster(body)
+    return gens[-1].server_name if gens else objects.name(body)
+
+
+def recovery_generation(body: Mapping[str, Any]) -> Generation | None:
+    raw = objects.annotation(body, RECOVERY_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        gens = parse(f"[{raw}]", RECOVERY_ANNOTATION)
+    except ValueError:
+        return None
+    return gens[0] if gens else None
+
+
+def target_time_of(target_time: str | None, backup_id: str | None) -> str | None:
+    """The time that places a restore in a generation: its target time, else the start of the backup it
+    names (barman's IDs are the start time, UTC in the pods: 20261202T220000), else none (the latest)."""
+    if target_time is not None:
+        return target_time
+    if backup_id is not None and re.fullmatch(r"\d{8}T\d{6}", backup_id):
+        b = backup_id
+        return f"{b[0:4]}-{b[4:6]}-{b[6:8]}T{b[9:11]}:{b[11:13]}:{b[13:15]}Z"
+    return None
+
+
+# --- the new generation's first base backup -----------------------------------------------------------------
+
+
+def base_backup_name(generation: Generation) -> str:
+    """The Backup the operator creates for a new generation (a DNS subdomain; never shaped like a
+    barman backup ID)."""
+    return f"{generation.server_name}-base"
+
+
+def base_backup_object(
+    namespace: str, cluster: str, cluster_uid: str, generation: Generation
+) -> dict[str, Any]:
+    """A Backup of the cluster, owned by it (deleted with it), labelled like every Backup of it."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Backup",
+        "metadata": {
+            "name": base_backup_name(generation),
+            "namespace": namespace,
+            "labels": {CLUSTER_LABEL: cluster},
+            "annotations": {ANNOTATION: generation.server_name},
+            "ownerReferences": [
+                {"apiVersion": API_VERSION, "kind": "PostgresCluster", "name": cluster, "uid": cluster_uid}
+            ],
+        },
+        "spec": {"cluster": cluster},
+    }
+
+
+def backup_gap(
+    generations: Sequence[Generation], backups: Sequence[Mapping[str, Any]]
+) -> tuple[str, str, str] | None:
+    """LastBackupSucceeded while the newest generation has no completed base backup: a point-in-time
+    restore to a time after the switch is not possible yet (None when it is, or with one generation)."""
+    if len(generations) < 2:
+        return None
+    now, before = generations[-1], generations[-2]
+    for b in backups:
+        st = objects.status(b)
+        if st.get("phase") == "Completed" and st.get("serverName") == now.server_name:
+            return None
+    return (
+        "False",
+        "NewGenerationNotBackedUp",
+        f"PostgreSQL {now.major} archives to server {now.server_name} since {now.since}, and it has no "
+        f"completed base backup yet (Backup {base_backup_name(now)}): a point-in-time restore to a time "
+        f"after the upgrade is not possible until one completes; times before it restore PostgreSQL "
+        f"{before.major} from server {before.server_name}",
+    )

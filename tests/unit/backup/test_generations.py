@@ -104,3 +104,37 @@ def test_store_document_names_the_cluster() -> None:
     assert doc["cluster"] == "orders-db"
     assert doc["generations"] == [{"serverName": "orders-db", "major": "16"}]
     assert g.store_key("prod/orders-db/") == "prod/orders-db/pg-operator-generations.json"
+
+
+def test_the_cluster_object_names_its_current_generation() -> None:
+    gens = g.started([], "orders-db", "16", "17", T0)
+    body = {"metadata": {"name": "orders-db", "annotations": {g.ANNOTATION: g.dump(gens)}}}
+    assert g.current_server(body) == "orders-db-pg17"
+    assert g.current_server({"metadata": {"name": "orders-db"}}) == "orders-db"
+    broken = {"metadata": {"name": "orders-db", "annotations": {g.ANNOTATION: "{"}}}
+    assert g.current_server(broken) == "orders-db"
+    chosen = {"metadata": {"annotations": {g.RECOVERY_ANNOTATION: json.dumps(gens[0].to_mapping())}}}
+    assert g.recovery_generation(chosen) == gens[0]
+    assert g.recovery_generation({"metadata": {}}) is None
+
+
+def test_a_backup_id_places_a_restore_by_its_start_time() -> None:
+    assert g.target_time_of("2026-12-02T21:00:00Z", "20261202T230000") == "2026-12-02T21:00:00Z"
+    assert g.target_time_of(None, "20261202T230000") == "2026-12-02T23:00:00Z"
+    assert g.target_time_of(None, None) is None
+
+
+def test_the_new_generation_is_not_restorable_until_its_base_backup_completed() -> None:
+    gens = g.started([], "orders-db", "16", "17", T0)
+    backup = g.base_backup_object("shop", "orders-db", "uid-1", gens[-1])
+    assert backup["metadata"]["name"] == "orders-db-pg17-base"
+    assert backup["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert backup["spec"] == {"cluster": "orders-db"}
+    old_done = {"status": {"phase": "Completed", "serverName": "orders-db"}}
+    running = {"status": {"phase": "Running", "serverName": "orders-db-pg17"}}
+    gap = g.backup_gap(gens, [old_done, running])
+    assert gap is not None and gap[:2] == ("False", "NewGenerationNotBackedUp")
+    assert "not possible until one completes" in gap[2] and "PostgreSQL 16 from server orders-db" in gap[2]
+    done = {"status": {"phase": "Completed", "serverName": "orders-db-pg17"}}
+    assert g.backup_gap(gens, [old_done, done]) is None
+    assert g.backup_gap(gens[:1], []) is None
