@@ -34,13 +34,17 @@ if [ -s /etc/ssl/certs/ca-certificates.crt ] && [ -z "${PIP_CERT:-}" ]; then
 fi
 apt-get update -qq
 # tini is PID 1: Python as PID 1 gets no default SIGTERM handling and would not reap orphans.
-apt-get install -y -qq --no-install-recommends ca-certificates tini python3 python3-venv >/dev/null
+# pgbouncer: the pooler's pods run this image too (pg-operator-pooler supervises it; docs/pooler.md).
+apt-get install -y -qq --no-install-recommends ca-certificates tini python3 python3-venv pgbouncer >/dev/null
+# Debian's package starts nothing here (no init system); its default config and logs are not used.
+[ -x /usr/sbin/pgbouncer ] || { echo "recipe: /usr/sbin/pgbouncer is missing" >&2; exit 1; }
 
 step "venv $VENV with pg-operator"
 python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q "$BUILD_CONTEXT"
 "$VENV/bin/python" -c "import pg_operator, kopf, lightkube"
 [ -x "$VENV/bin/pg-operator" ] || { echo "recipe: $VENV/bin/pg-operator is missing" >&2; exit 1; }
+[ -x "$VENV/bin/pg-operator-pooler" ] || { echo "recipe: $VENV/bin/pg-operator-pooler is missing" >&2; exit 1; }
 
 step "clean up"
 "$VENV/bin/python" -m pip uninstall -y -q pip setuptools

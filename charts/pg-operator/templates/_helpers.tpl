@@ -90,7 +90,7 @@ deploy/operator/rbac.yaml, where each verb is explained.
   resources: [events]
   verbs: [create, patch]
 - apiGroups: [apps]
-  resources: [statefulsets]
+  resources: [statefulsets, deployments]
   verbs: [list, watch, create, patch, delete]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]

@@ -43,6 +43,7 @@ from pg_operator.api.placement import (
     Toleration,
     node_selector_problems,
 )
+from pg_operator.api.pooler import PoolerSpec
 from pg_operator.api.postgresql import Postgresql
 from pg_operator.api.quantity import QUANTITY_PATTERN, parse_quantity
 from pg_operator.api.roles import (
@@ -413,6 +414,14 @@ class PostgresClusterSpec(SpecModel):
     )
     removal_policy: RemovalPolicies = _nested(
         RemovalPolicies, "What happens to a role or database removed from spec.roles or spec.databases."
+    )
+    pooler: PoolerSpec | None = Field(
+        None,
+        description=(
+            "PgBouncer in front of the cluster (Services <name>-pooler-rw and, with readOnly, -pooler-ro), "
+            "paused and re-pointed by the operator around switchovers and failovers (docs/pooler.md). "
+            "Unset: no pooler."
+        ),
     )
 
     @field_validator("version")

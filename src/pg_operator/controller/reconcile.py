@@ -32,6 +32,7 @@ from pg_operator.controller.rooms.credentials import CredentialsRoom
 from pg_operator.controller.rooms.high_availability import HighAvailabilityRoom
 from pg_operator.controller.rooms.instances import InstancesRoom
 from pg_operator.controller.rooms.major_upgrade import MajorUpgradeRoom
+from pg_operator.controller.rooms.pooler import PoolerRoom
 from pg_operator.controller.rooms.roles import RolesRoom
 from pg_operator.controller.rooms.storage import StorageRoom
 from pg_operator.controller.rooms.tls import TlsRoom
@@ -122,6 +123,8 @@ class Reconciler:
         self.memo = WriteMemo()
         self.applier = Applier(api, self.memo)
         self.high_availability = HighAvailabilityRoom(api, events, pod_exec)
+        pooler = PoolerRoom(api, self.memo, events, pod_exec, registry=metrics.registry)
+        self.high_availability.switchover_guard = pooler  # paused around the switchovers it drives
         # In phase order: the storage check comes first so the StatefulSet waits for its class.
         self.rooms: tuple[Room, ...] = (
             # First: until the data is on the new major it holds every other room at the running one.
@@ -132,6 +135,7 @@ class Reconciler:
             CredentialsRoom(api, self.memo, events, pod_exec),
             TlsRoom(api, self.memo, events, registry=metrics.registry),
             RolesRoom(api, self.memo, events, pod_exec),
+            pooler,  # after roles: the databases they create get the pooler's lookup function
         )
         self._invalid_seen: dict[ClusterKey, int] = {}
         # Clusters whose namespace refused a write because it is being deleted, by the cluster version

@@ -20,6 +20,7 @@ from typing import Any
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import PATRONI_PORT, PG_PORT
 from pg_operator.api.network_policy import NetworkPeer
+from pg_operator.api.pooler import any_pooler_pod
 from pg_operator.specs.labels import COMPONENT_INSTANCE, child_metadata, selector_labels
 
 # The instance's Prometheus endpoint (postgres_exporter's usual port); a contract with the instance image.
@@ -82,6 +83,9 @@ def network_policy(cluster: PostgresCluster, operator: OperatorPeer) -> dict[str
     own_pods = {"podSelector": {"matchLabels": selector_labels(cluster)}}
     trusted = [own_pods, *_operator_peers(operator)]
     clients = [{"podSelector": {}}] if spec.allow_from is None else _peers(spec.allow_from)
+    if cluster.spec.pooler is not None and spec.allow_from is not None:
+        # The pooler's pods (specs/pooler.py) reach PostgreSQL for the clients they admit.
+        clients.append({"podSelector": {"matchLabels": any_pooler_pod(cluster.name)}})
     scrapers = [{"namespaceSelector": {}}] if spec.metrics_from is None else _peers(spec.metrics_from)
     ingress = [
         {"from": [*trusted, *clients], "ports": _port(PG_PORT)},

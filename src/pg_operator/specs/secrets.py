@@ -116,7 +116,16 @@ def connection_keys(cluster: PostgresCluster, user: str, dbname: str, password: 
         return f"jdbc:postgresql://{h}:{port}/{db}?user={u}&password={pw}&sslmode={APP_SSLMODE}"
 
     pgpass = ":".join(_pgpass_field(v) for v in (host, port, dbname, user, password)) + "\n"
+    pooler: dict[str, str] = {}
+    if cluster.spec.pooler is not None:
+        # Through the pooler's read-write side (docs/pooler.md): the same TLS, the same CA.
+        bouncer = f"{cluster.name}-pooler-rw.{cluster.namespace}.svc"
+        pooler = {"pgbouncer-host": bouncer, "pgbouncer-port": port,
+                  "pgbouncer-uri": f"postgresql://{u}:{pw}@{bouncer}:{port}/{db}?sslmode={APP_SSLMODE}",
+                  "pgbouncer-jdbc-uri": (f"jdbc:postgresql://{bouncer}:{port}/{db}?user={u}&password={pw}"
+                                         f"&sslmode={APP_SSLMODE}")}  # fmt: skip
     return {
+        **pooler,
         "username": user,
         "user": user,
         "password": password,

@@ -63,8 +63,11 @@ def tls_secret_names(cluster: PostgresCluster) -> list[str]:
 def server_dns_names(cluster: PostgresCluster, domain: str = CLUSTER_DOMAIN) -> list[str]:
     ns = cluster.namespace
     out: list[str] = []
+    # The pooler's Services too, whether it is on or not (turning it on then costs no new certificate):
+    # its pods serve clients with this certificate (docs/pooler.md).
     services = (names.headless_service(cluster), names.rw_service(cluster), names.ro_service(cluster),
-                names.r_service(cluster))  # fmt: skip
+                names.r_service(cluster), f"{cluster.name}-pooler-rw",
+                f"{cluster.name}-pooler-ro")  # fmt: skip
     for svc in services:
         out += [svc, f"{svc}.{ns}", f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.{domain}"]
     headless = names.headless_service(cluster)

@@ -26,7 +26,7 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from lightkube.core.exceptions import ApiError
@@ -112,6 +112,14 @@ def patroni_auth(snapshot: Snapshot, cluster: PostgresCluster) -> PatroniAuth | 
         return None
 
 
+class PausedTraffic(Protocol):
+    async def resume(self, new_primary: str | None) -> None: ...
+
+
+class SwitchoverGuard(Protocol):
+    async def pause(self, p: ClusterPass) -> PausedTraffic | None: ...
+
+
 class HighAvailabilityRoom(Room):
     def __init__(self, api: Api, events: EventRecorder, pod_exec: PodExec | None = None) -> None:
         self.api = api
@@ -125,6 +133,8 @@ class HighAvailabilityRoom(Room):
         # after must not take a stale `auto` for a new request and switch over again.
         self._cleared = WriteMemo()
         self.trust = TrustStore()
+        # Pauses what sits in front of the primary around a planned switchover (the pooler room).
+        self.switchover_guard: SwitchoverGuard | None = None
 
     async def close(self) -> None:
         if self._session is not None:
@@ -338,8 +348,13 @@ class HighAvailabilityRoom(Room):
             return 0
         auth = patroni_auth(p.snapshot, cluster)
         log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
+        # The pooler (rooms/pooler.py) holds new transactions while Patroni switches over, then sends
+        # them to the new primary; it is resumed on every path, the failed ones too.
+        paused = await self.switchover_guard.pause(p) if self.switchover_guard is not None else None
+        switched = False
         try:
             await switchover(self.session(), member, primary.name, action.target, auth)
+            switched = True
         except PatroniError as exc:
             if UNAUTHORIZED in str(exc):
                 result.credentials_pending = True
@@ -352,6 +367,9 @@ class HighAvailabilityRoom(Room):
             result.message = f"switchover to {action.target} refused by Patroni; retrying"
             result.refused = True
             return int(await self.events.record(body, "Warning", "SwitchoverRefused", str(exc)))
+        finally:
+            if paused is not None:
+                await paused.resume(action.target if switched else None)
         return int(await self.events.record(body, "Normal", "Switchover", action.reason))
 
     async def _restart(self, p: ClusterPass, instances: list[Instance], action: Action,

@@ -1,0 +1,141 @@
+"""Types of `spec.pooler`: PgBouncer in front of the cluster, driven by the operator (docs/pooler.md).
+
+Part of the cluster, not a resource of its own: its TLS, its credentials and the pause around a
+switchover are the cluster's, and the reconcile that switches over is the one that pauses. Presence turns
+it on; removing it removes the pooler's children.
+
+Also the names the pooler's pieces share (pod labels, ports), so the instances' NetworkPolicy and the
+pooler's builders agree without importing each other.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, ConfigDict, Field, StringConstraints, WithJsonSchema, model_validator
+
+from pg_operator.api.quantity import QUANTITY_PATTERN, parse_quantity
+from pg_operator.api.schema import SpecModel, rule, validations
+
+# On every pooler pod (never the cluster label: the instances' Services and the cache select on that).
+POOLER_LABEL = "db.example.com/pooler"
+POOLER_SIDE_LABEL = "db.example.com/pooler-side"
+POOLER_APP_NAME = "pgbouncer"
+POOLER_PORT = 5432
+# pgbouncer_exporter's usual port.
+POOLER_METRICS_PORT = 9127
+SIDES = ("rw", "ro")
+
+MAX_INSTANCES = 10
+MAX_POOL_SIZE = 10000
+MAX_CLIENT_CONNECTIONS = 100000
+
+
+def _int_to_str(value: object) -> object:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+_Quantity = Annotated[
+    str,
+    BeforeValidator(_int_to_str),
+    StringConstraints(pattern=QUANTITY_PATTERN, max_length=32),
+    WithJsonSchema({"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}],
+                    "pattern": QUANTITY_PATTERN, "maxLength": 32}),
+]
+
+
+def pooler_pod_labels(cluster_name: str, side: str) -> dict[str, str]:
+    """The labels of one side's pooler pods (its Deployment's selector: never add to them)."""
+    return {"app.kubernetes.io/name": POOLER_APP_NAME, POOLER_LABEL: cluster_name, POOLER_SIDE_LABEL: side}
+
+
+def any_pooler_pod(cluster_name: str) -> dict[str, str]:
+    """Labels every pooler pod of a cluster carries, either side."""
+    return {"app.kubernetes.io/name": POOLER_APP_NAME, POOLER_LABEL: cluster_name}
+
+
+class PoolerRequests(SpecModel):
+    cpu: _Quantity = Field("50m", description="CPU each pooler pod requests.")
+    memory: _Quantity = Field("32Mi", description="Memory each pooler pod requests.")
+
+
+class PoolerLimits(SpecModel):
+    cpu: _Quantity | None = Field(None, description="CPU limit of each pooler pod (unset by default).")
+    memory: _Quantity | None = Field(
+        None, description="Memory limit of each pooler pod; defaults to its memory request."
+    )
+
+
+_WITHIN = tuple(
+    rule(
+        f"!has(self.limits.{res}) || !has(self.requests.{res}) || "
+        f"quantity(string(self.requests.{res})).compareTo(quantity(string(self.limits.{res}))) <= 0",
+        f"pooler.resources.requests.{res} must not exceed pooler.resources.limits.{res}",
+        fieldPath=f".requests.{res}",
+    )
+    for res in ("cpu", "memory")
+)
+
+
+class PoolerResources(SpecModel):
+    model_config = ConfigDict(json_schema_extra=validations(*_WITHIN))
+
+    requests: PoolerRequests = Field(default_factory=PoolerRequests,
+                                     json_schema_extra={"default": {"cpu": "50m", "memory": "32Mi"}})
+    limits: PoolerLimits = Field(default_factory=PoolerLimits, json_schema_extra={"default": {}})
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> PoolerResources:
+        for res in ("cpu", "memory"):
+            request, limit = getattr(self.requests, res), getattr(self.limits, res)
+            if limit is not None and parse_quantity(request) > parse_quantity(limit):
+                raise ValueError(f"pooler.resources.requests.{res} must not exceed "
+                                 f"pooler.resources.limits.{res}")  # fmt: skip
+        return self
+
+
+class PoolerSpec(SpecModel):
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            rule("!has(self.defaultPoolSize) || !has(self.maxClientConnections) || "
+                 "self.defaultPoolSize <= self.maxClientConnections",
+                 "pooler.defaultPoolSize must not exceed pooler.maxClientConnections",
+                 fieldPath=".defaultPoolSize"),
+        )
+    )
+
+    instances: int = Field(2, ge=1, le=MAX_INSTANCES,
+                           description="PgBouncer pods per side (a PodDisruptionBudget when more than one).")
+    mode: Literal["transaction", "session"] = Field(
+        "transaction",
+        description="PgBouncer's pool_mode: a server connection per transaction or per session.",
+    )
+    read_only: bool = Field(False, description="Also a `<name>-pooler-ro` side, in front of the replicas.")
+    default_pool_size: int | None = Field(
+        None, ge=1, le=MAX_POOL_SIZE,
+        description="Server connections per user and database (PgBouncer's default_pool_size; default 20).",
+    )
+    max_client_connections: int | None = Field(
+        None, ge=1, le=MAX_CLIENT_CONNECTIONS,
+        description="Client connections each pooler pod accepts (PgBouncer's max_client_conn; default 1000).",
+    )
+    resources: PoolerResources = Field(default_factory=PoolerResources,
+                                       description="CPU and memory of each pooler pod.",
+                                       json_schema_extra={"default": {}})
+
+    @model_validator(mode="after")
+    def _pool_within_clients(self) -> PoolerSpec:
+        if (self.default_pool_size is not None and self.max_client_connections is not None
+                and self.default_pool_size > self.max_client_connections):  # fmt: skip
+            raise ValueError("pooler.defaultPoolSize must not exceed pooler.maxClientConnections")
+        return self
+
+    @property
+    def sides(self) -> tuple[str, ...]:
+        return SIDES if self.read_only else SIDES[:1]
+
+    @property
+    def memory_limit(self) -> str:
+        return self.resources.limits.memory or self.resources.requests.memory

@@ -1,0 +1,381 @@
+"""The pooler room: `spec.pooler`'s PgBouncer pods, kept pointed at the primary and paused around
+planned switchovers (docs/pooler.md).
+
+- Children: per side a Deployment and a Service, budgets, the pooler's NetworkPolicy (specs/pooler.py);
+  the auth role's Secret `<name>-pooler-auth` (CSPRNG, create-only).
+- Auth: the role `pgop_pooler` (password from that Secret, sent as a verifier on stdin) and the lookup
+  function in every database and template1, set up by one psql over pod exec on the primary when the
+  primary, the Secret or the declared databases change — not on a pass where nothing did.
+- Pointing (level-triggered): each pooler pod carries the host the operator last pointed it at (an
+  annotation written after the exec succeeded); a pod whose host is not the current primary's pod name
+  is pointed again (`pg-operator-pooler point HOST` in it). A pass where the Deployments and the primary
+  are as when every pod was last found pointed lists nothing and execs nothing.
+- Switchovers (the high-availability room calls `pause`): every rw pooler pod PAUSEs (its running
+  transactions finish, new ones wait), Patroni switches over, each pod is pointed at the new primary and
+  RESUMEd in one exec; on any error it is RESUMEd all the same, and each pod's own watchdog resumes a
+  pause that outlives its deadline even if the operator dies in between. Session mode is not paused (a
+  session holds its server connection; a pause would wait for it to end).
+
+Pooler pods are not in the watch cache (they must not carry the cluster label), so the room lists their
+metadata when it has to look at them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from lightkube.core.exceptions import ApiError
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from pg_operator import objects
+from pg_operator.api.constants import CLUSTER_LABEL, ROLE_PRIMARY
+from pg_operator.api.pooler import POOLER_LABEL
+from pg_operator.controller.events import EventRecorder
+from pg_operator.controller.kube_api import Api, is_conflict, is_not_found, resource_for
+from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
+from pg_operator.controller.rooms import ClusterPass, Room
+from pg_operator.controller.writes import WriteMemo
+from pg_operator.orchestration.instances import instances_from_pods, patroni_state
+from pg_operator.specs.pooler import (
+    CONDITION,
+    CONTAINER,
+    DEFAULT_IMAGE,
+    LIST_DATABASES_SQL,
+    PASSWORD_KEY,
+    POINTS_TO_ANNOTATION,
+    SUPERVISOR,
+    PoolerPod,
+    auth_secret,
+    auth_secret_name,
+    children,
+    deployment_name,
+    desired_target,
+    new_password,
+    pod_host,
+    pooler_pods,
+    ready_pods,
+    setup_sql,
+    setup_trigger,
+    status_condition,
+    to_point,
+)
+from pg_operator.specs.secrets import decoded
+
+log = logging.getLogger(__name__)
+
+IMAGE_ENV = "PG_OPERATOR_POOLER_IMAGE"
+# The pod's watchdog resumes a pause this long after it began, whatever became of the switchover.
+PAUSE_SECONDS = 30
+# How long one pod's PAUSE may take (its running transactions finishing) before the switchover goes on
+# without that pod paused.
+PAUSE_EXEC_SECONDS = 10.0
+EXEC_SECONDS = 20.0
+RETRY_SECONDS = 5.0
+# Even when nothing seems to have moved, the pods are looked at again this often.
+RECHECK_SECONDS = 300.0
+# After a switchover the room pointed the pods itself: the cache may still show the old primary for a
+# moment, so only the new one is pointed at for this long.
+HOLD_SECONDS = 20.0
+
+
+class PoolerMetrics:
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.pauses = Counter("pg_operator_pooler_pauses_total",
+                              "Pauses of a cluster's pooler around a planned switchover.",
+                              ["namespace", "cluster"], registry=registry)  # fmt: skip
+        self.pause_seconds = Histogram(
+            "pg_operator_pooler_pause_seconds",
+            "How long a cluster's pooler stayed paused around a planned switchover (first PAUSE to last "
+            "RESUME).",
+            ["namespace", "cluster"],
+            buckets=(0.25, 0.5, 1, 2, 3, 5, 8, 13, 20, 30, 60),
+            registry=registry,
+        )
+        self.repoints = Counter("pg_operator_pooler_repoints_total",
+                                "Pooler pods pointed at a new host outside a planned switchover.",
+                                ["namespace", "cluster"], registry=registry)  # fmt: skip
+
+
+@dataclass
+class _State:
+    setup: str = ""  # the setup trigger last applied
+    pointed: tuple[Any, ...] | None = None  # (Deployments' versions, primary) when all pods were pointed
+    pointed_at: float = 0.0
+    pointed_count: int = 0
+    problem: str | None = None
+    hold: tuple[str, float] | None = None  # (primary, until) after a switchover the room drove
+    since: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Paused:
+    """The rw pooler pods paused for one switchover; `resume` ends it, exactly once."""
+
+    room: PoolerRoom
+    p: ClusterPass
+    pods: list[str]
+    started: float
+    done: bool = False
+
+    async def resume(self, new_primary: str | None) -> None:
+        if self.done:
+            return
+        self.done = True
+        await self.room.resume(self.p, self, new_primary)
+
+
+class PoolerRoom(Room):
+    def __init__(self, api: Api, memo: WriteMemo, events: EventRecorder, pod_exec: PodExec | None,
+                 registry: CollectorRegistry | None = None, image: str | None = None) -> None:  # fmt: skip
+        self.api = api
+        self.memo = memo
+        self.events = events
+        self.exec = pod_exec
+        self.image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
+        self.metrics = PoolerMetrics(registry)
+        self._state: dict[tuple[str, str], _State] = {}
+
+    def forget(self, key: tuple[str, str]) -> None:
+        self._state.pop(key, None)
+
+    def _of(self, p: ClusterPass) -> _State:
+        return self._state.setdefault((p.namespace, p.name), _State())
+
+    # --- children ---------------------------------------------------------------------------------------
+
+    def children(self, p: ClusterPass) -> list[dict[str, Any]]:
+        return children(p.cluster, self.image)
+
+    async def create(self, p: ClusterPass) -> int:
+        if p.cluster.spec.pooler is None:
+            return 0
+        name = auth_secret_name(p.cluster)
+        p.wanted.add(("v1", "Secret", name))
+        ident = (p.namespace, "Secret", name, "create")
+        if p.snapshot.find("v1", "Secret", name) is not None:
+            self.memo.seen(ident)
+            return 0
+        if self.memo.pending(ident, None, ""):
+            return 0
+        log.info("creating Secret %s/%s for the pooler's auth role", p.namespace, name)
+        try:
+            await self.api.create_dict(auth_secret(p.cluster, new_password()))
+        except ApiError as exc:
+            if not is_conflict(exc):
+                raise
+        self.memo.wrote(ident, None, "")
+        return 1
+
+    # --- data plane -------------------------------------------------------------------------------------
+
+    async def act(self, p: ClusterPass) -> None:
+        if p.cluster.spec.pooler is None:
+            self._state.pop((p.namespace, p.name), None)
+            return
+        state = self._of(p)
+        state.problem = None
+        primary = self.primary(p)
+        await self._set_up_auth(p, state, primary)
+        await self._point(p, state, primary)
+
+    def primary(self, p: ClusterPass) -> str | None:
+        """The one instance Patroni runs as primary: labelled so, its member data saying running, its
+        container up (not waiting for readiness: after a failover every second counts). None when there is
+        not exactly one."""
+        pods = [pod for pod in p.snapshot.of_kind("v1", "Pod") if objects.label(pod, CLUSTER_LABEL) == p.name]
+        metas = {objects.name(pod): objects.meta(pod) for pod in pods}
+        found = [i.name for i in instances_from_pods(pods)
+                 if i.role == ROLE_PRIMARY and not i.terminating and not i.container_down
+                 and patroni_state(metas[i.name]).get("state") == "running"]  # fmt: skip
+        return found[0] if len(found) == 1 else None
+
+    async def _set_up_auth(self, p: ClusterPass, state: _State, primary: str | None) -> None:
+        secret = p.snapshot.find("v1", "Secret", auth_secret_name(p.cluster))
+        password = decoded(secret, PASSWORD_KEY)
+        if primary is None or self.exec is None or not password or objects.deleting(secret):
+            return
+        declared = [d.name for d in p.cluster.spec.databases or ()]
+        declared.append(p.cluster.spec.bootstrap.initdb.database)
+        trigger = setup_trigger(p.cluster, primary, secret, declared)
+        if state.setup == trigger:
+            return
+        try:
+            listed = await self.exec.run(p.namespace, primary, [*PSQL, "-c", LIST_DATABASES_SQL],
+                                         seconds=EXEC_SECONDS)  # fmt: skip
+            if listed.exit_status != 0:
+                raise ExecError(listed.stderr.strip()[-300:] or f"psql exited {listed.exit_status}")
+            databases = [line.strip() for line in listed.stdout.splitlines() if line.strip()]
+            script = setup_sql(password, databases)
+            result = await self.exec.run(p.namespace, primary, [*PSQL, "-q", "-f", "-"],
+                                         stdin=script.encode(), seconds=EXEC_SECONDS)  # fmt: skip
+            if result.exit_status != 0:
+                lines = [ln for ln in result.stderr.splitlines() if "SCRAM-SHA-256$" not in ln]
+                raise ExecError("\n".join(lines).strip()[-300:] or f"psql exited {result.exit_status}")
+        except (ExecError, ValueError) as exc:
+            state.problem = f"could not set up the pooler's auth role on {primary}: {exc}"
+            log.warning("%s/%s: %s", p.namespace, p.name, state.problem)
+            p.again_in(RETRY_SECONDS * 3)
+            return
+        state.setup = trigger
+        log.info("%s/%s: pooler auth role and lookup function in %d databases", p.namespace, p.name,
+                 len(databases))  # fmt: skip
+
+    async def _list(self, p: ClusterPass) -> list[PoolerPod]:
+        path = f"/api/v1/namespaces/{p.namespace}/pods"
+        metas: list[dict[str, Any]] = []
+        async for page in self.api.list_metadata(path, {"labelSelector": f"{POOLER_LABEL}={p.name}"}):
+            metas += page
+        return pooler_pods(p.name, metas)
+
+    def _deployments_mark(self, p: ClusterPass) -> tuple[Any, ...]:
+        names = {deployment_name(p.cluster, side) for side in ("rw", "ro")}
+        return tuple(sorted((objects.name(d), objects.resource_version(d) or "")
+                            for d in p.snapshot.of_kind("apps/v1", "Deployment")
+                            if objects.name(d) in names))  # fmt: skip
+
+    async def _point(self, p: ClusterPass, state: _State, primary: str | None) -> None:
+        if self.exec is None:
+            return
+        now = time.monotonic()
+        if state.hold is not None:
+            held, until = state.hold
+            if now < until and primary != held:
+                p.again_in(max(0.5, min(RETRY_SECONDS, until - now)))
+                return  # the cache has not caught up with the switchover the room just drove
+            if now >= until:
+                state.hold = None
+        mark = (self._deployments_mark(p), primary)
+        if state.pointed == mark and now - state.pointed_at < RECHECK_SECONDS:
+            return
+        pods = await self._list(p)
+        todo = to_point(p.cluster, pods, primary)
+        outcomes = await asyncio.gather(*(self._point_one(p, pod, host, resume=False) for pod, host in todo))
+        p.writes += sum(1 for ok in outcomes if ok)
+        if todo:
+            self.metrics.repoints.labels(namespace=p.namespace, cluster=p.name).inc(sum(outcomes))
+        target = desired_target(p.cluster, "rw", primary)
+        fixed = {pod for (pod, _), ok in zip(todo, outcomes, strict=True) if ok}
+        state.pointed_count = sum(1 for pod in pods if pod.side == "rw" and target is not None
+                                  and (pod.points_to == target or pod.name in fixed))  # fmt: skip
+        if all(outcomes):
+            state.pointed, state.pointed_at = mark, now
+        else:
+            state.pointed = None
+            p.again_in(RETRY_SECONDS)
+
+    async def _point_one(self, p: ClusterPass, pod: str, host: str, *, resume: bool) -> bool:
+        assert self.exec is not None
+        argv = [SUPERVISOR, "point", host, *(["--resume"] if resume else [])]
+        try:
+            result = await self.exec.run(p.namespace, pod, argv, container=CONTAINER, seconds=EXEC_SECONDS)
+        except ExecError as exc:
+            log.info("%s/%s: pooler pod %s not pointed at %s: %s", p.namespace, p.name, pod, host, exc)
+            return False
+        if result.exit_status != 0:
+            log.info("%s/%s: pooler pod %s not pointed at %s: %s", p.namespace, p.name, pod, host,
+                     result.output[-300:])  # fmt: skip
+            return False
+        log.info("%s/%s: pooler pod %s %s", p.namespace, p.name, pod, result.stdout.strip())
+        try:
+            patch = {"metadata": {"annotations": {POINTS_TO_ANNOTATION: host}}}
+            await self.api.merge_patch(resource_for("v1", "Pod"), pod, p.namespace, patch)
+        except ApiError as exc:
+            if not is_not_found(exc):
+                raise
+            return False
+        return True
+
+    # --- around a planned switchover (called by the high-availability room) -----------------------------
+
+    async def pause(self, p: ClusterPass) -> Paused | None:
+        """PAUSE every rw pooler pod before a planned switchover; None when there is nothing to pause.
+        The caller must `resume` the result on every path."""
+        pooler = p.cluster.spec.pooler
+        if pooler is None or pooler.mode != "transaction" or self.exec is None:
+            return None
+        try:
+            pods = [pod.name for pod in await self._list(p) if pod.side == "rw"]
+        except (ApiError, RuntimeError, OSError) as exc:  # list_metadata: RuntimeError for HTTP errors
+            log.warning("%s/%s: pooler pods not listed, switching over unpaused: %s", p.namespace, p.name,
+                        exc)  # fmt: skip
+            return None
+        if not pods:
+            return None
+        started = time.monotonic()
+        outcomes = await asyncio.gather(*(self._pause_one(p, pod) for pod in pods))
+        paused = [pod for pod, ok in zip(pods, outcomes, strict=True) if ok]
+        if not paused:
+            return None
+        self.metrics.pauses.labels(namespace=p.namespace, cluster=p.name).inc()
+        log.info("%s/%s: pooler paused (%s) in %.3fs", p.namespace, p.name, ", ".join(paused),
+                 time.monotonic() - started)  # fmt: skip
+        return Paused(self, p, paused, started)
+
+    async def _pause_one(self, p: ClusterPass, pod: str) -> bool:
+        assert self.exec is not None
+        try:
+            result = await self.exec.run(p.namespace, pod, [SUPERVISOR, "pause", str(PAUSE_SECONDS)],
+                                         container=CONTAINER, seconds=PAUSE_EXEC_SECONDS)  # fmt: skip
+        except ExecError as exc:
+            log.warning("%s/%s: pooler pod %s not paused: %s", p.namespace, p.name, pod, exc)
+            await self._resume_one(p, pod)  # the PAUSE may have gone through before the exec failed
+            return False
+        if result.exit_status != 0:
+            log.warning("%s/%s: pooler pod %s not paused: %s", p.namespace, p.name, pod, result.output[-300:])
+            return False
+        return True
+
+    async def _resume_one(self, p: ClusterPass, pod: str) -> bool:
+        assert self.exec is not None
+        try:
+            result = await self.exec.run(p.namespace, pod, [SUPERVISOR, "resume"], container=CONTAINER,
+                                         seconds=EXEC_SECONDS)  # fmt: skip
+        except ExecError as exc:
+            log.warning("%s/%s: pooler pod %s not resumed (its watchdog will): %s", p.namespace, p.name, pod,
+                        exc)  # fmt: skip
+            return False
+        return result.exit_status == 0
+
+    async def resume(self, p: ClusterPass, paused: Paused, new_primary: str | None) -> None:
+        """After the switchover: each paused pod pointed at the new primary and resumed in one exec; when
+        there is no new primary (the switchover failed) or pointing fails, resumed as it was."""
+        host = pod_host(p.cluster, new_primary) if new_primary else None
+
+        async def one(pod: str) -> None:
+            if host is not None and await self._point_one(p, pod, host, resume=True):
+                return
+            await self._resume_one(p, pod)
+
+        await asyncio.gather(*(one(pod) for pod in paused.pods), return_exceptions=True)
+        took = time.monotonic() - paused.started
+        self.metrics.pause_seconds.labels(namespace=p.namespace, cluster=p.name).observe(took)
+        log.info("%s/%s: pooler resumed after %.3fs%s", p.namespace, p.name, took,
+                 f", pointing at {host}" if host else "")  # fmt: skip
+        state = self._of(p)
+        state.pointed = None  # look again on the next pass
+        if new_primary:
+            state.hold = (new_primary, time.monotonic() + HOLD_SECONDS)
+
+    # --- status -----------------------------------------------------------------------------------------
+
+    def status(self, p: ClusterPass, status: dict[str, Any]) -> None:
+        if p.cluster.spec.pooler is None:
+            return
+        state = self._of(p)
+        ready = ready_pods(p.cluster, p.snapshot.of_kind("apps/v1", "Deployment"))
+        ok, reason, message = status_condition(p.cluster, ready, state.pointed_count, self.primary(p),
+                                               state.problem)  # fmt: skip
+        value = "True" if ok else "False"
+        since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for old in (p.body.get("status") or {}).get("conditions") or ():
+            if old.get("type") == CONDITION and old.get("status") == value and old.get("lastTransitionTime"):
+                since = str(old["lastTransitionTime"])
+        status["conditions"] = [*status.get("conditions", []), {
+            "type": CONDITION, "status": value, "reason": reason, "message": message,
+            "observedGeneration": p.cluster.generation, "lastTransitionTime": since}]  # fmt: skip
