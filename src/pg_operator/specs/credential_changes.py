@@ -22,7 +22,7 @@ from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import GROUP, PATRONI_API_USER, REPLICATION_USER, SUPERUSER
 from pg_operator.scram import scram_sha256_verifier
 from pg_operator.specs import names
-from pg_operator.specs.secrets import app_connection, decoded
+from pg_operator.specs.secrets import app_connection, decoded, gone_keys
 
 APPLIED_ANNOTATION = f"{GROUP}/credential-applied"
 
@@ -140,7 +140,8 @@ def applied_patch(cluster: PostgresCluster, change: Change, secret: Mapping[str,
         data = secret.get("data") or {}
         wanted = {k: base64.b64encode(v.encode()).decode("ascii")
                   for k, v in app_connection(cluster, change.password).items()}
-        differing = {k: v for k, v in wanted.items() if data.get(k) != v}
+        differing: dict[str, str | None] = {k: v for k, v in wanted.items() if data.get(k) != v}
+        differing.update(gone_keys(cluster, data))
         if differing:
             patch["data"] = differing
     return patch

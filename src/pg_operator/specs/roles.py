@@ -35,7 +35,7 @@ from pg_operator.api.constants import CLUSTER_LABEL, GROUP
 from pg_operator.api.roles import Database, Role, secret_suffix
 from pg_operator.scram import scram_sha256_verifier
 from pg_operator.specs.labels import COMPONENT_CREDENTIALS, child_metadata
-from pg_operator.specs.secrets import APP_CA_KEY, PASSWORD_BYTES, connection_keys, decoded
+from pg_operator.specs.secrets import APP_CA_KEY, PASSWORD_BYTES, connection_keys, decoded, gone_keys
 
 # On each role and database the operator manages (COMMENT ON ...).
 MARKER = "managed by pg-operator"
@@ -160,7 +160,8 @@ def stale_keys(cluster: PostgresCluster, role: str, secret: Mapping[str, Any] | 
     if ca:
         wanted[APP_CA_KEY] = _b64(ca)
     data = secret.get("data") or {}
-    differing = {k: v for k, v in wanted.items() if data.get(k) != v}
+    differing: dict[str, str | None] = {k: v for k, v in wanted.items() if data.get(k) != v}
+    differing.update(gone_keys(cluster, data))
     if not differing:
         return None
     return {"metadata": {"resourceVersion": objects.resource_version(secret)}, "data": differing}

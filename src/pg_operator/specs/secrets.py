@@ -141,6 +141,17 @@ def connection_keys(cluster: PostgresCluster, user: str, dbname: str, password: 
     }
 
 
+POOLER_KEYS = ("pgbouncer-host", "pgbouncer-port", "pgbouncer-uri", "pgbouncer-jdbc-uri")
+
+
+def gone_keys(cluster: PostgresCluster, data: Mapping[str, Any]) -> dict[str, None]:
+    """Keys a connection Secret holds that connection_keys no longer gives (the pooler's, once it is
+    off), as a merge patch's removals."""
+    if cluster.spec.pooler is not None:
+        return {}
+    return {k: None for k in POOLER_KEYS if k in data}
+
+
 def _secret(cluster: PostgresCluster, name: str, values: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",

@@ -169,3 +169,24 @@ def test_status_condition() -> None:
 
 def test_pooler_pod_record() -> None:
     assert pooler_pods("orders-db", [meta("a", "rw", "h")]) == [PoolerPod("a", "rw", "h")]
+
+
+def test_the_pooler_keys_leave_the_connection_secrets_with_the_pooler() -> None:
+    import base64
+
+    from pg_operator.specs.roles import stale_keys
+    from pg_operator.specs.secrets import gone_keys
+
+    def b64(v: str) -> str:
+        return base64.b64encode(v.encode()).decode()
+
+    on = cluster(pooler={}, roles=[{"name": "shopper"}])
+    keys = connection_keys(on, "shopper", "app", "pw")
+    secret = {"metadata": {"resourceVersion": "3"}, "data": {k: b64(v) for k, v in keys.items()}}
+    assert stale_keys(on, "shopper", secret, None) is None  # all there
+    off = cluster(roles=[{"name": "shopper"}])
+    patch = stale_keys(off, "shopper", secret, None)
+    assert patch is not None
+    assert patch["data"] == {"pgbouncer-host": None, "pgbouncer-port": None, "pgbouncer-uri": None,
+                             "pgbouncer-jdbc-uri": None}
+    assert gone_keys(on, secret["data"]) == {}
