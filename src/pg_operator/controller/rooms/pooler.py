@@ -82,6 +82,8 @@ RECHECK_SECONDS = 300.0
 # After a switchover the room pointed the pods itself: the cache may still show the old primary for a
 # moment, so only the new one is pointed at for this long.
 HOLD_SECONDS = 20.0
+# How long the pooler may wait, still paused, for the new primary to leave recovery.
+WRITABLE_SECONDS = 10.0
 
 
 class PoolerMetrics:
@@ -346,10 +348,17 @@ class PoolerRoom(Room):
         """After the switchover: each paused pod pointed at the new primary and resumed in one exec; when
         there is no new primary (the switchover failed) or pointing fails, resumed as it was."""
         host = pod_host(p.cluster, new_primary) if new_primary else None
+        if new_primary is not None and not await self._writable(p, new_primary):
+            log.warning("%s/%s: %s does not take writes yet; resuming the pooler pointed at it anyway",
+                        p.namespace, p.name, new_primary)  # fmt: skip
 
         async def one(pod: str) -> None:
-            if host is not None and await self._point_one(p, pod, host, resume=True):
-                return
+            try:
+                if host is not None and await self._point_one(p, pod, host, resume=True):
+                    return
+            except Exception:  # whatever broke, the pod must not stay paused
+                log.exception("%s/%s: pooler pod %s not pointed after the switchover", p.namespace, p.name,
+                              pod)  # fmt: skip
             await self._resume_one(p, pod)
 
         await asyncio.gather(*(one(pod) for pod in paused.pods), return_exceptions=True)
@@ -361,6 +370,23 @@ class PoolerRoom(Room):
         state.pointed = None  # look again on the next pass
         if new_primary:
             state.hold = (new_primary, time.monotonic() + HOLD_SECONDS)
+
+    async def _writable(self, p: ClusterPass, pod: str) -> bool:
+        """Whether the new primary has left recovery: Patroni answers the switchover once the candidate
+        holds the leader key, which can be a moment before its promotion lets it write. A transaction the
+        pooler resumed into a server still in recovery would fail."""
+        assert self.exec is not None
+        deadline = time.monotonic() + WRITABLE_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                result = await self.exec.run(p.namespace, pod, [*PSQL, "-c", "SELECT pg_is_in_recovery()"],
+                                             seconds=5)  # fmt: skip
+                if result.exit_status == 0 and result.stdout.strip() == "f":
+                    return True
+            except ExecError:
+                pass
+            await asyncio.sleep(0.1)
+        return False
 
     # --- status -----------------------------------------------------------------------------------------
 
