@@ -28,6 +28,7 @@ pytestmark = pytest.mark.e2e
 
 NS, NAME = EXAMPLE_NAMESPACE, EXAMPLE
 ROLE = "pooled_app"
+ROLE_SECRET = f"{NAME}-pooled-app"  # <cluster>-<role, '_' as '-'>
 POOLER = {"instances": 2, "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}}}
 SWITCHOVER = "db.example.com/switchover-to"
 
@@ -66,12 +67,12 @@ def pooled(example: Kube) -> Iterator[Kube]:
     finally:
         patch(example, {"spec": {"pooler": None, "roles": None}})
         wait_until("the pooler's pods gone", lambda: not pooler_pods(example), 120, 1)
-        wait_until(f"Secret {NAME}-{ROLE} gone", lambda: example.kubectl(
-            "-n", NS, "get", "secret", f"{NAME}-{ROLE}", check=False).returncode != 0, 120, 1)
+        wait_until(f"Secret {ROLE_SECRET} gone", lambda: example.kubectl(
+            "-n", NS, "get", "secret", ROLE_SECRET, check=False).returncode != 0, 120, 1)
         patch(example, {"spec": {"removalPolicy": None}})
         wait_serving(example, NS, NAME, 3, 300)
-        assert not any(k.startswith("pgbouncer") for k in secret(example, NS, f"{NAME}-app")), \
-            "the app Secret still names the pooler"
+        wait_until("the pooler's keys gone from the app Secret", lambda: not any(
+            k.startswith("pgbouncer") for k in secret(example, NS, f"{NAME}-app")), 60, 1)
 
 
 def connect_from_secret(kube: Kube, secret_name: str) -> psycopg.Connection[object]:
@@ -96,7 +97,7 @@ def test_applications_connect_through_the_pooler_with_the_secrets_uris(pooled: K
         row = conn.execute("select current_user, pg_is_in_recovery(), "
                            "(select ssl from pg_stat_ssl where pid = pg_backend_pid())").fetchone()
         assert row == (app["username"], False, True)  # the primary, and TLS on the pooler's server side too
-    role_secret = f"{NAME}-{ROLE}"
+    role_secret = ROLE_SECRET
     wait_until(f"{role_secret} with the pooler's keys",
                lambda: "pgbouncer-uri" in secret(pooled, NS, role_secret), 60, 1)  # fmt: skip
     with connect_from_secret(pooled, role_secret) as conn:
