@@ -1,0 +1,124 @@
+"""The pooler room around a switchover, with stand-ins for the pod exec and the API (no cluster): every
+paused pod is resumed on every path, pointed at the new primary when there is one."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from harness.objects import cluster_model
+from pg_operator.controller.cache import Snapshot
+from pg_operator.controller.pod_exec import ExecError, ExecResult
+from pg_operator.controller.rooms import ClusterPass
+from pg_operator.controller.rooms.pooler import PoolerRoom
+from pg_operator.controller.writes import WriteMemo
+
+
+class FakeApi:
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.pods = pods
+        self.patched: list[tuple[str, dict[str, Any]]] = []
+
+    async def list_metadata(self, path: str,
+                            params: Mapping[str, str]) -> AsyncIterator[list[dict[str, Any]]]:  # fmt: skip
+        yield self.pods
+
+    async def merge_patch(self, res: Any, name: str, namespace: str, patch: dict[str, Any]) -> None:
+        self.patched.append((name, patch))
+
+
+class FakeExec:
+    def __init__(self, broken: set[tuple[str, str]] = frozenset()) -> None:  # type: ignore[assignment]
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+        self.broken = broken  # (pod, command word) pairs that fail
+
+    async def run(self, namespace: str, pod: str, argv: list[str], **_: Any) -> ExecResult:
+        word = "psql" if argv[0] == "psql" else argv[1]
+        self.calls.append((pod, (word, *argv[2:])))
+        if (pod, word) in self.broken:
+            raise ExecError("container not running")
+        if word == "psql":
+            return ExecResult(0, "f\n", "")
+        return ExecResult(0, f"{word} done\n", "")
+
+
+def pod(name: str, side: str = "rw") -> dict[str, Any]:
+    labels = {"db.example.com/pooler": "orders-db", "db.example.com/pooler-side": side}
+    return {"name": name, "labels": labels}
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def pass_for(mode: str = "transaction") -> ClusterPass:
+    cluster = cluster_model(pooler={"mode": mode, "readOnly": True})
+    return ClusterPass({"metadata": {"name": "orders-db"}}, cluster, Snapshot(None), None)
+
+
+def room(api: FakeApi, exec_: FakeExec) -> PoolerRoom:
+    return PoolerRoom(api, WriteMemo(), None, exec_)  # type: ignore[arg-type]
+
+
+def test_paused_then_pointed_at_the_new_primary_and_resumed_in_one_exec() -> None:
+    api, exec_ = FakeApi([pod("a"), pod("b"), pod("r", "ro")]), FakeExec()
+    r, p = room(api, exec_), pass_for()
+
+    async def switchover() -> None:
+        paused = await r.pause(p)
+        assert paused is not None and paused.pods == ["a", "b"]  # the ro side is never paused
+        await paused.resume("orders-db-1")
+        await paused.resume("orders-db-1")  # a second resume does nothing
+
+    run(switchover())
+    host = "orders-db-1.orders-db.shop.svc"
+    assert [c for c in exec_.calls if c[0] == "a"] == [("a", ("pause", "30")),
+                                                         ("a", ("point", host, "--resume"))]
+    order = [(c[0], c[1][0]) for c in exec_.calls]
+    assert order.index(("orders-db-1", "psql")) < order.index(("a", "point"))  # writable first
+    assert sorted(name for name, _ in api.patched) == ["a", "b"]
+    assert api.patched[0][1] == {"metadata": {"annotations": {"db.example.com/pooler-points-to": host}}}
+
+
+def test_a_failed_switchover_resumes_without_pointing() -> None:
+    api, exec_ = FakeApi([pod("a")]), FakeExec()
+    r, p = room(api, exec_), pass_for()
+
+    async def switchover() -> None:
+        paused = await r.pause(p)
+        assert paused is not None
+        await paused.resume(None)
+
+    run(switchover())
+    assert exec_.calls == [("a", ("pause", "30")), ("a", ("resume",))]
+    assert api.patched == []
+
+
+def test_a_pod_that_cannot_be_pointed_is_resumed_as_it_was() -> None:
+    api, exec_ = FakeApi([pod("a"), pod("b")]), FakeExec(broken={("b", "point")})
+    r, p = room(api, exec_), pass_for()
+
+    async def switchover() -> None:
+        paused = await r.pause(p)
+        assert paused is not None
+        await paused.resume("orders-db-2")
+
+    run(switchover())
+    assert ("b", ("resume",)) in exec_.calls
+    assert [name for name, _ in api.patched] == ["a"]
+
+
+def test_a_pod_that_cannot_be_paused_is_resumed_and_left_out() -> None:
+    api, exec_ = FakeApi([pod("a"), pod("b")]), FakeExec(broken={("b", "pause")})
+    r, p = room(api, exec_), pass_for()
+    paused = run(r.pause(p))
+    assert paused is not None and paused.pods == ["a"]
+    assert ("b", ("resume",)) in exec_.calls
+
+
+def test_session_mode_and_no_pods_pause_nothing() -> None:
+    exec_ = FakeExec()
+    assert run(room(FakeApi([pod("a")]), exec_).pause(pass_for("session"))) is None
+    assert run(room(FakeApi([]), exec_).pause(pass_for())) is None
+    assert exec_.calls == []
