@@ -127,6 +127,7 @@ class HighAvailabilityRoom(Room):
         self._session: aiohttp.ClientSession | None = None
         self.settings = SettingsChanges(events, self.session, pod_exec)
         self._halt_told: dict[tuple[str, str], str] = {}  # the RolloutHalted message last posted
+        self._wait_told: dict[tuple[str, str], str] = {}  # the wait last logged
         self._refusals: dict[tuple[str, str], int] = {}  # of the requested switchover, by cluster
         self._asked: dict[tuple[str, str], Asked] = {}  # the requested switchover put to Patroni, by cluster
         # Requests answered (annotation cleared) that the cache may still show for a moment: a pass right
@@ -149,6 +150,7 @@ class HighAvailabilityRoom(Room):
     def forget(self, key: tuple[str, str]) -> None:
         self.settings.forget(key)
         self._halt_told.pop(key, None)
+        self._wait_told.pop(key, None)
         self._refusals.pop(key, None)
         self._asked.pop(key, None)
 
@@ -241,6 +243,9 @@ class HighAvailabilityRoom(Room):
                                                  f"{requested} is not an instance of this cluster")
         if target is None or not target.healthy_replica:
             result.message = f"switchover to {requested} waits for it to be a streaming replica"
+            # Patroni's member states come from its REST API; no watched object announces a replica
+            # streaming again, so look again soon instead of at the next resync minutes later.
+            p.again_in(SWITCHOVER_RETRY_SECONDS)
             return 0
         action = Action("switchover", target=target.name, reason=f"switchover to {target.name} requested")
         if primary is not None and (key not in self._asked or self._asked[key].requested != requested):
@@ -320,8 +325,14 @@ class HighAvailabilityRoom(Room):
         cluster, body = p.cluster, p.body
         result.message = action.reason
         if action.kind in ("none", "wait"):
-            if action.reason:
+            key = (p.namespace, p.name)
+            if action.reason and self._wait_told.get(key) != action.reason:  # once, not every pass
                 log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
+            self._wait_told[key] = action.reason
+            if action.kind == "wait":
+                # Some waits end on Patroni's member state (a replica catching up, streaming), which no
+                # watched object announces: look again soon.
+                p.again_in(SWITCHOVER_RETRY_SECONDS)
             return 0
         if action.kind == "halt":
             result.problem = ("RolloutHalted", action.reason)
