@@ -39,8 +39,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 # The operator's periodic retention pass every 20 s (default 10 min) for the retention module; it runs only
-# for clusters with a retention policy, so the rest of the tier is not touched by it.
-OPERATOR_ARGS = ("--backup-retention-interval=20s",)
+# for clusters with a retention policy, so the rest of the tier is not touched by it. A CA rotation trusts
+# both CAs for 20 s (default 90 s): the tests' writers re-read the app Secret's ca.crt every few seconds.
+OPERATOR_ARGS = ("--backup-retention-interval=20s", "--ca-trust-period=20s")
 
 
 @pytest.fixture(scope="session")
@@ -58,7 +59,7 @@ def example(operator: Kube) -> Iterator[Kube]:
                      "--timeout=900s", timeout=920)  # fmt: skip
     yield operator
     if answers(operator):  # not when the lifecycle test stopped the cluster before the session's end
-        operator.kubectl("delete", "namespace", EXAMPLE_NAMESPACE, "--ignore-not-found", timeout=300)
+        operator.kubectl("delete", "namespace", EXAMPLE_NAMESPACE, "--ignore-not-found", "--wait=false")
 
 
 @pytest.fixture(scope="session")
@@ -70,7 +71,7 @@ def sync_cluster(operator: Kube) -> Iterator[Kube]:
     wait_serving(operator, SYNC_NAMESPACE, SYNC_NAME, int(SYNC_SPEC["replicas"]), 900)
     yield operator
     if answers(operator):
-        operator.kubectl("delete", "namespace", SYNC_NAMESPACE, "--ignore-not-found", timeout=300)
+        operator.kubectl("delete", "namespace", SYNC_NAMESPACE, "--ignore-not-found", "--wait=false")
 
 
 def answers(kube: Kube) -> bool:
@@ -106,7 +107,8 @@ def _release_and_delete(operator: Kube, namespace: str) -> None:
     for item in get_json(operator, "pgc", "-n", namespace)["items"]:
         release = ("db.example.com/release-backup-store=true", "--overwrite")
         operator.kubectl("annotate", "pgc", item["metadata"]["name"], "-n", namespace, *release, check=False)
-    operator.kubectl("delete", "namespace", namespace, "--ignore-not-found", timeout=300)
+    # Not waited for (a module's teardown took ~50 s here): released, the clusters need not reach the store.
+    operator.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
 
 
 @pytest.fixture(scope="module")

@@ -97,6 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="how often each cluster's backup retention runs besides after every completed backup: "
         "seconds, or a number with s/m/h (default 10m)",
     )
+    run.add_argument(
+        "--ca-trust-period",
+        type=_duration,
+        default=90.0,
+        metavar="DURATION",
+        help="during a CA rotation, how long instances and clients trust both CAs before the new CA's "
+        "certificates are served (applications reading ca.crt from a mounted Secret need the kubelet's "
+        "delivery time): seconds, or a number with s/m/h (default 90s)",
+    )
     run.add_argument("--log-format", choices=("json", "text"), default="text")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
@@ -130,6 +139,7 @@ def _run(args: argparse.Namespace) -> int:
         workers=args.workers,
         resync_seconds=args.resync_seconds,
         backup_retention_seconds=args.backup_retention_interval,
+        ca_trust_period_seconds=args.ca_trust_period,
     )
     try:
         return asyncio.run(run(opts))

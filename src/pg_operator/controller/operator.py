@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import os
 import signal
@@ -76,6 +77,7 @@ class Options:
     workers: int = 8
     resync_seconds: float = 300.0
     backup_retention_seconds: float = 600.0  # how often retention runs besides after each backup
+    ca_trust_period_seconds: float = 90.0  # how long a CA rotation trusts both CAs (specs/ca_rotation.py)
 
 
 @dataclass(frozen=True)
@@ -232,7 +234,8 @@ async def _lead(
     cache = Cache(kinds, gate)
     cache.storage_classes_readable = storage_classes
     pod_exec = PodExec(load_config(), metrics)
-    reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity), pod_exec)
+    reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity), pod_exec,
+                            ca_trust_period=dt.timedelta(seconds=opts.ca_trust_period_seconds))
     controller = ReconcileLoop(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds,
                                gives_up=namespace_being_deleted,
                                on_failure=reconciler.report_failure)  # fmt: skip

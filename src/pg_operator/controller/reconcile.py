@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lightkube.core.exceptions import ApiError
@@ -38,6 +38,7 @@ from pg_operator.controller.rooms.storage import StorageRoom
 from pg_operator.controller.rooms.tls import TlsRoom
 from pg_operator.controller.writes import Applier, WriteMemo, all_of, canonical
 from pg_operator.specs import MANAGED_KINDS, compute_status
+from pg_operator.specs.ca_rotation import TRUST_PERIOD
 from pg_operator.specs.status import replication_lag
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,13 @@ def undesired_children(
 
 class Reconciler:
     def __init__(
-        self, api: Api, cache: Cache, metrics: Metrics, events: EventRecorder, pod_exec: PodExec | None = None
+        self,
+        api: Api,
+        cache: Cache,
+        metrics: Metrics,
+        events: EventRecorder,
+        pod_exec: PodExec | None = None,
+        ca_trust_period: timedelta = TRUST_PERIOD,
     ) -> None:
         self.api = api
         self.cache = cache
@@ -133,7 +140,7 @@ class Reconciler:
             self.high_availability,
             InstancesRoom(events),
             CredentialsRoom(api, self.memo, events, pod_exec),
-            TlsRoom(api, self.memo, events, registry=metrics.registry),
+            TlsRoom(api, self.memo, events, registry=metrics.registry, ca_trust_period=ca_trust_period),
             RolesRoom(api, self.memo, events, pod_exec),
             pooler,  # after roles: the databases they create get the pooler's lookup function
         )

@@ -8,7 +8,7 @@ primary that already presents a certificate from the new one. So a rotation goes
 1. **trust**: a new CA is made; the old one stays as `previous-ca.*` in Secret `<name>-ca`, and every
    instance (and the app Secret's `ca.crt`) is given both CA certificates while the leaves stay the old
    CA's;
-2. **re-issue**: once every running instance has loaded the bundle and at least TRUST_PERIOD has passed
+2. **re-issue**: once every running instance has loaded the bundle and the trust period has passed
    (applications that read the app Secret's `ca.crt` from a mounted volume get it within that), the
    leaves are re-issued by the new CA;
 3. **finish**: once every running instance serves the new leaves, the old CA is dropped from the bundle.
@@ -40,7 +40,7 @@ ROTATE_CA_ANNOTATION = "db.example.com/rotate-ca"
 STARTED_ANNOTATION = "db.example.com/ca-rotation-started"
 ROTATED_FOR_ANNOTATION = "db.example.com/ca-rotated-for"
 PREVIOUS_CERT_KEY, PREVIOUS_KEY_KEY = "previous-ca.crt", "previous-ca.key"
-TRUST_PERIOD = dt.timedelta(seconds=90)
+TRUST_PERIOD = dt.timedelta(seconds=90)  # the default; `pg-operator run --ca-trust-period`
 
 
 @dataclass(frozen=True)
@@ -132,9 +132,10 @@ def _leaves_by(secret: Mapping[str, Any] | None, ca: tls.KeyPair) -> bool:
 
 def plan(authority: Authority, requested: str | None, server_secret: Mapping[str, Any] | None,
          loaded: Mapping[str, str], now: dt.datetime, *, trust_pem: bytes | None = None,
-         replacement: tls.KeyPair | None = None) -> Plan:
+         replacement: tls.KeyPair | None = None, trust_period: dt.timedelta = TRUST_PERIOD) -> Plan:
     """`trust_pem`: what the instances must trust now (default: the authority's bundle; more when the
-    user brings the server certificate); `replacement`: the CA the user brings, rolled in when it differs."""
+    user brings the server certificate); `replacement`: the CA the user brings, rolled in when it differs;
+    `trust_period`: how long both CAs are trusted before the new one's leaves are served."""
     current = authority.current
     trust = trust_pem if trust_pem is not None else authority.trust_pem()
     if authority.previous is None:
@@ -151,7 +152,7 @@ def plan(authority: Authority, requested: str | None, server_secret: Mapping[str
         if bundled and not behind:
             return Plan(leaf_ca=current, finish=True)
         return Plan(leaf_ca=current, waiting=f"instances loading the new CA's leaves: {', '.join(behind)}")
-    remaining = (authority.started + TRUST_PERIOD - now).total_seconds() if authority.started else 0.0
+    remaining = (authority.started + trust_period - now).total_seconds() if authority.started else 0.0
     if bundled and not behind and remaining <= 0:
         return Plan(leaf_ca=current)  # every instance trusts both: the new CA's leaves may come
     waits = [f"instances loading both CAs: {', '.join(behind)}"] if behind or not bundled else []

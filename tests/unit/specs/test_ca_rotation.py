@@ -62,6 +62,12 @@ def test_the_rotation_trusts_both_then_reissues_then_drops_the_old_ca() -> None:
     step = plan(rotating, "r1", bundled, {**loaded, "db-1": secret_digest(before)}, later + TRUST_PERIOD)
     assert step.leaf_ca == old.current and "db-1" in step.waiting
 
+    # A shorter trust period (pg-operator run --ca-trust-period) ends sooner.
+    short = dt.timedelta(seconds=20)
+    step = plan(rotating, "r1", bundled, loaded, later + dt.timedelta(seconds=10), trust_period=short)
+    assert step.leaf_ca == old.current and step.again_in is not None and 9 <= step.again_in <= 11
+    assert plan(rotating, "r1", bundled, loaded, later + short, trust_period=short).leaf_ca == rotating.current
+
     # 2. re-issue: all trust both and the period passed: the new CA signs.
     step = plan(rotating, "r1", bundled, loaded, later + TRUST_PERIOD)
     assert step.leaf_ca == rotating.current and not step.finish and step.waiting == ""

@@ -28,6 +28,7 @@ from pg_operator.orchestration.instances import instance_from_pod, loaded_tls
 from pg_operator.specs import names
 from pg_operator.specs.ca_rotation import (
     ROTATE_CA_ANNOTATION,
+    TRUST_PERIOD,
     Authority,
     Plan,
     authority_from_secret,
@@ -96,8 +97,10 @@ class CertificateMetrics:
 class TlsRoom(Room):
     def __init__(self, api: Api, memo: WriteMemo, events: EventRecorder,
                  clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
-                 registry: CollectorRegistry | None = None) -> None:  # fmt: skip
+                 registry: CollectorRegistry | None = None,
+                 ca_trust_period: dt.timedelta = TRUST_PERIOD) -> None:  # fmt: skip
         self.api = api
+        self.ca_trust_period = ca_trust_period
         self.memo = memo
         self.events = events
         self.clock = clock
@@ -152,7 +155,8 @@ class TlsRoom(Room):
         observed_server = p.snapshot.find("v1", "Secret", server_name)
         trust = trust_bundle(authority.trust_pem(), user)
         step = plan(authority, objects.annotation(p.body, ROTATE_CA_ANNOTATION), observed_server,
-                    self._loaded(p), now, trust_pem=trust, replacement=brought_ca)  # fmt: skip
+                    self._loaded(p), now, trust_pem=trust, replacement=brought_ca,
+                    trust_period=self.ca_trust_period)  # fmt: skip
         if step.start or step.finish:
             return writes + await self._rotate(p, observed_ca, authority, step, now, brought_ca)
         if step.waiting:
