@@ -121,9 +121,12 @@ class PoolerSpec(SpecModel):
         None, ge=1, le=MAX_CLIENT_CONNECTIONS,
         description="Client connections each pooler pod accepts (PgBouncer's max_client_conn; default 1000).",
     )
+    # The whole default object, not {}: the API server checks a default against the object's CEL rules as
+    # it stands, before nested defaults (its rules read self.limits).
     resources: PoolerResources = Field(default_factory=PoolerResources,
                                        description="CPU and memory of each pooler pod.",
-                                       json_schema_extra={"default": {}})
+                                       json_schema_extra={"default": {
+                                           "requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {}}})
 
     @model_validator(mode="after")
     def _pool_within_clients(self) -> PoolerSpec:
