@@ -39,7 +39,7 @@ from harness.waiting import wait_until  # noqa: E402
 
 NS, NAME = "bench-pooler", "bench-db"
 SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}
-POOLER = {"instances": 2, "resources": {"requests": {"cpu": "20m", "memory": "32Mi"}}}
+POOLER = {"instances": 2, "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}}}
 PATHS = ("pooler_new_connection", "pooler_persistent", "direct_new_connection", "direct_persistent")
 
 

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.e2e
 NS, NAME = EXAMPLE_NAMESPACE, EXAMPLE
 ROLE = "pooled_app"
 ROLE_SECRET = f"{NAME}-pooled-app"  # <cluster>-<role, '_' as '-'>
-POOLER = {"instances": 2, "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}}}
+POOLER = {"instances": 2, "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}}}
 SWITCHOVER = "db.example.com/switchover-to"
 
 

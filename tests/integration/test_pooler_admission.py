@@ -75,7 +75,7 @@ def test_an_empty_pooler_is_admitted_with_its_defaults(api: Api) -> None:
     result = api.create("pooled", pooler={})
     assert result.returncode == 0, result.stderr
     body = api.get("pooled")
-    requests = {"cpu": "50m", "memory": "32Mi"}
+    requests = {"cpu": "50m", "memory": "64Mi"}
     assert body["spec"]["pooler"] == {"instances": 2, "mode": "transaction", "readOnly": False,
                                       "resources": {"limits": {}, "requests": requests}}
     parsed = PostgresCluster.from_obj(body).spec.pooler

@@ -58,7 +58,7 @@ def any_pooler_pod(cluster_name: str) -> dict[str, str]:
 
 class PoolerRequests(SpecModel):
     cpu: _Quantity = Field("50m", description="CPU each pooler pod requests.")
-    memory: _Quantity = Field("32Mi", description="Memory each pooler pod requests.")
+    memory: _Quantity = Field("64Mi", description="Memory each pooler pod requests.")
 
 
 class PoolerLimits(SpecModel):
@@ -83,7 +83,7 @@ class PoolerResources(SpecModel):
     model_config = ConfigDict(json_schema_extra=validations(*_WITHIN))
 
     requests: PoolerRequests = Field(default_factory=PoolerRequests,
-                                     json_schema_extra={"default": {"cpu": "50m", "memory": "32Mi"}})
+                                     json_schema_extra={"default": {"cpu": "50m", "memory": "64Mi"}})
     limits: PoolerLimits = Field(default_factory=PoolerLimits, json_schema_extra={"default": {}})
 
     @model_validator(mode="after")
@@ -126,7 +126,7 @@ class PoolerSpec(SpecModel):
     resources: PoolerResources = Field(default_factory=PoolerResources,
                                        description="CPU and memory of each pooler pod.",
                                        json_schema_extra={"default": {
-                                           "requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {}}})
+                                           "requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {}}})
 
     @model_validator(mode="after")
     def _pool_within_clients(self) -> PoolerSpec:

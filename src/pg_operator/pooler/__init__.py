@@ -3,5 +3,5 @@ mounted Secrets, runs PgBouncer as a non-root child, serves its metrics on pgbou
 bounds a pause with a watchdog, and offers the subcommands the operator execs (`point`, `pause`,
 `resume`, `show`) over PgBouncer's admin console on the Unix socket. See docs/pooler.md.
 
-May import `pg_operator.api` (the pooler's shared names) and the leaves; nothing of the controller.
+Imports the standard library only (the pod's memory): nothing of pydantic, `api` or the controller.
 """

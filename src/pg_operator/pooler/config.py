@@ -13,7 +13,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pg_operator.api.pooler import POOLER_PORT
+# The standard library only, in every module the pod runs: pydantic alone would double the supervisor's
+# memory (a pooler pod asks for 64Mi). Equal to api/pooler.py's (a unit test keeps them so).
+POOLER_PORT = 5432
+POOLER_METRICS_PORT = 9127
 
 ENV_CLUSTER = "POOLER_CLUSTER"
 ENV_SIDE = "POOLER_SIDE"

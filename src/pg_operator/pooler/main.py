@@ -25,12 +25,12 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from pg_operator.api.pooler import POOLER_METRICS_PORT
 from pg_operator.pooler import metrics
 from pg_operator.pooler.config import (
     AUTH_FILE,
     INI_FILE,
     PAUSE_DEADLINE_FILE,
+    POOLER_METRICS_PORT,
     TARGET_FILE,
     ConfigError,
     Settings,

@@ -17,7 +17,7 @@ def test_defaults() -> None:
     assert (pooler.instances, pooler.mode, pooler.read_only) == (2, "transaction", False)
     assert (pooler.default_pool_size, pooler.max_client_connections) == (None, None)
     assert pooler.sides == ("rw",)
-    assert pooler.memory_limit == "32Mi"
+    assert pooler.memory_limit == "64Mi"
     assert cluster().spec.pooler is None
 
 

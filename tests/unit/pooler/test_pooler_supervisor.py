@@ -29,3 +29,19 @@ def test_paused_and_target_come_from_the_run_directory(tmp_path: Path) -> None:
 def test_unknown_commands_and_missing_environment_exit_non_zero(monkeypatch: object) -> None:
     assert main(["frobnicate"]) == 2
     assert main(["show"]) == 1  # no POOLER_CLUSTER in the test's environment
+
+
+def test_the_pod_side_imports_no_pydantic_and_agrees_on_ports() -> None:
+    import ast
+    from pathlib import Path
+
+    from pg_operator.api import pooler as api
+    from pg_operator.pooler import config
+
+    assert (config.POOLER_PORT, config.POOLER_METRICS_PORT) == (api.POOLER_PORT, api.POOLER_METRICS_PORT)
+    package = Path(config.__file__).parent
+    for module in package.glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                allowed = ("pg_operator.pooler", "__future__", "collections", "dataclasses", "http", "typing")
+                assert node.module.startswith(allowed), f"{module.name} imports {node.module}"

@@ -53,7 +53,7 @@ def test_rw_side_by_default_with_a_budget_and_a_policy() -> None:
     assert env["POOLER_MODE"] == "transaction"
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
-    assert container["resources"]["requests"] == {"cpu": "50m", "memory": "32Mi"}
+    assert container["resources"]["requests"] == {"cpu": "50m", "memory": "64Mi"}
     tls = next(v for v in pod["spec"]["volumes"] if v["name"] == "tls")["secret"]
     # The server certificate and its key, never the replication client key of the same Secret.
     assert tls["secretName"] == "orders-db-server-tls"
