@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from pg_operator.api.constants import GROUP
 from pg_operator.api.crd import CustomResource
@@ -220,6 +221,10 @@ class BackupConfiguration(SpecModel):
     on_delete: Literal["keep", "delete"] = Field(
         "keep", description="What happens to the bucket's objects when the cluster is deleted."
     )
+    # Not part of the API (left out of the CRD's schema, so the API server prunes it from any request):
+    # the barman server name of the generation the cluster archives to now (backup.generations), set by
+    # the operator on its parsed copy of the spec after an in-place major upgrade. None: the cluster's name.
+    generation_server_name: SkipJsonSchema[str | None] = None
 
 
 # --- spec.bootstrap.recovery ----------------------------------------------------------------------------
@@ -231,6 +236,10 @@ class RecoverySource(SpecModel):
         description="Name of the cluster whose backups are restored (its objects are under <path>/<name>/).",
     )  # fmt: skip
     s3: S3Destination = Field(description="Where that cluster's backups are.")
+    # Not part of the API (see BackupConfiguration.generation_server_name): the generation of the source's
+    # backups the target lies in, chosen by the operator from the source's generations file. None: the
+    # source cluster's name (a source that was never upgraded with backups).
+    generation_server_name: SkipJsonSchema[str | None] = None
 
 
 class RecoveryBootstrap(SpecModel):

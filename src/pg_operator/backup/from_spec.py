@@ -33,17 +33,21 @@ def object_store(
 def archive_settings(
     backup: BackupConfiguration, cluster_name: str, *, bin_dir: str = DEFAULT_BIN_DIR
 ) -> ArchiveSettings:
-    """The cluster's own archive: its store under its own name, with spec.backup's settings."""
+    """The cluster's own archive: its store under its own name (or, after an in-place major upgrade,
+    its current generation's: backup.generations), with spec.backup's settings."""
+    server = backup.generation_server_name or cluster_name
     return ArchiveSettings(
-        store=object_store(backup.s3, cluster_name, compression=backup.compression, bin_dir=bin_dir),
+        store=object_store(backup.s3, server, compression=backup.compression, bin_dir=bin_dir),
         archive_timeout=backup.archive_timeout,
         wal_max_keep_size=backup.wal_max_keep_size,
     )
 
 
 def recovery_source(recovery: RecoveryBootstrap, *, bin_dir: str = DEFAULT_BIN_DIR) -> ObjectStore:
-    # Compression is detected when reading; the value here is unused.
-    return object_store(recovery.source.s3, recovery.source.cluster_name, bin_dir=bin_dir)
+    # Compression is detected when reading; the value here is unused. The server is the generation of
+    # the source's backups the target lies in (backup.generations), by default the source's name.
+    server = recovery.source.generation_server_name or recovery.source.cluster_name
+    return object_store(recovery.source.s3, server, bin_dir=bin_dir)
 
 
 def recovery_target(recovery: RecoveryBootstrap) -> RecoveryTarget:

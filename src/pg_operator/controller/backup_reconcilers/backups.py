@@ -130,6 +130,9 @@ class BackupReconciler:
             await self._failed(key, body, cluster, reason, message)
             return again(None)
         store = store_of(cluster, config)
+        if status.get("serverName") and status["serverName"] != store.server_name:
+            # Started before the cluster's backups moved to a new generation (backup.generations).
+            store = store.with_server(str(status["serverName"]))
         if step.kind == "start":
             assert step.pod
             refused = await self._not_ours(cluster, config, store)

@@ -21,6 +21,7 @@ from typing import Any
 from pg_operator import objects
 from pg_operator.api.backup import BackupConfiguration
 from pg_operator.api.constants import CLUSTER_LABEL
+from pg_operator.backup import generations
 from pg_operator.backup.archive_gate import GateState, write_gate_script
 from pg_operator.backup.archive_health import (
     ARCHIVER_QUERY,
@@ -145,7 +146,9 @@ class ClusterBackupReconciler:
             )
         ours: Ours = {"ContinuousArchiving": archiving.as_tuple(), "BackupStoreCleanup": None}
         mine = self.cache.backups(key)
-        last = last_backup_condition(mine)
+        # After an in-place major upgrade the newest generation needs its own base backup before a
+        # restore to a time after the upgrade is possible: until then the condition says so.
+        last = generations.backup_gap(generations.of_cluster(body), mine) or last_backup_condition(mine)
         if last is not None:
             ours["LastBackupSucceeded"] = last
         # Segments the gate discarded count as archived in pg_stat_archiver: no figures while the pod's

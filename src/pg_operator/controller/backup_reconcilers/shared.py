@@ -11,6 +11,7 @@ from typing import Any
 
 from pg_operator import objects
 from pg_operator.api.backup import BackupConfiguration
+from pg_operator.backup import generations
 from pg_operator.backup.barman import ObjectStore
 from pg_operator.backup.from_spec import archive_settings
 from pg_operator.controller import pod_exec
@@ -41,7 +42,15 @@ def backup_config(cluster: Mapping[str, Any] | None) -> BackupConfiguration | No
 
 
 def store_of(cluster: Mapping[str, Any], config: BackupConfiguration) -> ObjectStore:
-    return archive_settings(config, objects.name(cluster)).store
+    """The cluster's current place in its store: its newest backup generation's (backup.generations)."""
+    return archive_settings(config, generations.current_server(cluster)).store
+
+
+def stores_of(cluster: Mapping[str, Any], config: BackupConfiguration) -> list[ObjectStore]:
+    """Every generation's place, oldest first (the onDelete: delete cleanup empties each)."""
+    gens = generations.of_cluster(cluster)
+    names = [g.server_name for g in gens] or [objects.name(cluster)]
+    return [archive_settings(config, n).store for n in names]
 
 
 def wrote(cache: Cache, body: Mapping[str, Any], event_type: str = "MODIFIED") -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Secret
 
-from pg_operator.api.backup import BackupConfiguration
+from pg_operator.api.backup import BackupConfiguration, S3Destination
 from pg_operator.backup.barman import CHECKSUM_ENV, ObjectStore
 from pg_operator.controller.kube_api import Api
 
@@ -40,7 +40,12 @@ async def store_access(
     api: Api, namespace: str, config: BackupConfiguration, store: ObjectStore
 ) -> StoreAccess:
     """The store's address and the credentials from the user's Secret (read for the call, never kept)."""
-    creds = config.s3.credentials
+    return await s3_access(api, namespace, config.s3, store)
+
+
+async def s3_access(api: Api, namespace: str, s3: S3Destination, store: ObjectStore) -> StoreAccess:
+    """store_access for any S3 destination of the spec (a recovery source's too)."""
+    creds = s3.credentials
     try:
         secret = await api.get(Secret, creds.secret_name, namespace)
     except ApiError as exc:
@@ -229,3 +234,24 @@ async def inspect_prefix(access: StoreAccess, marker_key: str, evidence: tuple[s
 
 async def put_if_absent(access: StoreAccess, key: str, data: bytes) -> PutResult:
     return await asyncio.to_thread(_put_if_absent, access, key, data)
+
+
+# --- small documents of the operator's own (backup.generations) ------------------------------------------
+
+
+def _put(access: StoreAccess, key: str, data: bytes) -> None:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        _client(access).put_object(Bucket=access.bucket, Key=key, Body=data, ContentType="application/json")
+    except (ClientError, BotoCoreError) as exc:
+        raise _store_error(exc) from None
+
+
+async def read_object(access: StoreAccess, key: str) -> bytes | None:
+    """The object's bytes (at most 64 KiB), or None when there is none. In a thread: boto3 blocks."""
+    return await asyncio.to_thread(lambda: _read_key(_client(access), access.bucket, key))
+
+
+async def put_object(access: StoreAccess, key: str, data: bytes) -> None:
+    await asyncio.to_thread(_put, access, key, data)

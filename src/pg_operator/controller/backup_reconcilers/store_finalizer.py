@@ -18,7 +18,7 @@ from pg_operator.backup.store_cleanup import finalizers_with, finalizers_without
 from pg_operator.controller.backoff import Backoff
 from pg_operator.controller.backup_reconcilers.cluster_status import ClusterWrites
 from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership
-from pg_operator.controller.backup_reconcilers.shared import Notices, backup_config, store_of
+from pg_operator.controller.backup_reconcilers.shared import Notices, backup_config, stores_of
 from pg_operator.controller.backup_reconcilers.store import StoreError, delete_prefix, store_access
 from pg_operator.controller.keys import ClusterKey
 from pg_operator.controller.kube_api import Api, is_not_found
@@ -67,32 +67,33 @@ class StoreFinalizer:
         return await self._delete_store(key, body)
 
     async def _delete_store(self, key: ClusterKey, body: Mapping[str, Any]) -> float | None:
+        """Every generation's prefix (backup.generations), each only when its marker names the cluster."""
         namespace, name = key
         config = backup_config(body)
         assert config is not None
-        store = store_of(body, config)
-        try:
-            deletion = await self.ownership.deletion(body, config, store)
-            if deletion.kind == "leave":
-                # Not ours: nothing is deleted, and the cluster is not held back for it.
-                await self.notices.post(body, "Warning", deletion.reason, deletion.message)
-                await self.writes.finalizers(body, finalizers_without(objects.meta(body)))
-                return None
-            deleted = 0
-            if deletion.kind == "delete":
-                deleted = await delete_prefix(await store_access(self.api, namespace, config, store))
-        except StoreError as exc:
-            text = str(exc)
-            if not text.startswith("NoSuchBucket"):
-                return await self._store_failed(key, body, store, text)
-            deleted = 0
-            log.info(
-                "cluster %s/%s: bucket %s does not exist; nothing to delete", namespace, name, store.bucket
+        for store in stores_of(body, config):
+            try:
+                deletion = await self.ownership.deletion(body, config, store)
+                if deletion.kind == "leave":
+                    # Not ours: nothing is deleted, and the cluster is not held back for it.
+                    await self.notices.post(body, "Warning", deletion.reason, deletion.message)
+                    continue
+                deleted = 0
+                if deletion.kind == "delete":
+                    deleted = await delete_prefix(await store_access(self.api, namespace, config, store))
+            except StoreError as exc:
+                text = str(exc)
+                if not text.startswith("NoSuchBucket"):
+                    return await self._store_failed(key, body, store, text)
+                deleted = 0
+                log.info(
+                    "cluster %s/%s: bucket %s does not exist; nothing to delete",
+                    namespace, name, store.bucket,
+                )  # fmt: skip
+            where = f"{store.destination_url}/{store.prefix}"
+            await self.notices.post(
+                body, "Normal", "BackupStoreDeleted", f"deleted {deleted} object(s) under {where}"
             )
-        where = f"{store.destination_url}/{store.prefix}"
-        await self.notices.post(
-            body, "Normal", "BackupStoreDeleted", f"deleted {deleted} object(s) under {where}"
-        )
         await self.writes.finalizers(body, finalizers_without(objects.meta(body)))
         return None
 
