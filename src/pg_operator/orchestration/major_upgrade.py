@@ -181,6 +181,12 @@ fail() {
 have=$(cat "$PGDATA/PG_VERSION")
 if [ "$have" = "$NEW_MAJOR" ]; then sysid; exit 0; fi
 [ "$have" = "$OLD_MAJOR" ] || { echo "PGDATA holds PostgreSQL $have, not $OLD_MAJOR" >&2; exit 1; }
+# With backups, the old major's archive must hold all of its WAL before its data is upgraded: a clean
+# shutdown switched the last segment and the archiver archived it (a .ready file left means it could not).
+if [ "$REQUIRE_ARCHIVED" = 1 ]; then
+  left=$(ls "$PGDATA/pg_wal/archive_status" 2>/dev/null | grep -c '[.]ready$' || true)
+  [ "$left" = 0 ] || fail "$left WAL segment(s) of PostgreSQL $OLD_MAJOR were not archived when it stopped"
+fi
 mkdir -p "$WORK" && rm -rf "$NEW" || fail "no work directory"
 new_cluster "$NEW" || fail "initdb of the new cluster"
 cd "$WORK" || fail "no work directory"
@@ -204,13 +210,43 @@ def check_script(layout: Layout) -> str:
     return _variables(layout) + _INITDB + _CHECK
 
 
-def upgrade_script(layout: Layout, old_major: str, new_major: str) -> str:
+def upgrade_script(layout: Layout, old_major: str, new_major: str, *, require_archived: bool = False) -> str:
     """The upgrade on the stopped old cluster: a new cluster, `pg_upgrade --link` into it, then the two
     data directories swap (the old one kept in the work directory). Any failure rolls back: the old
     `global/pg_control` renamed back (pg_upgrade renames it once linking begins), the new cluster
     removed, the old directory back in place — the old major then starts on intact data. Run again after
-    success, it changes nothing (PGDATA already holds the new major). Prints `system identifier: N`."""
-    return _variables(layout, OLD_MAJOR=old_major, NEW_MAJOR=new_major) + _INITDB + _UPGRADE
+    success, it changes nothing (PGDATA already holds the new major). Prints `system identifier: N`.
+    `require_archived` (a cluster with backups): a WAL segment the old major did not archive before it
+    stopped fails the upgrade before anything changed."""
+    extra = {"OLD_MAJOR": old_major, "NEW_MAJOR": new_major,
+             "REQUIRE_ARCHIVED": "1" if require_archived else "0"}  # fmt: skip
+    return _variables(layout, **extra) + _INITDB + _UPGRADE
+
+
+# Before writes stop (a cluster with backups): the segment being written is switched out and archived,
+# so the archive is current and known to work before the outage starts. $PSQL is the superuser's psql.
+_ARCHIVE_CURRENT = r"""
+set -u
+seg=$($PSQL -c "select pg_walfile_name(pg_switch_wal())") || { echo "pg_switch_wal failed" >&2; exit 2; }
+i=0 last=""
+while [ "$i" -lt "$WAIT" ]; do
+  ok=$($PSQL -c "select coalesce(last_archived_wal >= '$seg'
+                   and last_archived_wal ~ '^[0-9A-F]{24}$', false) from pg_stat_archiver") || ok=f
+  if [ "$ok" = t ]; then echo "archived $seg"; exit 0; fi
+  last=$($PSQL -c "select coalesce(last_failed_wal, '') || ' ' || coalesce(last_failed_time::text, '')
+                   from pg_stat_archiver" 2>/dev/null || true)
+  i=$((i + 1)); sleep 1
+done
+echo "WAL segment $seg was not archived within $WAIT s (last failure: ${last:-none})" >&2
+exit 1
+"""
+
+
+def archive_current_script(psql: str, wait_seconds: int) -> str:
+    """Switch the primary's WAL segment and wait (at most `wait_seconds`) until pg_stat_archiver shows
+    it archived; exit 0 then, else non-zero with why on stderr. `psql`: the command line of the
+    superuser's psql (unaligned, tuples only)."""
+    return f"PSQL={shlex.quote(psql)}\nWAIT={int(wait_seconds)}\n" + _ARCHIVE_CURRENT
 
 
 # --- reading what pg_upgrade said ------------------------------------------------------------------

@@ -109,3 +109,18 @@ def test_write_outage() -> None:
     assert mu.write_outage_seconds(None, 3.0) is None
     with pytest.raises(ValueError, match="comes before"):
         mu.write_outage_seconds(5.0, 4.0)
+
+
+def test_with_backups_the_upgrade_refuses_unarchived_wal_before_anything_changes() -> None:
+    layout = mu.Layout(old_bin="/old/bin", new_home="/new")
+    plain = mu.upgrade_script(layout, "16", "17")
+    guarded = mu.upgrade_script(layout, "16", "17", require_archived=True)
+    assert "REQUIRE_ARCHIVED=0" in plain and "REQUIRE_ARCHIVED=1" in guarded
+    # The guard runs before pg_upgrade (its failure goes through the roll-back, nothing changed yet).
+    assert guarded.index('[ "$REQUIRE_ARCHIVED" = 1 ]') < guarded.index('"$NEW_BIN/pg_upgrade"')
+
+
+def test_archive_current_switches_and_waits_bounded() -> None:
+    script = mu.archive_current_script("psql -h /var/run/postgresql -U postgres -AtX", 120)
+    assert script.startswith("PSQL='psql -h /var/run/postgresql -U postgres -AtX'\nWAIT=120\n")
+    assert "pg_switch_wal()" in script and "pg_stat_archiver" in script and "exit 1" in script

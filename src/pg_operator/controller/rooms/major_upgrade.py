@@ -22,6 +22,7 @@ Orchestration: `orchestration/major_upgrade.py` (phases, scripts, reasons).
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import time
@@ -35,9 +36,19 @@ from lightkube.types import PatchType
 from pg_operator import objects
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import PGDATA, ROLE_PRIMARY
+from pg_operator.backup import generations
+from pg_operator.backup.from_spec import archive_settings, recovery_source
+from pg_operator.controller.backup_reconcilers import resources as _backup_kinds
+from pg_operator.controller.backup_reconcilers.store import (
+    StoreError,
+    put_object,
+    read_object,
+    s3_access,
+    store_access,
+)
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.kube_api import Api, PostgresClusterResource
-from pg_operator.controller.pod_exec import ExecError, PodExec
+from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.controller.rooms.high_availability import HighAvailabilityRoom, patroni_auth
 from pg_operator.images import BUILT_VERSIONS, default_image
@@ -51,6 +62,8 @@ ANNOTATION = "db.example.com/major-upgrade"
 CHECK_RETRY_SECONDS = 300.0
 POLL_SECONDS = 3.0
 OLD_BIN = "/usr/lib/postgresql/current/bin"
+# Before writes stop, the old major's current WAL segment must be archived within this many seconds.
+ARCHIVE_WAIT_SECONDS = 120
 
 
 def running_major(statefulset: Mapping[str, Any] | None) -> str | None:
@@ -70,6 +83,30 @@ def at_major(cluster: PostgresCluster, major: str) -> PostgresCluster:
         return cluster
     spec = cluster.spec.model_copy(update={"version": major, "image": None})
     return cluster.model_copy(update={"spec": spec})
+
+
+def with_archive_server(cluster: PostgresCluster, server: str) -> PostgresCluster:
+    """The cluster as its children must be built while it archives to backup generation `server`."""
+    backup = cluster.spec.backup
+    if backup is None or (backup.generation_server_name or cluster.name) == server:
+        return cluster
+    spec = cluster.spec.model_copy(
+        update={"backup": backup.model_copy(update={"generation_server_name": server})}
+    )
+    return cluster.model_copy(update={"spec": spec})
+
+
+def with_recovery_server(cluster: PostgresCluster, server: str) -> PostgresCluster:
+    """The cluster as its children must be built when it restores from generation `server` of its
+    source's backups."""
+    recovery = cluster.spec.bootstrap.recovery
+    if recovery is None or (recovery.source.generation_server_name or recovery.source.cluster_name) == server:
+        return cluster
+    source = recovery.source.model_copy(update={"generation_server_name": server})
+    bootstrap = cluster.spec.bootstrap.model_copy(
+        update={"recovery": recovery.model_copy(update={"source": source})}
+    )
+    return cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"bootstrap": bootstrap})})
 
 
 def read_state(body: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -96,6 +133,8 @@ class MajorUpgradeRoom(Room):
         # The state each cluster's upgrade was last saved with: a pass may come before the watch cache
         # shows the annotation written by the previous one, and must not redo a step.
         self._states: dict[tuple[str, str], dict[str, Any]] = {}
+        # The generation of its source's backups each restored cluster reads (decided once).
+        self._recovery: dict[tuple[str, str], generations.Generation] = {}
 
     def _state(self, p: ClusterPass) -> dict[str, Any] | None:
         saved = read_state(p.body)
@@ -110,13 +149,33 @@ class MajorUpgradeRoom(Room):
 
     def forget(self, key: tuple[str, str]) -> None:
         self._states.pop(key, None)
+        self._recovery.pop(key, None)
 
     # --- the pass ------------------------------------------------------------------------------------
 
     async def act(self, p: ClusterPass) -> None:
+        if p.cluster.spec.bootstrap.recovery is not None:
+            await self._recovery_generation(p)
+        await self._act(p)
+        self._follow_generation(p)
+
+    def _follow_generation(self, p: ClusterPass) -> None:
+        """Every child is built with the server name of the generation the held major archives to."""
+        if p.cluster.spec.backup is None:
+            return
+        gens = generations.of_cluster(p.body)
+        state = self._state(p)
+        if not gens and state is not None and state.get("from"):
+            gens = generations.first(p.name, str(state["from"]))
+        server = generations.for_major(gens, p.name, p.cluster.spec.version)
+        p.cluster = with_archive_server(p.cluster, server)
+
+    async def _act(self, p: ClusterPass) -> None:
         running = running_major(p.statefulset)
         state = self._state(p)
         wanted = p.cluster.spec.version
+        if state is not None and state.get("phase") in ("Starting", *mu.PAST_NO_RETURN):
+            await self._store_generations(p, state)
         if running is None or (running == wanted and (state is None or state.get("phase") == "Done")):
             return
         if state is None or state.get("to") != wanted:
@@ -127,18 +186,6 @@ class MajorUpgradeRoom(Room):
                 p.cluster = at_major(p.cluster, running)
                 return
             if request is None:
-                return
-            if p.cluster.spec.backup is not None:
-                # The new major starts on timeline 1 again: its WAL would take the old major's names in
-                # the same store prefix. Until the backup room keeps each major in its own place, refuse.
-                p.report(
-                    (
-                        "MajorUpgradeRefused",
-                        "an in-place major upgrade of a cluster with spec.backup is "
-                        "not supported yet: its WAL would overwrite the old major's in the store",
-                    )
-                )
-                p.cluster = at_major(p.cluster, running)
                 return
             state = {
                 "from": request.old_major,
@@ -233,6 +280,26 @@ class MajorUpgradeRoom(Room):
         if primary is None or primary.container_down:
             p.again_in(POLL_SECONDS)
             return
+        if p.cluster.spec.backup is not None and not state.get("paused") and not state.get("archived"):
+            # The old major's archive must be current (and working) before writes stop: what it lacks
+            # then, no restore to a time before the upgrade could ever replay.
+            psql = " ".join(PSQL)
+            res = await self._exec(p, primary.name, mu.archive_current_script(psql, ARCHIVE_WAIT_SECONDS),
+                                   ARCHIVE_WAIT_SECONDS + 30)  # fmt: skip
+            if res is None or res[0] != 0:
+                why = (res[1].strip() if res is not None else "") or "the primary could not be asked"
+                state.update(phase="CheckFailed", message=why[-600:], checked=time.time())
+                await self._save(
+                    p,
+                    state,
+                    "Warning",
+                    "MajorUpgradeArchiveBehind",
+                    f"upgrade to PostgreSQL {state['to']} not started, still serving {state['from']}: the "
+                    f"old major's WAL must be archived before writes stop: {why[-400:]}",
+                )
+                p.report(("MajorUpgradeArchiveBehind", why[-400:]))
+                return
+            state["archived"] = time.time()
         if not await self._pause(p, primary, True):
             p.again_in(POLL_SECONDS)
             return
@@ -254,7 +321,9 @@ class MajorUpgradeRoom(Room):
         state["writesStopped"] = time.time()
         version = BUILT_VERSIONS[state["to"]][0]
         layout = mu.Layout(old_bin=OLD_BIN, new_home=mu.staged_binaries(version))
-        res = await self._exec(p, primary.name, mu.upgrade_script(layout, state["from"], state["to"]), 3600)
+        script = mu.upgrade_script(layout, state["from"], state["to"],
+                                   require_archived=p.cluster.spec.backup is not None)  # fmt: skip
+        res = await self._exec(p, primary.name, script, 3600)
         code, output = res if res is not None else (1, "the upgrade could not be run")
         sysid = next(
             (ln.split(": ", 1)[1] for ln in output.splitlines() if ln.startswith("system identifier: ")), None
@@ -276,13 +345,32 @@ class MajorUpgradeRoom(Room):
         for inst in replicas:  # a replica of the old system identifier cannot follow the new primary
             await self._exec(p, inst.name, f"find {PGDATA} -mindepth 1 -delete", 600)
         state.update(phase="Starting", primary=primary.name)
+        annotations: dict[str, str] = {}
+        gens: list[generations.Generation] = []
+        if p.cluster.spec.backup is not None:
+            # The new major archives to a generation of its own from its first start on.
+            since = dt.datetime.fromtimestamp(float(state["writesStopped"]), dt.UTC)
+            gens = generations.started(generations.of_cluster(p.body), p.name, str(state["from"]),
+                                       str(state["to"]), since)  # fmt: skip
+            annotations[generations.ANNOTATION] = generations.dump(gens)
         await self._save(
             p,
             state,
             "Normal",
             "MajorUpgradeStarting",
             f"data upgraded to PostgreSQL {state['to']} on {primary.name}; starting it",
+            annotations=annotations,
         )
+        if gens and p.cluster.spec.backup is not None:
+            old, new = gens[-2], gens[-1]
+            prefix = archive_settings(p.cluster.spec.backup, new.server_name).store.prefix
+            p.writes += int(await self.events.record(
+                p.body, "Normal", "BackupGenerationStarted",
+                f"PostgreSQL {new.major} archives to server {new.server_name} (s3 prefix {prefix}) from "
+                f"its first start; a restore to a time before {new.since} reads PostgreSQL {old.major}'s "
+                f"backups (server {old.server_name}); Backup {generations.base_backup_name(new)} "
+                "follows once it takes writes",
+            ))  # fmt: skip
         p.cluster = at_major(p.cluster, state["to"])
         p.again_in(0.1)
 
@@ -314,6 +402,8 @@ class MajorUpgradeRoom(Room):
         if not (primary.role == ROLE_PRIMARY and primary.ready):
             p.again_in(POLL_SECONDS)
             return
+        if p.cluster.spec.backup is not None and not state.get("baseBackup"):
+            state["baseBackup"] = await self._base_backup(p)
         state.update(phase="ReplicasCatchingUp", writable=time.time())
         outage = mu.write_outage_seconds(state.get("writesStopped"), state["writable"])
         await self._save(
@@ -441,9 +531,17 @@ class MajorUpgradeRoom(Room):
         await self.api.merge_patch(ConfigMap, f"{p.name}-config", p.namespace, patch)
 
     async def _save(
-        self, p: ClusterPass, state: dict[str, Any], event_type: str | None, reason: str, message: str
+        self,
+        p: ClusterPass,
+        state: dict[str, Any],
+        event_type: str | None,
+        reason: str,
+        message: str,
+        *,
+        annotations: Mapping[str, str] | None = None,
     ) -> None:
-        patch = {"metadata": {"annotations": {ANNOTATION: json.dumps(state, sort_keys=True)}}}
+        patch = {"metadata": {"annotations": {**(annotations or {}),
+                                              ANNOTATION: json.dumps(state, sort_keys=True)}}}  # fmt: skip
         try:
             await self.api.merge_patch(PostgresClusterResource, p.name, p.namespace, patch)
         except ApiError as exc:
@@ -453,3 +551,94 @@ class MajorUpgradeRoom(Room):
         self._states[(p.namespace, p.name)] = dict(state)
         if event_type:
             p.writes += int(await self.events.record(p.body, event_type, reason, message))
+
+    # --- backups across the upgrade (backup.generations) -------------------------------------------------
+
+    async def _base_backup(self, p: ClusterPass) -> str:
+        """The new generation's first base backup: a Backup object of the cluster, so it runs like any
+        other (on a streaming replica when there is one, restart-safe, reported in its status and in
+        LastBackupSucceeded, kept by retention)."""
+        gens = generations.of_cluster(p.body)
+        state = self._state(p) or {}
+        current = generations.Generation(
+            generations.for_major(gens or generations.first(p.name, str(state.get("from") or "")), p.name,
+                                  str(state.get("to"))),
+            str(state.get("to")),
+        )  # fmt: skip
+        body = generations.base_backup_object(p.namespace, p.name, p.cluster.uid, current)
+        assert _backup_kinds.BackupResource  # the Backup kind is registered for create_dict
+        try:
+            await self.api.create_dict(body)
+        except ApiError as exc:
+            if exc.status.code != 409:
+                log.warning("%s/%s: could not create the new generation's Backup: %s",
+                            p.namespace, p.name, exc)  # fmt: skip
+                raise
+        p.writes += 1
+        return str(body["metadata"]["name"])
+
+    async def _store_generations(self, p: ClusterPass, state: dict[str, Any]) -> None:
+        """The generations file in the first generation's prefix, for restores that find the cluster gone
+        (written once per upgrade; a failing store is reported and asked again on the next pass)."""
+        config = p.cluster.spec.backup
+        if config is None or state.get("generationsStored") == state.get("to"):
+            return
+        gens = generations.of_cluster(p.body)
+        if len(gens) < 2 or gens[-1].major != state.get("to"):
+            return  # the cache does not show the switch yet
+        store = archive_settings(config, gens[0].server_name).store
+        try:
+            access = await store_access(self.api, p.namespace, config, store)
+            document = generations.store_document(p.name, gens)
+            await put_object(access, generations.store_key(store.prefix), document)
+        except StoreError as exc:
+            why = f"the generations file under {store.prefix} could not be written: {exc}"
+            p.report(("BackupGenerationsUnrecorded", why))
+            p.again_in(30)
+            return
+        state["generationsStored"] = state.get("to")
+        await self._save(p, state, None, "", "")
+
+    async def _recovery_generation(self, p: ClusterPass) -> None:
+        """A restored cluster reads the generation of its source's backups that holds the target, from the
+        source's generations file (before its first instance starts; a source never upgraded with
+        backups has none: its own name). The data runs the major it was backed up with, so a spec.version
+        that differs is refused (the StatefulSet waits while a problem is reported)."""
+        recovery = p.cluster.spec.bootstrap.recovery
+        assert recovery is not None
+        key = (p.namespace, p.name)
+        chosen = generations.recovery_generation(p.body) or self._recovery.get(key)
+        if chosen is None:
+            if p.statefulset is not None:
+                return  # restored before generations existed: the source's own name
+            source = recovery_source(recovery)
+            try:
+                access = await s3_access(self.api, p.namespace, recovery.source.s3, source)
+                raw = await read_object(access, generations.store_key(source.prefix))
+                gens = generations.parse(raw, f"{source.prefix}{generations.STORE_FILE}")
+            except (StoreError, ValueError) as exc:
+                p.report(("RecoverySourceUnreadable", f"the generations of {recovery.source.cluster_name}'s "
+                          f"backups could not be read: {exc}"))  # fmt: skip
+                p.again_in(15)
+                return
+            gens = gens or generations.first(recovery.source.cluster_name, p.cluster.spec.version)
+            chosen = generations.for_target(
+                gens, generations.target_time_of(recovery.target_time, recovery.backup_id)
+            )
+            self._recovery[key] = chosen
+            record = json.dumps(chosen.to_mapping(), sort_keys=True)
+            patch = {"metadata": {"annotations": {generations.RECOVERY_ANNOTATION: record}}}
+            await self.api.merge_patch(PostgresClusterResource, p.name, p.namespace, patch)
+            p.writes += 1
+            if len(gens) > 1:
+                p.writes += int(await self.events.record(
+                    p.body, "Normal", "RecoveryGenerationChosen",
+                    f"restoring from server {chosen.server_name} of {recovery.source.cluster_name}'s backups "
+                    f"(PostgreSQL {chosen.major}), the generation that holds the target",
+                ))  # fmt: skip
+        if p.statefulset is None:
+            refused = generations.major_mismatch(chosen, p.cluster.spec.version, recovery.source.cluster_name)
+            if refused is not None:
+                p.report(("RecoveryMajorMismatch", refused))
+                return
+        p.cluster = with_recovery_server(p.cluster, chosen.server_name)

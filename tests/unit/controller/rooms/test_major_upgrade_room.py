@@ -4,6 +4,7 @@ upgrade's state from the annotation."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from harness.objects import cluster_model
 from pg_operator.controller.rooms.major_upgrade import ANNOTATION, at_major, read_state, running_major
@@ -30,3 +31,47 @@ def test_state_is_read_from_the_annotation() -> None:
     assert read_state({"metadata": {}}) is None
     assert read_state({"metadata": {"annotations": {ANNOTATION: "not json"}}}) is None
     assert read_state({"metadata": {"annotations": {ANNOTATION: "[1]"}}}) is None
+
+
+BACKUP = {"s3": {"bucket": "backups", "path": "prod", "endpointURL": "http://s3.local:9000",
+                 "credentials": {"secretName": "s3"}}}  # fmt: skip
+
+
+def _archive_prefix(cluster: Any) -> str:
+    from pg_operator.specs.configmap import instance_config
+
+    section = instance_config(cluster).backup
+    assert section is not None
+    return f"{section['archive']['store']['path']}/{section['archive']['store']['serverName']}"
+
+
+def test_after_the_switch_every_child_archives_to_the_new_generation() -> None:
+    from pg_operator.controller.rooms.major_upgrade import with_archive_server
+    from pg_operator.specs.statefulset import statefulset
+
+    cluster = cluster_model(version="17", backup=BACKUP)
+    assert _archive_prefix(cluster) == "prod/orders-db"
+    moved = with_archive_server(cluster, "orders-db-pg17")
+    assert _archive_prefix(moved) == "prod/orders-db-pg17"
+    assert with_archive_server(cluster, "orders-db") is cluster
+    # The pods roll with the new archive settings: the backup digest on the template changes.
+    key = "db.example.com/backup-config"
+
+    def digest(c: Any) -> str:
+        return str(statefulset(c)["spec"]["template"]["metadata"]["annotations"][key])
+
+    assert digest(moved) != digest(cluster)
+    # Not part of the API: the CRD never carries it, so no user can set it.
+    assert "generationServerName" not in json.dumps(cluster.spec.model_dump(by_alias=True, exclude_none=True))
+
+
+def test_a_restore_reads_the_chosen_generation_of_its_source() -> None:
+    from pg_operator.controller.rooms.major_upgrade import with_recovery_server
+    from pg_operator.specs.configmap import instance_config
+
+    recovery = {"source": {"clusterName": "orders-db", **BACKUP}, "targetTime": "2026-12-02T21:00:00Z"}
+    restored = cluster_model("restored", version="16", bootstrap={"recovery": recovery})
+    moved = with_recovery_server(restored, "orders-db-pg17")
+    section = instance_config(moved).backup
+    assert section is not None and section["recovery"]["source"]["serverName"] == "orders-db-pg17"
+    assert with_recovery_server(restored, "orders-db") is restored
