@@ -13,7 +13,8 @@ from pg_operator.api.schema import StatusModel
 class Condition(StatusModel):
     # ContinuousArchiving, LastBackupSucceeded and BackupStoreCleanup are the backup reconcilers'
     # (controller/backup_reconcilers; specs/backup_status.py keeps them); RolesApplied and DatabasesApplied
-    # the roles room's (controller/rooms/roles.py), present only while spec.roles or spec.databases are.
+    # the roles room's (controller/rooms/roles.py), present only while spec.roles or spec.databases are;
+    # Pooler the pooler room's (controller/rooms/pooler.py), present only while spec.pooler is.
     type: Literal[
         "Ready",
         "Progressing",
@@ -23,6 +24,7 @@ class Condition(StatusModel):
         "BackupStoreCleanup",
         "RolesApplied",
         "DatabasesApplied",
+        "Pooler",
     ]
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(max_length=1024)
