@@ -155,6 +155,8 @@ def deployment(cluster: PostgresCluster, side: str, image: str = DEFAULT_IMAGE) 
         "ports": [{"name": "pgbouncer", "containerPort": POOLER_PORT, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": POOLER_METRICS_PORT, "protocol": "TCP"}],
         "readinessProbe": {**probe, "periodSeconds": 2, "failureThreshold": 2},
+        # A pod going away keeps serving until the Service has stopped sending it new clients.
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
         "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 6},
         "resources": _resources(cluster),
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
@@ -389,10 +391,20 @@ def to_point(cluster: PostgresCluster, pods: Sequence[PoolerPod],
 
 
 def ready_pods(cluster: PostgresCluster, deployments: Iterable[Mapping[str, Any]]) -> int:
-    """Ready pooler pods, from the status of the pooler's Deployments."""
+    """Ready pooler pods of the current template, from the status of the pooler's Deployments: while one
+    rolls out (its controller has not seen the new template, or old pods still serve) its old pods do not
+    count, so Ready waits for the rollout."""
     wanted = {deployment_name(cluster, side) for side in ("rw", "ro")}
-    return sum(int((d.get("status") or {}).get("readyReplicas") or 0)
-               for d in deployments if objects.name(d) in wanted)  # fmt: skip
+    total = 0
+    for d in deployments:
+        status = d.get("status") or {}
+        seen = int(status.get("observedGeneration") or 0)
+        if objects.name(d) not in wanted or seen < objects.generation(d):
+            continue
+        ready, updated = int(status.get("readyReplicas") or 0), int(status.get("updatedReplicas") or 0)
+        replicas = int(status.get("replicas") or 0)
+        total += min(ready, updated) if replicas <= updated else 0
+    return total
 
 
 def status_condition(cluster: PostgresCluster, ready: int, pointed: int, primary: str | None,

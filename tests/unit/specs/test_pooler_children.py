@@ -156,9 +156,16 @@ def test_which_pods_to_point_and_where() -> None:
 
 def test_status_condition() -> None:
     c = cluster(pooler={"instances": 2})
-    deployments = [{"metadata": {"name": "orders-db-pooler-rw"}, "status": {"readyReplicas": 2}},
-                   {"metadata": {"name": "unrelated"}, "status": {"readyReplicas": 9}}]
-    assert ready_pods(c, deployments) == 2
+    def deployment(name: str, generation: int, **status: int) -> dict[str, Any]:
+        return {"metadata": {"name": name, "generation": generation}, "status": status}
+
+    done = {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 2}
+    assert ready_pods(c, [deployment("orders-db-pooler-rw", 2, **done),
+                          deployment("unrelated", 1, **done)]) == 2
+    # Rolling out: the old pods still serve, or the controller has not seen the new template.
+    rolling = {**done, "replicas": 3, "updatedReplicas": 1}
+    assert ready_pods(c, [deployment("orders-db-pooler-rw", 2, **rolling)]) == 0
+    assert ready_pods(c, [deployment("orders-db-pooler-rw", 3, **done)]) == 0
     assert status_condition(c, 1, 0, "orders-db-0", None)[:2] == (False, "PoolerStarting")
     assert status_condition(c, 2, 0, None, None)[:2] == (False, "PoolerWaiting")
     assert status_condition(c, 2, 1, "orders-db-0", None)[:2] == (False, "PoolerPointing")
