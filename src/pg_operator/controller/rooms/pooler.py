@@ -41,6 +41,7 @@ from pg_operator.controller.kube_api import Api, is_conflict, is_not_found, reso
 from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.controller.writes import WriteMemo
+from pg_operator.orchestration.failover import leader_configmap_name
 from pg_operator.orchestration.instances import instances_from_pods, patroni_state
 from pg_operator.specs.pooler import (
     CONDITION,
@@ -187,14 +188,19 @@ class PoolerRoom(Room):
         await self._point(p, state, primary)
 
     def primary(self, p: ClusterPass) -> str | None:
-        """The one instance Patroni runs as primary: labelled so, its member data saying running, its
-        container up (not waiting for readiness: after a failover every second counts). None when there is
-        not exactly one."""
+        """The instance Patroni runs as primary: labelled so, its member data saying running, its container
+        up (not waiting for readiness: after a failover every second counts). When two look so — a killed
+        primary's container restarts within seconds with its old label and member data until its Patroni
+        relabels it — the holder of Patroni's leader key; None when that does not settle it."""
         pods = [pod for pod in p.snapshot.of_kind("v1", "Pod") if objects.label(pod, CLUSTER_LABEL) == p.name]
         metas = {objects.name(pod): objects.meta(pod) for pod in pods}
         found = [i.name for i in instances_from_pods(pods)
                  if i.role == ROLE_PRIMARY and not i.terminating and not i.container_down
                  and patroni_state(metas[i.name]).get("state") == "running"]  # fmt: skip
+        leader_key = p.snapshot.find("v1", "ConfigMap", leader_configmap_name(p.name))
+        leader = objects.annotation(leader_key, "leader") or ""
+        if leader in found:
+            return leader
         return found[0] if len(found) == 1 else None
 
     async def _set_up_auth(self, p: ClusterPass, state: _State, primary: str | None) -> None:
