@@ -82,7 +82,7 @@ RETRY_SECONDS = 5.0
 RECHECK_SECONDS = 300.0
 # After a switchover the room pointed the pods itself: the cache may still show the old primary for a
 # moment, so only the new one is pointed at for this long.
-HOLD_SECONDS = 20.0
+HOLD_SECONDS = 10.0
 # How long the pooler may wait, still paused, for the new primary to leave recovery.
 WRITABLE_SECONDS = 10.0
 
@@ -253,11 +253,11 @@ class PoolerRoom(Room):
         now = time.monotonic()
         if state.hold is not None:
             held, until = state.hold
-            if now < until and primary != held:
+            if primary == held or now >= until:
+                state.hold = None  # the cache caught up (or never will): a later failover is news again
+            else:
                 p.again_in(max(0.5, min(RETRY_SECONDS, until - now)))
                 return  # the cache has not caught up with the switchover the room just drove
-            if now >= until:
-                state.hold = None
         mark = (self._deployments_mark(p), primary)
         if state.pointed == mark and now - state.pointed_at < RECHECK_SECONDS:
             return
