@@ -24,6 +24,18 @@ from pg_operator.specs.labels import COMPONENT_CREDENTIALS, child_metadata
 
 APP_SSLMODE = "verify-full"
 
+# A vanished primary must cost a client seconds, not TCP's minutes of retransmission (docs/connecting.md):
+# a connect gives up after 5 s, a connection whose peer stops acknowledging is dropped after 5 s, an idle
+# one is probed after 5 s; and through `-rw` a connection that reached an instance in recovery is refused
+# (PostgreSQL ≥ 14 reports it at login, no extra query), so a pool never keeps a read-only session.
+LIBPQ_FAST_FAIL = ("connect_timeout=5&keepalives=1&keepalives_idle=5&keepalives_interval=2&keepalives_count=3"
+                   "&tcp_user_timeout=5000")  # fmt: skip
+LIBPQ_READ_WRITE = "target_session_attrs=read-write"
+# pgJDBC has no per-connection keepalive timing or user timeout; it takes the connect timeout (seconds),
+# keepalives with the operating system's timing, and refuses a standby.
+JDBC_FAST_FAIL = "connectTimeout=5&tcpKeepAlive=true"
+JDBC_READ_WRITE = "targetServerType=primary"
+
 # 32 random bytes, URL-safe base64: 43 characters, 256 bits.
 PASSWORD_BYTES = 32
 
@@ -110,20 +122,23 @@ def connection_keys(cluster: PostgresCluster, user: str, dbname: str, password: 
     # TLS always, and the server's name checked against the cluster's CA (key `ca.crt`; libpq and the JDBC
     # driver read it from ~/.postgresql/root.crt unless `sslrootcert` says otherwise, docs/tls.md).
     def uri(h: str) -> str:
-        return f"postgresql://{u}:{pw}@{h}:{port}/{db}?sslmode={APP_SSLMODE}"
+        return f"postgresql://{u}:{pw}@{h}:{port}/{db}?sslmode={APP_SSLMODE}&{LIBPQ_FAST_FAIL}&{LIBPQ_READ_WRITE}"
 
     def jdbc(h: str) -> str:
-        return f"jdbc:postgresql://{h}:{port}/{db}?user={u}&password={pw}&sslmode={APP_SSLMODE}"
+        return (f"jdbc:postgresql://{h}:{port}/{db}?user={u}&password={pw}&sslmode={APP_SSLMODE}"
+                f"&{JDBC_FAST_FAIL}&{JDBC_READ_WRITE}")  # fmt: skip
 
     pgpass = ":".join(_pgpass_field(v) for v in (host, port, dbname, user, password)) + "\n"
     pooler: dict[str, str] = {}
     if cluster.spec.pooler is not None:
-        # Through the pooler's read-write side (docs/pooler.md): the same TLS, the same CA.
+        # Through the pooler's read-write side (docs/pooler.md): the same TLS, the same CA, the same fast
+        # failure; no session check, as the pooler's `-rw` side only ever points at the primary.
         bouncer = f"{cluster.name}-pooler-rw.{cluster.namespace}.svc"
         pooler = {"pgbouncer-host": bouncer, "pgbouncer-port": port,
-                  "pgbouncer-uri": f"postgresql://{u}:{pw}@{bouncer}:{port}/{db}?sslmode={APP_SSLMODE}",
+                  "pgbouncer-uri": (f"postgresql://{u}:{pw}@{bouncer}:{port}/{db}?sslmode={APP_SSLMODE}"
+                                    f"&{LIBPQ_FAST_FAIL}"),
                   "pgbouncer-jdbc-uri": (f"jdbc:postgresql://{bouncer}:{port}/{db}?user={u}&password={pw}"
-                                         f"&sslmode={APP_SSLMODE}")}  # fmt: skip
+                                         f"&sslmode={APP_SSLMODE}&{JDBC_FAST_FAIL}")}  # fmt: skip
     return {
         **pooler,
         "username": user,

@@ -146,6 +146,6 @@ def test_an_applied_app_secret_with_old_style_uris_gets_them_rewritten_and_nothi
     patch = stale_app_keys(cluster(), app)
     assert patch is not None and set(patch["data"]) == {"uri"}
     assert patch["metadata"] == {"resourceVersion": "12"}
-    assert base64.b64decode(patch["data"]["uri"]).decode().endswith("?sslmode=verify-full")
+    assert base64.b64decode(patch["data"]["uri"]).decode().endswith("&target_session_attrs=read-write")
     set_key(app, "password", "not-applied-yet")  # the applying pass rewrites the keys itself
     assert stale_app_keys(cluster(), app) is None

@@ -93,8 +93,9 @@ def test_connection_keys_through_the_pooler_only_when_it_is_on() -> None:
     keys = connection_keys(cluster(pooler={}), "app", "app", "p@ss")
     assert keys["pgbouncer-host"] == "orders-db-pooler-rw.shop.svc"
     assert keys["pgbouncer-port"] == "5432"
-    assert keys["pgbouncer-uri"] == "postgresql://app:p%40ss@orders-db-pooler-rw.shop.svc:5432/app?sslmode=verify-full"
-    assert keys["pgbouncer-jdbc-uri"].endswith("?user=app&password=p%40ss&sslmode=verify-full")
+    assert keys["pgbouncer-uri"].startswith("postgresql://app:p%40ss@orders-db-pooler-rw.shop.svc:5432/app?sslmode=verify-full&")
+    assert "target_session_attrs" not in keys["pgbouncer-uri"]
+    assert "?user=app&password=p%40ss&sslmode=verify-full&connectTimeout=5" in keys["pgbouncer-jdbc-uri"]
     assert not any(k.startswith("pgbouncer") for k in connection_keys(cluster(), "app", "app", "x"))
 
 

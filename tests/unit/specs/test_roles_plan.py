@@ -319,7 +319,7 @@ def test_generated_secrets_have_the_app_secrets_keys() -> None:
     assert body["metadata"]["ownerReferences"][0]["uid"] == "u"
     data = {k: base64.b64decode(v).decode() for k, v in body["data"].items()}
     assert data["dbname"] == "shop" and data["ca.crt"] == "CA" and data["username"] == "orders"
-    assert data["uri"] == "postgresql://orders:pw@db-rw.ns.svc:5432/shop?sslmode=verify-full"
+    assert data["uri"].startswith("postgresql://orders:pw@db-rw.ns.svc:5432/shop?sslmode=verify-full&")
     assert role_secret(cluster(roles=[{"name": "a_b"}]), "a_b", "pw", None)["metadata"]["name"] == "db-a-b"
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from psycopg.conninfo import conninfo_to_dict
 
 from harness.objects import cluster_model as cluster
 from pg_operator.specs import APP_SECRET_KEYS, ClusterPasswords, build_secrets, owner_reference, secret_names
@@ -66,10 +68,10 @@ def test_uris_percent_encode_the_password() -> None:
         assert parts.path == "/app" and parts.username == "app"
         assert parts.password is not None and unquote(parts.password) == PASSWORDS.app
         assert "p@ss" not in app[key]
-        assert parts.query == "sslmode=verify-full"  # TLS, and the server's name checked
+        assert parse_qs(parts.query)["sslmode"] == ["verify-full"]  # TLS, and the server's name checked
     assert app["jdbc-uri"] == (
         "jdbc:postgresql://orders-db-rw.shop.svc:5432/app?user=app&password=p%40ss%3Aw%2Frd%3F%26%25%5C"
-        "&sslmode=verify-full"
+        "&sslmode=verify-full&connectTimeout=5&tcpKeepAlive=true&targetServerType=primary"
     )
     assert app["fqdn-jdbc-uri"].startswith("jdbc:postgresql://orders-db-rw.shop.svc.cluster.local:5432/app?")
 
@@ -84,7 +86,21 @@ def test_app_secret_follows_bootstrap_names() -> None:
         build_secrets(cluster(bootstrap={"initdb": {"database": "orders", "owner": "shop"}}), PASSWORDS)[2]
     )
     assert (app["username"], app["dbname"]) == ("shop", "orders")
-    assert app["uri"].endswith("@orders-db-rw.shop.svc:5432/orders?sslmode=verify-full")
+    assert "@orders-db-rw.shop.svc:5432/orders?sslmode=verify-full&" in app["uri"]
+
+
+def test_uris_make_libpq_fail_fast_and_refuse_a_standby() -> None:
+    """libpq itself parses the URIs (an unknown parameter is an error there), and gets the settings that
+    bound how long a vanished primary holds a client."""
+    app = decoded(build_secrets(cluster(), PASSWORDS)[2])
+    for key in ("uri", "fqdn-uri"):
+        params = conninfo_to_dict(app[key])
+        assert params["password"] == PASSWORDS.app and params["sslmode"] == "verify-full"
+        assert params["target_session_attrs"] == "read-write"
+        assert int(params["connect_timeout"]) <= 5 and int(params["tcp_user_timeout"]) <= 5000
+        assert params["keepalives"] == "1"
+        idle, every, count = (int(params[f"keepalives_{k}"]) for k in ("idle", "interval", "count"))
+        assert idle + every * count <= 15  # an idle connection to a dead peer is noticed within 15 s
 
 
 def test_generated_passwords_are_long_random_and_distinct() -> None:
