@@ -18,6 +18,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from harness.deployed_operator import EXAMPLE, EXAMPLE_NAMESPACE
+from harness.e2e_backup import superuser_sql
 from harness.kube import get_json
 from harness.local_cluster import Kube
 from harness.pgcluster import kill_container, secret, service_ip, status, wait_serving
@@ -73,6 +74,18 @@ def pooled(example: Kube) -> Iterator[Kube]:
         wait_serving(example, NS, NAME, 3, 300)
         wait_until("the pooler's keys gone from the app Secret", lambda: not any(
             k.startswith("pgbouncer") for k in secret(example, NS, f"{NAME}-app")), 60, 1)
+        # Nothing of the pooler outlives it in the database: no role to log in as, no lookup left in
+        # template1 for the next database to inherit.
+        def left_behind() -> str:
+            primary = str(status(example, NS, NAME)["currentPrimary"])
+            roles = superuser_sql(example, NS, primary,
+                                  "SELECT count(*) FROM pg_roles WHERE rolname = 'pgop_pooler'")  # fmt: skip
+            schemas = superuser_sql(example, NS, primary,
+                                    "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgop_pooler'",
+                                    database="template1")  # fmt: skip
+            return f"{roles}/{schemas}"
+
+        wait_until("the pooler's role and lookup gone", lambda: left_behind() == "0/0", 60, 2)
 
 
 def connect_from_secret(kube: Kube, secret_name: str) -> psycopg.Connection[object]:

@@ -116,10 +116,10 @@ def rows(kube: Kube, ns: str, name: str) -> list[int]:
         return [r[0] for r in conn.execute("SELECT id FROM items ORDER BY id").fetchall()]
 
 
-def superuser_sql(kube: Kube, ns: str, pod: str, sql: str) -> str:
+def superuser_sql(kube: Kube, ns: str, pod: str, sql: str, database: str = "postgres") -> str:
     """SQL as the superuser over the pod's Unix socket (what the operator's own execs do)."""
-    res = kube.kubectl("exec", pod, "-n", ns, "-c", "postgres", "--",
-                       "psql", "-h", "/var/run/postgresql", "-U", "postgres", "-AtX", "-c", sql)  # fmt: skip
+    res = kube.kubectl("exec", pod, "-n", ns, "-c", "postgres", "--", "psql", "-h", "/var/run/postgresql",
+                       "-U", "postgres", "-d", database, "-AtX", "-c", sql)  # fmt: skip
     return str(res.stdout).strip()
 
 

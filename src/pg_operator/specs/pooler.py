@@ -330,10 +330,23 @@ def setup_sql(password: str, databases: Iterable[str], salt: bytes | None = None
     """One psql script (ON_ERROR_STOP): the role, then the function in each database (\\connect)."""
     out = [role_sql(password, salt)]
     body = function_sql()
-    for db in sorted(set(databases)):
-        if "\n" in db or "'" in db or "\\" in db:
-            raise ValueError(f"database name {db!r} cannot be put on a psql line")
-        out.append(f"\\connect {_literal(db)}\n{body}")
+    out.extend(f"{_connect(db)}{body}" for db in sorted(set(databases)))
+    return "".join(out)
+
+
+def _connect(db: str) -> str:
+    if "\n" in db or "'" in db or "\\" in db:
+        raise ValueError(f"database name {db!r} cannot be put on a psql line")
+    return f"\\connect {_literal(db)}\n"
+
+
+def teardown_sql(databases: Iterable[str]) -> str:
+    """One psql script (ON_ERROR_STOP) that undoes setup_sql once the pooler is off: the lookup's schema
+    in each database (the function and the grants to the role go with it), then the role. Each step is a
+    no-op where it was done already, so a retry after a partial run finishes the job."""
+    drop = f"DROP SCHEMA IF EXISTS {_ident(AUTH_SCHEMA)} CASCADE;\n"
+    out = [f"{_connect(db)}{drop}" for db in sorted(set(databases))]
+    out.append(f"DROP ROLE IF EXISTS {_ident(AUTH_USER)};\n")
     return "".join(out)
 
 

@@ -19,6 +19,7 @@ from pg_operator.specs.pooler import (
     setup_sql,
     setup_trigger,
     status_condition,
+    teardown_sql,
     to_point,
 )
 from pg_operator.specs.secrets import connection_keys
@@ -198,3 +199,12 @@ def test_the_pooler_keys_leave_the_connection_secrets_with_the_pooler() -> None:
     assert patch["data"] == {"pgbouncer-host": None, "pgbouncer-port": None, "pgbouncer-uri": None,
                              "pgbouncer-jdbc-uri": None}
     assert gone_keys(on, secret["data"]) == {}
+
+
+def test_teardown_sql_undoes_the_setup_in_every_database_then_drops_the_role() -> None:
+    sql = teardown_sql(["app", "template1", "app"])
+    assert sql.count("\\connect ") == 2
+    assert sql.count("DROP SCHEMA IF EXISTS \"pgop_pooler\" CASCADE;") == 2
+    assert sql.index("DROP ROLE IF EXISTS \"pgop_pooler\";") > sql.rindex("DROP SCHEMA")
+    with pytest.raises(ValueError):
+        teardown_sql(["bad'name"])

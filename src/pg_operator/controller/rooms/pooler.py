@@ -64,6 +64,7 @@ from pg_operator.specs.pooler import (
     setup_sql,
     setup_trigger,
     status_condition,
+    teardown_sql,
     to_point,
 )
 from pg_operator.specs.secrets import decoded
@@ -180,6 +181,7 @@ class PoolerRoom(Room):
     async def act(self, p: ClusterPass) -> None:
         if p.cluster.spec.pooler is None:
             self._state.pop((p.namespace, p.name), None)
+            await self._tear_down_auth(p)
             return
         state = self._of(p)
         state.problem = None
@@ -214,11 +216,7 @@ class PoolerRoom(Room):
         if state.setup == trigger:
             return
         try:
-            listed = await self.exec.run(p.namespace, primary, [*PSQL, "-c", LIST_DATABASES_SQL],
-                                         seconds=EXEC_SECONDS)  # fmt: skip
-            if listed.exit_status != 0:
-                raise ExecError(listed.stderr.strip()[-300:] or f"psql exited {listed.exit_status}")
-            databases = [line.strip() for line in listed.stdout.splitlines() if line.strip()]
+            databases = await self._databases(p, primary)
             script = setup_sql(password, databases)
             result = await self.exec.run(p.namespace, primary, [*PSQL, "-q", "-f", "-"],
                                          stdin=script.encode(), seconds=EXEC_SECONDS)  # fmt: skip
@@ -233,6 +231,41 @@ class PoolerRoom(Room):
         state.setup = trigger
         log.info("%s/%s: pooler auth role and lookup function in %d databases", p.namespace, p.name,
                  len(databases))  # fmt: skip
+
+    async def _databases(self, p: ClusterPass, primary: str) -> list[str]:
+        assert self.exec is not None
+        listed = await self.exec.run(p.namespace, primary, [*PSQL, "-c", LIST_DATABASES_SQL],
+                                     seconds=EXEC_SECONDS)  # fmt: skip
+        if listed.exit_status != 0:
+            raise ExecError(listed.stderr.strip()[-300:] or f"psql exited {listed.exit_status}")
+        return [line.strip() for line in listed.stdout.splitlines() if line.strip()]
+
+    async def _tear_down_auth(self, p: ClusterPass) -> None:
+        """Once the pooler is off, its role and lookup leave the database before its Secret goes, so no
+        login as the pooler's role outlives the pooler. The Secret marks that there is something to undo:
+        it is kept until the SQL ran (a cluster that never had a pooler costs nothing here)."""
+        ident = ("v1", "Secret", auth_secret_name(p.cluster))
+        secret = p.snapshot.find(*ident)
+        if secret is None or objects.deleting(secret) or self.exec is None:
+            return
+        p.wanted.add(ident)
+        primary = self.primary(p)
+        if primary is None:
+            p.again_in(RETRY_SECONDS * 3)
+            return
+        try:
+            script = teardown_sql(await self._databases(p, primary))
+            result = await self.exec.run(p.namespace, primary, [*PSQL, "-q", "-f", "-"],
+                                         stdin=script.encode(), seconds=EXEC_SECONDS)  # fmt: skip
+            if result.exit_status != 0:
+                raise ExecError(result.stderr.strip()[-300:] or f"psql exited {result.exit_status}")
+        except (ExecError, ValueError) as exc:
+            log.warning("%s/%s: could not remove the pooler's auth role on %s: %s", p.namespace, p.name,
+                        primary, exc)  # fmt: skip
+            p.again_in(RETRY_SECONDS * 3)
+            return
+        p.wanted.discard(ident)
+        log.info("%s/%s: the pooler is off: its auth role and lookup function removed", p.namespace, p.name)
 
     async def _list(self, p: ClusterPass) -> list[PoolerPod]:
         path = f"/api/v1/namespaces/{p.namespace}/pods"

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from harness.objects import cluster_model
+from harness.pods import instance_pod
 from pg_operator.controller.cache import Snapshot
 from pg_operator.controller.pod_exec import ExecError, ExecResult
 from pg_operator.controller.rooms import ClusterPass
@@ -122,3 +123,54 @@ def test_session_mode_and_no_pods_pause_nothing() -> None:
     assert run(room(FakeApi([pod("a")]), exec_).pause(pass_for("session"))) is None
     assert run(room(FakeApi([]), exec_).pause(pass_for())) is None
     assert exec_.calls == []
+
+
+# --- the pooler turned off: its auth role leaves the database before its Secret goes -----------------------
+
+AUTH = ("v1", "Secret", "orders-db-pooler-auth")
+
+
+class TeardownExec:
+    def __init__(self, fail: bool = False) -> None:
+        self.scripts: list[str] = []
+        self.fail = fail
+
+    async def run(self, namespace: str, pod: str, argv: list[str], *, stdin: bytes | None = None,
+                  **_: Any) -> ExecResult:  # fmt: skip
+        if stdin is None:  # the database listing
+            return ExecResult(0, "app\npostgres\ntemplate1\n", "")
+        self.scripts.append(f"{pod}:{stdin.decode()}")
+        return ExecResult(1, "", "ERROR:  role is in use") if self.fail else ExecResult(0, "", "")
+
+
+def off_pass(with_secret: bool = True) -> ClusterPass:
+    primary = instance_pod("orders-db-0", role="primary")
+    primary["metadata"]["labels"]["db.example.com/cluster"] = "orders-db"
+    primary["metadata"]["annotations"] = {"status": '{"role": "primary", "state": "running"}'}
+    children: dict[tuple[str, str], list[dict[str, Any]]] = {("v1", "Pod"): [primary]}
+    if with_secret:
+        children[("v1", "Secret")] = [{"metadata": {"name": "orders-db-pooler-auth"}}]
+    return ClusterPass({"metadata": {"name": "orders-db"}}, cluster_model(), Snapshot(None, children), None)
+
+
+def test_turned_off_the_role_and_lookups_are_dropped_then_the_secret_may_go() -> None:
+    exec_, p = TeardownExec(), off_pass()
+    run(room(FakeApi([]), exec_).act(p))  # type: ignore[arg-type]
+    [script] = exec_.scripts
+    assert script.startswith("orders-db-0:")
+    assert script.count("DROP SCHEMA IF EXISTS \"pgop_pooler\" CASCADE") == 3  # app, postgres, template1
+    assert script.rstrip().endswith("DROP ROLE IF EXISTS \"pgop_pooler\";")
+    assert AUTH not in p.wanted and p.requeue_after is None
+
+
+def test_turned_off_a_failed_drop_keeps_the_secret_and_tries_again() -> None:
+    exec_, p = TeardownExec(fail=True), off_pass()
+    run(room(FakeApi([]), exec_).act(p))  # type: ignore[arg-type]
+    assert len(exec_.scripts) == 1
+    assert AUTH in p.wanted and p.requeue_after is not None
+
+
+def test_a_cluster_that_never_had_a_pooler_costs_nothing() -> None:
+    exec_, p = TeardownExec(), off_pass(with_secret=False)
+    run(room(FakeApi([]), exec_).act(p))  # type: ignore[arg-type]
+    assert exec_.scripts == [] and AUTH not in p.wanted
