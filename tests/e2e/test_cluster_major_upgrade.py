@@ -139,6 +139,8 @@ def test_the_new_major_archives_to_a_generation_of_its_own_and_gets_a_base_backu
     assert base["phase"] == "Completed" and base["serverName"] == f"{NAME}-pg17", base
     wait_condition(cluster, NS, NAME, "LastBackupSucceeded", "True", None, 120)
     wait_condition(cluster, NS, NAME, "ContinuousArchiving", "True", "Archiving", 240)
+    shown = (status(cluster, NS, NAME).get("backup") or {}).get("generations") or []
+    assert [(g["serverName"], g["major"]) for g in shown] == [(NAME, "16"), (f"{NAME}-pg17", "17")], shown
     # Every acknowledged row in 17's archive before the restore to the latest point is asked for.
     archived_after_switch(cluster, NS, NAME)
     assert moto.keys(f"e2e/{NAME}-pg17/wals/") and moto.keys(f"e2e/{NAME}-pg17/base/")

@@ -60,8 +60,23 @@ class ArchivingStatus(StatusModel):
     last_failed_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
 
 
+class BackupGenerationStatus(StatusModel):
+    """One major's place in the store: after an in-place major upgrade each major archives apart."""
+
+    server_name: str = Field(description="barman's server name: the objects under <path>/<serverName>/.")
+    major: str = Field(description="The PostgreSQL major whose WAL and base backups it holds.")
+    since: str | None = Field(
+        None, json_schema_extra={"format": "date-time"},
+        description="When the previous generation stopped taking writes (absent for the first).",
+    )
+
+
 class BackupClusterStatus(StatusModel):
     archiving: ArchivingStatus | None = Field(None, description="WAL archiving as the primary reports it.")
+    generations: list[BackupGenerationStatus] | None = Field(
+        None, max_length=64,
+        description="The store's generations, oldest first, once the major was upgraded in place.",
+    )
     last_successful_backup: str | None = Field(None, description="Name of the newest completed Backup.")
     last_successful_backup_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
 

@@ -202,6 +202,9 @@ class ClusterBackupReconciler:
             summary["archiving"] = archiving_summary(stats, primary)
         elif keep_old and (objects.status(body).get(BACKUP_STATUS_KEY) or {}).get("archiving"):
             summary["archiving"] = body["status"][BACKUP_STATUS_KEY]["archiving"]
+        recorded = generations.of_cluster(body)
+        if recorded:
+            summary["generations"] = [g.to_mapping() for g in recorded]
         done = [b for b in mine if objects.status(b).get("phase") == "Completed"]
         if done:
             newest = max(done, key=lambda b: str(objects.status(b).get("stoppedAt") or ""))

@@ -7,6 +7,7 @@ import datetime as dt
 from typing import Any
 
 from pg_operator.backup import generations
+from pg_operator.controller.backup_reconcilers.cluster_backups import ClusterBackupReconciler
 from pg_operator.controller.backup_reconcilers.shared import backup_config, store_of, stores_of
 
 BACKUP = {"s3": {"bucket": "backups", "path": "prod", "credentials": {"secretName": "s3"}}}
@@ -35,3 +36,14 @@ def test_after_an_upgrade_the_current_generation_and_every_generation_for_the_cl
     assert config is not None
     assert store_of(body, config).prefix == "prod/orders-db-pg17/"
     assert [s.prefix for s in stores_of(body, config)] == ["prod/orders-db/", "prod/orders-db-pg17/"]
+
+
+def test_the_status_lists_the_generations_once_there_is_a_record() -> None:
+    assert "generations" not in ClusterBackupReconciler._summary(cluster(), None, None, [])
+    when = dt.datetime(2026, 12, 2, 22, 0, tzinfo=dt.UTC)
+    gens = generations.started([], "orders-db", "16", "17", when)
+    body = cluster({generations.ANNOTATION: generations.dump(gens)})
+    assert ClusterBackupReconciler._summary(body, None, None, [])["generations"] == [
+        {"serverName": "orders-db", "major": "16"},
+        {"serverName": "orders-db-pg17", "major": "17", "since": "2026-12-02T22:00:00.000000Z"},
+    ]
