@@ -59,6 +59,7 @@ from pg_operator.api.schema import (
     MAX_NAME_LENGTH,
     NAME_PATTERN,
     SpecModel,
+    requests_within_limits,
     rule,
     validations,
 )
@@ -151,19 +152,10 @@ class ResourceLimits(SpecModel):
     )
 
 
-_REQUESTS_WITHIN_LIMITS = tuple(
-    rule(
-        f"!has(self.limits.{res}) || !has(self.requests.{res}) || "
-        f"quantity(string(self.requests.{res})).compareTo(quantity(string(self.limits.{res}))) <= 0",
-        f"resources.requests.{res} must not exceed resources.limits.{res}",
-        fieldPath=f".requests.{res}",
-    )
-    for res in ("cpu", "memory")
-)
 
 
 class Resources(SpecModel):
-    model_config = ConfigDict(json_schema_extra=validations(*_REQUESTS_WITHIN_LIMITS))
+    model_config = ConfigDict(json_schema_extra=validations(*requests_within_limits("resources")))
 
     requests: ResourceRequests = _nested(ResourceRequests, "Resources each instance requests.")
     limits: ResourceLimits = _nested(ResourceLimits, "Resource limits of each instance.")

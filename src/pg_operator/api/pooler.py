@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, ConfigDict, Field, StringConstraints, WithJsonSchema, model_validator
 
 from pg_operator.api.quantity import QUANTITY_PATTERN, parse_quantity
-from pg_operator.api.schema import SpecModel, rule, validations
+from pg_operator.api.schema import SpecModel, requests_within_limits, rule, validations
 
 # On every pooler pod (never the cluster label: the instances' Services and the cache select on that).
 POOLER_LABEL = "db.example.com/pooler"
@@ -68,19 +68,10 @@ class PoolerLimits(SpecModel):
     )
 
 
-_WITHIN = tuple(
-    rule(
-        f"!has(self.limits.{res}) || !has(self.requests.{res}) || "
-        f"quantity(string(self.requests.{res})).compareTo(quantity(string(self.limits.{res}))) <= 0",
-        f"pooler.resources.requests.{res} must not exceed pooler.resources.limits.{res}",
-        fieldPath=f".requests.{res}",
-    )
-    for res in ("cpu", "memory")
-)
 
 
 class PoolerResources(SpecModel):
-    model_config = ConfigDict(json_schema_extra=validations(*_WITHIN))
+    model_config = ConfigDict(json_schema_extra=validations(*requests_within_limits("pooler.resources")))
 
     requests: PoolerRequests = Field(default_factory=PoolerRequests,
                                      json_schema_extra={"default": {"cpu": "50m", "memory": "64Mi"}})

@@ -40,6 +40,20 @@ def rule(rule: str, message: str, **extra: str) -> dict[str, str]:
     return {"rule": rule, "message": message, **extra}
 
 
+def requests_within_limits(where: str) -> tuple[dict[str, str], ...]:
+    """CEL rules of a resources object: each CPU or memory request no larger than its limit, the message
+    naming the fields from `where` (e.g. `pooler.resources`)."""
+    return tuple(
+        rule(
+            f"!has(self.limits.{res}) || !has(self.requests.{res}) || "
+            f"quantity(string(self.requests.{res})).compareTo(quantity(string(self.limits.{res}))) <= 0",
+            f"{where}.requests.{res} must not exceed {where}.limits.{res}",
+            fieldPath=f".requests.{res}",
+        )
+        for res in ("cpu", "memory")
+    )
+
+
 def validations(*rules: dict[str, str]) -> dict[str, Any]:
     """CEL rules as a model's or field's json_schema_extra."""
     return {"x-kubernetes-validations": list(rules)}
