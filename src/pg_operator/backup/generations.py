@@ -271,6 +271,13 @@ def base_backup_object(
     }
 
 
+def taken_on_primary(backup: Mapping[str, Any]) -> bool:
+    """A new generation's first base backup runs on the primary. The replicas were just re-cloned after
+    pg_upgrade, which runs the new major with full_page_writes=off, and PostgreSQL refuses a base backup
+    on a standby that replayed such WAL since its last restartpoint (the e2e met it under load)."""
+    return bool(objects.annotation(backup, ANNOTATION))
+
+
 def backup_gap(
     generations: Sequence[Generation], backups: Sequence[Mapping[str, Any]]
 ) -> tuple[str, str, str] | None:

@@ -138,3 +138,11 @@ def test_the_new_generation_is_not_restorable_until_its_base_backup_completed() 
     done = {"status": {"phase": "Completed", "serverName": "orders-db-pg17"}}
     assert g.backup_gap(gens, [old_done, done]) is None
     assert g.backup_gap(gens[:1], []) is None
+
+
+def test_a_new_generations_base_backup_runs_on_the_primary() -> None:
+    when = dt.datetime(2026, 12, 2, 22, 0, tzinfo=dt.UTC)
+    [_, new] = g.started([], "orders-db", "16", "17", when)
+    backup = g.base_backup_object("shop", "orders-db", "u1", new)
+    assert g.taken_on_primary(backup)
+    assert not g.taken_on_primary({"metadata": {"name": "nightly"}, "spec": {"cluster": "orders-db"}})

@@ -16,7 +16,7 @@ from typing import Any
 from pg_operator import objects
 from pg_operator.api.backup import BackupConfiguration
 from pg_operator.api.constants import PG_PORT, SUPERUSER
-from pg_operator.backup import jobs
+from pg_operator.backup import generations, jobs
 from pg_operator.backup.barman import ObjectStore, backup_show_argv, base_backup_argv
 from pg_operator.backup.catalog import backup_status
 from pg_operator.backup.failures import classify
@@ -109,9 +109,8 @@ class BackupReconciler:
         now = rfc3339(self.clock())
         cluster = self.cache.cluster((namespace, cluster_name))
         pods = self.cache.snapshot((namespace, cluster_name)).of_kind("v1", "Pod")
-        step = before_start(
-            status, cluster=cluster, placement=choose_instance(pods, cluster_name), now_stamp=now
-        )
+        placement = choose_instance(pods, cluster_name, prefer_replica=not generations.taken_on_primary(body))
+        step = before_start(status, cluster=cluster, placement=placement, now_stamp=now)
         if step.kind == "done":
             return again(None)
         if step.kind in ("fail", "wait"):
