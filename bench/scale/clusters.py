@@ -95,23 +95,19 @@ def ensure_namespace(client: Client, name: str) -> None:
             raise
 
 
-def cluster_names(n: int) -> list[str]:
-    return [f"c{i:04d}" for i in range(n)]
+def cluster_names(n: int, first: int = 0) -> list[str]:
+    return [f"c{i:04d}" for i in range(first, first + n)]
 
 
-def create_clusters(client: Client, ns: str, n: int, replicas: int) -> list[Any]:
-    out = []
-    for name in cluster_names(n):
-        # Small requests, so that both halves' pods fit on the fake node (64 CPUs, 512Gi).
-        body = cluster(
-            name,
-            ns,
-            replicas=replicas,
-            storageClassName=STORAGE_CLASS,
-            resources={"requests": {"cpu": "10m", "memory": "128Mi"}},
-        )
-        out.append(client.create(codecs.from_dict(body)))
-    return out
+def cluster_bodies(ns: str, n: int, replicas: int, first: int = 0) -> list[dict[str, Any]]:
+    # Small requests, so that both halves' pods fit on the fake node (64 CPUs, 512Gi).
+    return [cluster(name, ns, replicas=replicas, storageClassName=STORAGE_CLASS,
+                    resources={"requests": {"cpu": "10m", "memory": "128Mi"}})
+            for name in cluster_names(n, first)]  # fmt: skip
+
+
+def create_clusters(client: Client, ns: str, n: int, replicas: int, first: int = 0) -> list[Any]:
+    return [client.create(codecs.from_dict(body)) for body in cluster_bodies(ns, n, replicas, first)]
 
 
 def wait_all(what: str, count: Any, expected: int, timeout: float, op: OperatorProcess | None = None) -> None:
