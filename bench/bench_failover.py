@@ -85,7 +85,20 @@ def _trial(kube: Kube, how: str, table: str, evidence: Evidence | None,
         leader = get_json(kube, "configmap", f"{NAME}-leader", "-n", NS)["metadata"].get("annotations") or {}
         primary = (st or {}).get("currentPrimary")
         ok = primary and leader.get("leader") == primary == sync.get("leader") and sync.get("sync_standby")
-        return st if ok else None
+        return st if ok and members_caught_up() else None
+
+    def members_caught_up() -> bool:
+        """Every pod Ready as the kubelet says now, and every member on the primary's timeline as
+        Patroni publishes it on its pod: the operator's status lags, and a killed primary that came
+        back reports ready before pg_rewind has put it on the new timeline. Acting then kills the only
+        healthy standby's peer: a double failure, whose strict synchronous mode blocks writes until a
+        standby streams again (a 10 s outage seen so)."""
+        pods = get_json(kube, "pods", "-n", NS, "-l", f"db.example.com/cluster={NAME}")["items"]
+        states = [json.loads((p["metadata"].get("annotations") or {}).get("status") or "{}") for p in pods]
+        ready = [any(c.get("type") == "Ready" and c.get("status") == "True"
+                     for c in (p.get("status") or {}).get("conditions") or []) for p in pods]
+        timelines = {s.get("timeline") for s in states}
+        return len(pods) == 3 and all(ready) and len(timelines) == 1 and None not in timelines
 
     st = wait_until("a steady cluster", steady, 600, 1)
     old = st["currentPrimary"]
@@ -181,19 +194,27 @@ def main() -> int:
     results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     watch = Watch(kube, NS, NAME) if args.evidence else None
     evidence = Evidence(args.evidence, args.evidence_over, watch) if watch is not None else None
+    interrupted = False
     try:
         for i in range(args.trials):
             for how in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
                 results[how].append(trial(kube, how, f"{how}_{i}", evidence))
                 print(f"{how} #{i + 1}: {json.dumps(results[how][-1])}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        # Stopped by hand (a deadline): report the trials that finished, and say so.
+        interrupted = True
     finally:
         if watch is not None:
             watch.stop()
         final = status(kube, NS, NAME)
         kube.kubectl("delete", "namespace", NS, "--wait=false", check=False)
     out: dict[str, Any] = {"bench": "failover", "trials": args.trials, "apply_to_ready_s": round(ready_s, 1)}
+    if interrupted:
+        out["interrupted"] = True
     for how, rows in results.items():
-        per_kind: dict[str, Any] = {"promoted": sum(bool(r["promoted"]) for r in rows)}
+        if not rows:
+            continue
+        per_kind: dict[str, Any] = {"trials": len(rows), "promoted": sum(bool(r["promoted"]) for r in rows)}
         for label in WRITERS:
             outages = [r[label]["outage_s"] for r in rows]
             per_kind[label] = {"outages_s": outages, "p50_s": round(statistics.median(outages), 2),
