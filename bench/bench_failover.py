@@ -180,6 +180,12 @@ def main() -> int:
     kube = Kube(profile="full", kubeconfig=str(ctx.admin_kubeconfig), ctx=ctx)
     if not args.installed:
         install_operator(kube)
+    # The previous run deletes its namespace without waiting: a run started right after would create its
+    # cluster in a namespace that is still going away.
+    def phase() -> str:
+        return str(kube.kubectl("get", "namespace", NS, "-o", "jsonpath={.status.phase}", check=False).stdout)
+
+    wait_until("the previous run's namespace to be gone", lambda: phase().strip() != "Terminating", 300, 1)
     kube.kubectl("create", "namespace", NS, check=False)
     body = {"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
             "metadata": {"name": NAME, "namespace": NS},
