@@ -209,23 +209,31 @@ class Writer:
     as an application's pool does. Refused for its password, it reads the `<cluster>-app` Secret again,
     as an application that follows the Secret would. With `verify`, it checks the server as the app
     Secret's URIs ask (verify-full against the Secret's `ca.crt`, by the Service's name), and reads
-    `ca.crt` again every few seconds, as an application with the Secret mounted sees it change."""
+    `ca.crt` again every few seconds, as an application with the Secret mounted sees it change. With
+    `app_uri`, it connects with the Secret's `uri` as it stands (its TLS, fast-failure and read-write
+    session settings, docs/connecting.md), adding only `hostaddr` (the host cannot resolve Service names)
+    and where `ca.crt` is; it implies `verify`."""
 
     OUTAGE_GAP_S = 1.0  # a normal attempt takes well under this, even on the loaded 2-CPU node
 
     def __init__(
         self, kube: Kube, namespace: str, cluster: str, table: str, *, persistent: bool = False,
-        verify: bool = False,
+        verify: bool = False, app_uri: bool = False,
     ) -> None:
         self.kube, self.namespace, self.cluster, self.table = kube, namespace, cluster, table
         self.persistent = persistent
-        self.verify = verify
+        self.verify = verify or app_uri
+        self.app_uri = app_uri
         self._ca_file = Path(tempfile.mkdtemp(prefix="pgop-writer-")) / "ca.crt"
         self.password_refusals = 0
         self.failures = 0  # attempts that raised (refused, broken or timed out), acknowledged or not
         self.errors: list[str] = []  # the first few of their messages
         self.acked: list[int] = []
         self.outages: list[float] = []
+        # The same outages as wall-clock (start, end), and every failed attempt's (time, message), capped:
+        # what a benchmark lines up with the cluster's logs.
+        self.spans: list[tuple[float, float]] = []
+        self.timeline: list[tuple[float, str]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._host = service_ip(kube, namespace, f"{cluster}-rw")
@@ -250,6 +258,9 @@ class Writer:
 
     def _connect(self) -> psycopg.Connection[Any]:
         a = self._app
+        if self.app_uri:
+            return psycopg.connect(a["uri"], hostaddr=self._host, sslrootcert=str(self._ca_file),
+                                   autocommit=True)
         tls: dict[str, Any] = {}
         if self.verify:
             tls = {"host": f"{self.cluster}-rw", "hostaddr": self._host, "sslmode": "verify-full",
@@ -279,11 +290,14 @@ class Writer:
                 now = time.monotonic()
                 if last_ok is not None and now - last_ok > self.OUTAGE_GAP_S:
                     self.outages.append(now - last_ok)
+                    self.spans.append((time.time() - (now - last_ok), time.time()))
                 last_ok = now
             except psycopg.Error as exc:
                 self.failures += 1
                 if len(self.errors) < 10:
                     self.errors.append(str(exc).strip()[:300])
+                if len(self.timeline) < 2000:
+                    self.timeline.append((time.time(), str(exc).strip()[:200]))
                 if conn is not None:
                     conn.close()
                     conn = None

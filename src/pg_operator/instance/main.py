@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,22 @@ PROG = "pg-operator-instance"
 PATRONI_CONFIG_NAME = "patroni.yml"
 # How often the mounted Secrets are compared (the kubelet itself refreshes them every sync period).
 SECRETS_POLL_SECONDS = 2.0
+# Signals that ask the pod to stop (the kubelet's SIGTERM on deletion), as opposed to SIGHUP (reload).
+STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+# After a requested stop, how long the container outlives Patroni. Its Services keep routing to the pod
+# for a moment after Patroni handed over (the EndpointSlice and kube-proxy follow the new primary's
+# label within a second or two); while the container lives, the pod's address answers those
+# connections with a reset, so clients fail at once and retry. Once the container exits, the kubelet
+# removes the pod's network: the same connections then reach no host and hang until the client's
+# connect timeout (measured: 2 s and 5 s stalls on a deleted primary, bench/results-failover.md).
+STOP_LINGER_SECONDS = 5.0
+
+
+def linger_seconds(stop_requested: bool, exit_code: int) -> float:
+    """How long to wait after Patroni exited before the container exits: only after a requested stop
+    that Patroni completed (a crash is restarted by the kubelet at once, and a failed stop has nothing
+    to hand over)."""
+    return STOP_LINGER_SECONDS if stop_requested and exit_code == 0 else 0.0
 
 
 def _log(message: str) -> None:
@@ -201,15 +218,29 @@ def run(env: Mapping[str, str]) -> int:
     _log(f"{version}; member {pod.pod_name} of {pod.namespace}/{pod.cluster}; starting Patroni with {path}")
     start_metrics(pod, env)
     patroni = subprocess.Popen([sys.executable, "-m", "patroni", str(path)])
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
-        signal.signal(sig, lambda signum, _frame: patroni.send_signal(signum))
+    stopping: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        if signum in STOPPING_SIGNALS:
+            stopping.append(signum)
+        patroni.send_signal(signum)
+
+    for sig in (*STOPPING_SIGNALS, signal.SIGHUP):
+        signal.signal(sig, forward)
     seen = secrets_digests(pod.secrets_dir, pod.tls_dir)
     while True:
         try:
             code = patroni.wait(timeout=SECRETS_POLL_SECONDS)
-            return code if code >= 0 else 128 - code
         except subprocess.TimeoutExpired:
             pass
+        else:
+            code = code if code >= 0 else 128 - code
+            linger = linger_seconds(bool(stopping), code)
+            if linger:
+                _log(f"Patroni stopped; the pod's address keeps refusing connections for {linger:g} s "
+                     "while its Services move on")
+                time.sleep(linger)
+            return code
         now = secrets_digests(pod.secrets_dir, pod.tls_dir)
         if now == seen:
             continue

@@ -30,10 +30,18 @@ CONFIG_ANNOTATION = "config"
 OPERATOR_DYNAMIC_SETTINGS: Mapping[str, Any] = {"primary_start_timeout": 0}
 
 # Replication settings every cluster needs; Patroni takes these from the dynamic configuration only.
+# wal_retrieve_retry_interval bounds how long a promotion can wait: a standby whose primary died retries
+# streaming after each failure, and when the promote request arrives while it is (re)starting streaming,
+# PostgreSQL notices it, shuts the WAL receiver down and then still sleeps out what is left of this
+# interval since the last failure before it ends recovery (xlogrecovery.c, the XLOG_FROM_STREAM failure
+# path). At PostgreSQL's 5 s default that cost a failover 4.8 s of a read-only "primary" already labelled
+# for -rw (bench/results-failover.md); 1 s bounds it, for one retry a second while a primary is down.
+# The user's own value wins (postgresql.parameters).
 BASE_PARAMETERS: Mapping[str, str | int] = {
     "wal_level": "replica",
     "max_wal_senders": 10,
     "max_replication_slots": 10,
+    "wal_retrieve_retry_interval": "1s",
 }
 
 

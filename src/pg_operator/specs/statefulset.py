@@ -43,9 +43,15 @@ IMMUTABLE_SPEC_FIELDS = ("selector", "serviceName", "volumeClaimTemplates", "pod
 TERMINATION_GRACE_SECONDS = 60
 
 # initdb on a new volume, or a base backup of a large primary, may take long before Patroni's REST API
-# reports the member alive; the startup probe allows an hour before liveness takes over.
-STARTUP_PERIOD_SECONDS = 10
-STARTUP_FAILURE_THRESHOLD = 360
+# reports the member alive; the startup probe allows an hour before liveness takes over. It probes every
+# second: until it succeeds the kubelet runs no readiness probe, so a container restarted in place (a
+# crashed primary that recovers, a replica rejoining) stayed out of its Services for up to a whole
+# period after Patroni answered (10 s when the period was 10 s).
+STARTUP_PERIOD_SECONDS = 1
+STARTUP_FAILURE_THRESHOLD = 3600
+# Readiness every 2 s: a promoted replica that failed /readiness while its primary was dead (it was not
+# streaming) joins -rw within 2 s of answering as leader, instead of 5.
+READINESS_PERIOD_SECONDS = 2
 
 # Pod-template annotation: a digest of instance.yaml's backup section. The entrypoint renders
 # archive_command once, at start, so a changed store must reach the pods through a rollout, which a
@@ -131,7 +137,7 @@ def _container(cluster: PostgresCluster) -> dict[str, Any]:
             "/liveness", period=STARTUP_PERIOD_SECONDS, timeout=5, failures=STARTUP_FAILURE_THRESHOLD
         ),
         "livenessProbe": _probe("/liveness", period=10, timeout=5, failures=3),
-        "readinessProbe": _probe("/readiness", period=5, timeout=3, failures=3),
+        "readinessProbe": _probe("/readiness", period=READINESS_PERIOD_SECONDS, timeout=3, failures=3),
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": POSTGRES_UID,

@@ -191,3 +191,16 @@ def test_the_tls_files_are_read_from_one_version_of_the_secret_volume(tmp_path: 
     (tls / "..data").symlink_to("..v2")  # the swap
     assert main.install_tls(pod) == tls_digest([b"CERT", b"KEY-2", b"CA", b"CLIENT", b"CLIENTKEY"])
     assert main.volume_version(str(tmp_path / "run")) == tmp_path / "run"  # not a Secret volume
+
+
+def test_the_container_outlives_patroni_only_after_a_completed_requested_stop() -> None:
+    # Deleted pod, Patroni handed over and exited cleanly: keep the address answering with resets.
+    assert main.linger_seconds(True, 0) == main.STOP_LINGER_SECONDS > 0
+    # Patroni crashed (no stop asked): exit at once so the kubelet restarts it.
+    assert main.linger_seconds(False, 0) == 0
+    assert main.linger_seconds(False, 1) == 0
+    # A stop that failed: nothing was handed over, nothing to wait for.
+    assert main.linger_seconds(True, 1) == 0
+    # The grace period leaves room for Patroni's own shutdown after the linger.
+    from pg_operator.specs.statefulset import TERMINATION_GRACE_SECONDS
+    assert main.STOP_LINGER_SECONDS <= TERMINATION_GRACE_SECONDS / 4

@@ -118,7 +118,8 @@ BOOTSTRAPPED: dict[str, Any] = {
     "ttl": 30, "loop_wait": 10, "retry_timeout": 10, "primary_start_timeout": 0,
     "synchronous_mode": False, "synchronous_mode_strict": False,
     "postgresql": {"use_pg_rewind": True, "parameters": {
-        "wal_level": "replica", "max_wal_senders": 10, "max_replication_slots": 10, "work_mem": "8MB"}},
+        "wal_level": "replica", "max_wal_senders": 10, "max_replication_slots": 10,
+        "wal_retrieve_retry_interval": "1s", "work_mem": "8MB"}},
 }
 
 

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from pg_operator.api.cluster import PostgresCluster
+from pg_operator.orchestration import patroni_settings
 from pg_operator.orchestration.instances import instances_from_pods, parse_members
 from pg_operator.orchestration.patroni_settings import (
     changed_parameter_names,
@@ -22,7 +23,7 @@ BOOTSTRAPPED: dict[str, Any] = {
     "maximum_lag_on_failover": 1048576, "failsafe_mode": True,
     "postgresql": {"use_pg_rewind": True, "use_slots": True,
                    "parameters": {"wal_level": "replica", "max_wal_senders": 10, "max_replication_slots": 10,
-                                  "work_mem": "4MB"}},
+                                  "wal_retrieve_retry_interval": "1s", "work_mem": "4MB"}},
 }
 TIMING = {"ttl": 20, "loop_wait": 2, "retry_timeout": 5}
 
@@ -76,7 +77,8 @@ def test_desired_settings_from_the_cluster_spec() -> None:
     })
     settings = dynamic_settings(cluster)
     assert settings["postgresql"]["parameters"] == {
-        "wal_level": "replica", "max_wal_senders": 10, "max_replication_slots": 10, "shared_buffers": "256MB"}
+        "wal_level": "replica", "max_wal_senders": 10, "max_replication_slots": 10,
+        "wal_retrieve_retry_interval": "1s", "shared_buffers": "256MB"}
     assert settings["synchronous_mode"] is True and settings["synchronous_mode_strict"] is False
     assert settings["primary_start_timeout"] == 0 and {"ttl", "loop_wait", "retry_timeout"} <= set(settings)
 
@@ -145,3 +147,12 @@ def test_no_restart_while_an_instance_is_down_or_behind() -> None:
 def test_single_instance_restarts_in_place() -> None:
     action = plan_restart(instances_from_pods([pod("db-0", "primary", pending=SHARED)], STREAMING), 1)
     assert (action.kind, action.target) == ("restart", "db-0")
+
+
+def test_a_promotion_sleeps_out_at_most_a_second_of_wal_retry_unless_the_user_says_otherwise() -> None:
+    # A standby promoted while it restarts streaming sleeps out the rest of this interval first.
+    assert patroni_settings.BASE_PARAMETERS["wal_retrieve_retry_interval"] == "1s"
+    mine = patroni_settings.desired_dynamic_settings({}, 1, "required")
+    assert mine["postgresql"]["parameters"]["wal_retrieve_retry_interval"] == "1s"
+    theirs = patroni_settings.desired_dynamic_settings({"wal_retrieve_retry_interval": "5s"}, 1, "required")
+    assert theirs["postgresql"]["parameters"]["wal_retrieve_retry_interval"] == "5s"

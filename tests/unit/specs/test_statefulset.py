@@ -103,6 +103,10 @@ def test_ports_and_probes_against_patroni() -> None:
     startup = c["startupProbe"]
     # initdb or a base backup may take long: the startup probe tolerates at least half an hour.
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800
+    # A container restarted in place must not wait out a long startup period before readiness is probed
+    # (a restarted primary would stay out of -rw that long), nor a promoted replica a long readiness one.
+    assert startup["periodSeconds"] <= 1
+    assert c["readinessProbe"]["periodSeconds"] <= 2
 
 
 def test_resources_requests_and_limits() -> None:
