@@ -29,7 +29,9 @@ from pg_operator.api.backup import (
 )
 from pg_operator.api.schema import NAME_PATTERN
 
-_COMPRESSION_FLAG = {"gzip": ["--gzip"], "bzip2": ["--bzip2"], "snappy": ["--snappy"], "none": []}
+_COMPRESSION_FLAG = {
+    "gzip": ["--gzip"], "bzip2": ["--bzip2"], "lz4": ["--lz4"], "snappy": ["--snappy"], "none": [],
+}  # fmt: skip
 
 # Where the image installs barman-cloud (images/postgres/recipe.sh, its venv).
 DEFAULT_BIN_DIR = "/opt/pg-operator/bin"
