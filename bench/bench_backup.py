@@ -13,6 +13,7 @@ on the same data in the same run, like against like:
   bzip2-gzip, none-none);
 - the S3 server's own ceiling: one boto3 multipart upload of 64 MB of random bytes (moto is a Python
   server on the same cores, so it bounds what barman-cloud can reach here);
+- before the first trial, the fill's WAL is archived (else the first backup waits for that backlog);
 - restore of each codec in `--restore`: barman-cloud-restore of that trial's backup into a new
   directory, then PostgreSQL replays the archived WAL (restore_command, WAL archived with
   `--wal-codec`) up to the backup's end LSN and promotes; both phases timed.
@@ -44,7 +45,13 @@ sys.path.insert(0, str(REPO / "tests"))  # the test harness
 from harness.local_postgres import Harness, Postgres  # noqa: E402
 from pg_operator.api.backup import COMPRESSIONS  # noqa: E402
 from pg_operator.backup.archiving import ArchiveSettings, archiving_parameters  # noqa: E402
-from pg_operator.backup.barman import ObjectStore, backup_list_argv, backup_show_argv, base_backup_argv  # noqa: E402
+from pg_operator.backup.barman import (  # noqa: E402
+    BASE_BACKUP_JOBS,
+    ObjectStore,
+    backup_list_argv,
+    backup_show_argv,
+    base_backup_argv,
+)
 from pg_operator.backup.catalog import backup_status  # noqa: E402
 from pg_operator.backup.recovery import (  # noqa: E402
     RecoveryTarget,
@@ -91,6 +98,19 @@ def fill(h: Harness, pg: Postgres, scale: int) -> int:
     return int(size)
 
 
+def archive_caught_up(pg: Postgres, timeout: float = 1800) -> None:
+    """Wait until the WAL written so far is archived: otherwise the first backup also waits for the
+    fill's backlog (pg_backup_stop waits for its last segment, archived after everything before it)."""
+    ((segment,),) = pg.query("SELECT pg_walfile_name(pg_switch_wal())")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ((archived,),) = pg.query("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver")
+        if archived >= segment:
+            return
+        time.sleep(1)
+    raise SystemExit(f"WAL up to {segment} not archived within {timeout:.0f} s")
+
+
 def s3_put(h: Harness, size_mb: int = 64) -> float:
     """Seconds for one multipart upload of incompressible bytes with boto3: the store's own ceiling."""
     blob = h.workdir / "blob"
@@ -118,8 +138,8 @@ def barman_backup_done(
     h: Harness, pg: Postgres, store: ObjectStore, name: str, jobs: int | None = None
 ) -> tuple[float, int, dict[str, Any]]:
     """barman-cloud-backup as the operator runs it: seconds, stored bytes, and its status fields."""
-    extra = {} if jobs is None else {"jobs": jobs}
-    argv = base_backup_argv(store, name=name, host="127.0.0.1", port=pg.port, user="postgres", **extra)
+    argv = base_backup_argv(store, name=name, host="127.0.0.1", port=pg.port, user="postgres",
+                            jobs=BASE_BACKUP_JOBS if jobs is None else jobs)  # fmt: skip
     seconds, res = timed(lambda: h.barman(argv, timeout=3600))
     checked(res, "barman-cloud-backup")
     listed = json.loads(checked(h.barman(backup_list_argv(store)), "backup-list").stdout)["backups_list"]
@@ -251,6 +271,7 @@ def main() -> int:
         pg.start()
         db_bytes = fill(h, pg, args.scale)
         ((accounts,),) = pg.query("SELECT count(*) FROM pgbench_accounts")
+        archive_caught_up(pg)
         for i in range(args.trials):
             phases["s3_put_64mb_s"].append(s3_put(h))
             done: dict[str, dict[str, Any]] = {}
@@ -299,7 +320,7 @@ def main() -> int:
         "trials": args.trials,
         "pgbench_scale": args.scale,
         "database_mb": round(db_mb, 1),
-        "barman_jobs": args.jobs if args.jobs is not None else "default",
+        "barman_jobs": BASE_BACKUP_JOBS if args.jobs is None else args.jobs,
         "wal_codec": wal_codec,
         "pairs": pairs,
         "methods": methods,
