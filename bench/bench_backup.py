@@ -1,21 +1,27 @@
 """Backup benchmark with real parts (no Kubernetes). Prints one JSON line.
 
 One PostgreSQL 16 (unprivileged user, loopback) archiving WAL to an S3-compatible server (moto, loopback)
-with the archive_command of pg_operator.backup, filled with pgbench data (scale 14 ≈ 210 MB). Per trial,
-on the same data in the same run:
-- barman-cloud-backup to S3 with each compression of `--compressions` (default gzip, snappy, bzip2 and
-  none; the command line of `base_backup_argv`), its stored size summed over the objects in the store;
-- pg_basebackup to local disk, tar+gzip (-Ft -z) and plain (-Fp), as the reference without an object store
-  (its stored size: the bytes of the files it wrote);
+with the archive_command of pg_operator.backup, filled with pgbench data (scale 68 ≈ 1 GiB). Per trial,
+on the same data in the same run, like against like:
+- barman-cloud-backup to S3 with each codec of `--codecs` (the command line of `base_backup_argv`, with
+  `--jobs`), its stored size summed over the objects in the store;
+- pg_basebackup to local disk in tar format without WAL (`-Ft -X none`: barman-cloud-backup leaves WAL
+  to the archive too) with each of `--pg-basebackup`: gzip at level 9 (barman's tarfile gzip is level 9),
+  gzip at its default level (`-z`, 6), client-lz4, client-zstd, none;
+- the order of all of them alternates: forwards in even trials, backwards in odd ones, each barman codec
+  next to its pg_basebackup counterpart (gzip-gzip, lz4-lz4, snappy-lz4 as PostgreSQL has no snappy,
+  bzip2-gzip, none-none);
 - the S3 server's own ceiling: one boto3 multipart upload of 64 MB of random bytes (moto is a Python
   server on the same cores, so it bounds what barman-cloud can reach here);
-- restore: barman-cloud-restore of the latest backup into a new directory, then PostgreSQL replays the
-  archived WAL (restore_command) and promotes; both phases timed.
-Figures are medians over the trials (default 3). Throughput = database bytes / seconds. `methods` gives,
-for each, the median seconds, MB/s, stored MB, `speed_vs_pg_basebackup` (its seconds over it: pg_basebackup's
--Ft -z for the compressed ones, -Fp for the uncompressed ones) and `stored_vs_database`.
+- before the first trial, the fill's WAL is archived (else the first backup waits for that backlog);
+- restore of each codec in `--restore`: barman-cloud-restore of that trial's backup into a new
+  directory, then PostgreSQL replays the archived WAL (restore_command, WAL archived with
+  `--wal-codec`) up to the backup's end LSN and promotes; both phases timed.
+Figures are medians over the trials. Throughput = database MB / seconds. `pairs` gives, per barman
+codec, its MB/s, its counterpart's, and `speed_vs_pg_basebackup` (barman's MB/s over pg_basebackup's).
 
-    .venv/bin/python bench/bench_backup.py [--scale 14] [--trials 3] [--compressions gzip,snappy,bzip2,none]
+    .venv/bin/python bench/bench_backup.py [--scale 68] [--trials 3] [--codecs gzip,lz4,snappy,none]
+        [--pg-basebackup gzip,gzip-default,lz4,zstd,none] [--jobs N] [--restore lz4] [--wal-codec lz4]
 """
 
 from __future__ import annotations
@@ -37,8 +43,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the test harness
 
 from harness.local_postgres import Harness, Postgres  # noqa: E402
+from pg_operator.api.backup import COMPRESSIONS  # noqa: E402
 from pg_operator.backup.archiving import ArchiveSettings, archiving_parameters  # noqa: E402
-from pg_operator.backup.barman import ObjectStore, backup_list_argv, backup_show_argv, base_backup_argv  # noqa: E402
+from pg_operator.backup.barman import (  # noqa: E402
+    BASE_BACKUP_JOBS,
+    ObjectStore,
+    backup_list_argv,
+    backup_show_argv,
+    base_backup_argv,
+)
 from pg_operator.backup.catalog import backup_status  # noqa: E402
 from pg_operator.backup.recovery import (  # noqa: E402
     RecoveryTarget,
@@ -47,6 +60,18 @@ from pg_operator.backup.recovery import (  # noqa: E402
     source_env_names,
 )
 
+# pg_basebackup's compressions, as its arguments after -Ft.
+PG_BASEBACKUP: dict[str, tuple[str, ...]] = {
+    "gzip": ("--compress=client-gzip:9",),
+    "gzip-default": ("-z",),
+    "lz4": ("--compress=client-lz4",),
+    "zstd": ("--compress=client-zstd",),
+    "none": (),
+}
+# Each barman-cloud codec's counterpart.
+COUNTERPART = {"gzip": "gzip", "bzip2": "gzip", "lz4": "lz4", "snappy": "lz4", "none": "none"}
+# Python modules barman-cloud needs per codec beyond the standard library, and the package giving each.
+CODEC_MODULES = {"lz4": ("lz4.frame", "lz4>=4"), "snappy": ("snappy", "python-snappy>=0.7")}
 BUCKET = "bench"
 MB = 1024 * 1024
 
@@ -73,6 +98,19 @@ def fill(h: Harness, pg: Postgres, scale: int) -> int:
     return int(size)
 
 
+def archive_caught_up(pg: Postgres, timeout: float = 1800) -> None:
+    """Wait until the WAL written so far is archived: otherwise the first backup also waits for the
+    fill's backlog (pg_backup_stop waits for its last segment, archived after everything before it)."""
+    ((segment,),) = pg.query("SELECT pg_walfile_name(pg_switch_wal())")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ((archived,),) = pg.query("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver")
+        if archived >= segment:
+            return
+        time.sleep(1)
+    raise SystemExit(f"WAL up to {segment} not archived within {timeout:.0f} s")
+
+
 def s3_put(h: Harness, size_mb: int = 64) -> float:
     """Seconds for one multipart upload of incompressible bytes with boto3: the store's own ceiling."""
     blob = h.workdir / "blob"
@@ -83,150 +121,213 @@ def s3_put(h: Harness, size_mb: int = 64) -> float:
     return seconds
 
 
-def barman_backup(h: Harness, pg: Postgres, store: ObjectStore, name: str) -> tuple[float, int]:
-    argv = base_backup_argv(store, name=name, host="127.0.0.1", port=pg.port, user="postgres")
-    seconds, res = timed(lambda: h.barman(argv, timeout=1800))
+def ensure_codec_modules(h: Harness, codecs: list[str]) -> None:
+    """The harness's barman venv has barman[cloud,snappy]; a codec's module it lacks is added to it (as
+    the image installs it next to barman)."""
+    python = str(h.barman_bin / "python")
+    for codec in codecs:
+        if codec not in CODEC_MODULES:
+            continue
+        module, package = CODEC_MODULES[codec]
+        if subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode != 0:
+            checked(subprocess.run([python, "-m", "pip", "install", "-q", package], capture_output=True,
+                                   text=True), f"pip install {package}")  # fmt: skip
+
+
+def barman_backup_done(
+    h: Harness, pg: Postgres, store: ObjectStore, name: str, jobs: int | None = None
+) -> tuple[float, int, dict[str, Any]]:
+    """barman-cloud-backup as the operator runs it: seconds, stored bytes, and its status fields."""
+    argv = base_backup_argv(store, name=name, host="127.0.0.1", port=pg.port, user="postgres",
+                            jobs=BASE_BACKUP_JOBS if jobs is None else jobs)  # fmt: skip
+    seconds, res = timed(lambda: h.barman(argv, timeout=3600))
     checked(res, "barman-cloud-backup")
     listed = json.loads(checked(h.barman(backup_list_argv(store)), "backup-list").stdout)["backups_list"]
     (entry,) = [b for b in listed if b.get("backup_name") == name]
     shown = json.loads(
         checked(h.barman(backup_show_argv(store, str(entry["backup_id"]))), "backup-show").stdout
     )
-    assert backup_status(shown)["phase"] == "Completed"
+    status = backup_status(shown)
+    assert status["phase"] == "Completed", status
     prefix = f"{store.prefix}base/{entry['backup_id']}/"
     pages = h.s3.client().get_paginator("list_objects_v2").paginate(Bucket=store.bucket, Prefix=prefix)
-    return seconds, sum(o["Size"] for page in pages for o in page.get("Contents", []))
+    return seconds, sum(o["Size"] for page in pages for o in page.get("Contents", [])), status
+
+
+def barman_backup(h: Harness, pg: Postgres, store: ObjectStore, name: str) -> tuple[float, int]:
+    seconds, size, _ = barman_backup_done(h, pg, store, name)
+    return seconds, size
 
 
 def pg_basebackup(pg: Postgres, target: Path, *fmt: str) -> tuple[float, int]:
     seconds, res = timed(lambda: pg.run([pg.bin("pg_basebackup"), "-h", "127.0.0.1", "-p", str(pg.port),
                                          "-U", "postgres", "-D", str(target), "-c", "fast", *fmt],
-                                        check=False))  # fmt: skip
+                                        check=False, timeout=3600))  # fmt: skip
     checked(res, "pg_basebackup")
     return seconds, sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
 
 
-def method_figures(
-    seconds: list[float], stored: list[int], db_mb: float, reference_s: float
-) -> dict[str, Any]:
+def figures(seconds: list[float], stored: list[int], db_mb: float) -> dict[str, Any]:
     median_s = statistics.median(seconds)
     stored_mb = statistics.median(stored) / MB
     return {"seconds": round(median_s, 2), "mb_s": round(db_mb / median_s, 1),
-            "stored_mb": round(stored_mb, 1), "speed_vs_pg_basebackup": round(reference_s / median_s, 2),
-            "stored_vs_database": round(stored_mb / db_mb, 3),
+            "stored_mb": round(stored_mb, 1), "stored_vs_database": round(stored_mb / db_mb, 3),
             "trials_s": [round(x, 2) for x in seconds]}  # fmt: skip
 
 
-def restore_latest(h: Harness, store: ObjectStore, name: str) -> tuple[Postgres, float, float]:
-    """A new instance from the store's latest backup, replayed to the end of the archive and promoted
-    (left running); returns it with the seconds of barman-cloud-restore and of the replay."""
+def restore_backup(
+    h: Harness, store: ObjectStore, name: str, target: RecoveryTarget
+) -> tuple[Postgres, float, float]:
+    """A new instance from a backup in the store, replayed to `target` and promoted (left running);
+    returns it with the seconds of barman-cloud-restore and of the replay."""
     pg = h.postgres(name)
     pg.pgdata.parent.mkdir(parents=True)
     os.chown(pg.pgdata.parent, pg.user.pw_uid, pg.user.pw_gid)
     for variable, source_variable in source_env_names().items():
         pg.env[source_variable] = pg.env[variable]
-    target = RecoveryTarget()
     # The bootstrap command Patroni would run: restore, then drop the source's archive settings.
     command = shlex.split(bootstrap_command(store, target, str(pg.pgdata), None))
-    copy_s, res = timed(lambda: pg.run(command, check=False, timeout=1800))
+    copy_s, res = timed(lambda: pg.run(command, check=False, timeout=3600))
     checked(res, "barman-cloud-restore")
     pg.configure({**pg.base_parameters(), **recovery_settings(store, target), "archive_mode": "off"})
     (pg.pgdata / "recovery.signal").touch()
-    replay_s, _ = timed(lambda: pg.start(timeout=1800))
+    replay_s, _ = timed(lambda: pg.start(timeout=3600))
     return pg, copy_s, replay_s
 
 
-def restore(h: Harness, store: ObjectStore, name: str) -> tuple[float, float, int]:
-    pg, copy_s, replay_s = restore_latest(h, store, name)
+def restore_latest(h: Harness, store: ObjectStore, name: str) -> tuple[Postgres, float, float]:
+    """The store's latest backup, replayed to the end of the archive."""
+    return restore_backup(h, store, name, RecoveryTarget())
+
+
+def restore(h: Harness, store: ObjectStore, name: str, status: dict[str, Any]) -> tuple[float, float, int]:
+    """One backup (by its ID) restored and replayed up to its own end LSN: the WAL every restore of it
+    replays, whatever came after."""
+    target = RecoveryTarget(lsn=status["endLSN"], backup_id=status["backupID"])
+    pg, copy_s, replay_s = restore_backup(h, store, name, target)
     ((rows,),) = pg.query("SELECT count(*) FROM pgbench_accounts")
     pg.stop()
     shutil.rmtree(pg.pgdata.parent, ignore_errors=True)
     return copy_s, replay_s, int(rows)
 
 
+def codec_list(value: str, known: tuple[str, ...] | list[str], flag: str) -> list[str]:
+    chosen = [c.strip() for c in value.split(",") if c.strip()]
+    unknown = sorted(set(chosen) - set(known))
+    if unknown:
+        raise SystemExit(f"{flag}: unknown {unknown}; choose from {', '.join(known)}")
+    return chosen
+
+
+def trial_order(codecs: list[str], variants: list[str], trial: int) -> list[tuple[str, str]]:
+    """Each barman codec next to its counterpart, then the pg_basebackup variants no codec claimed;
+    backwards in odd trials so neither side always runs first (page cache, a busy neighbour)."""
+    steps: list[tuple[str, str]] = []
+    for codec in codecs:
+        steps.append(("barman", codec))
+        if COUNTERPART[codec] in variants and ("pg", COUNTERPART[codec]) not in steps:
+            steps.append(("pg", COUNTERPART[codec]))
+    steps += [("pg", v) for v in variants if ("pg", v) not in steps]
+    return steps[::-1] if trial % 2 else steps
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", type=int, default=14, help="pgbench scale (1 ≈ 15 MB)")
+    parser.add_argument("--scale", type=int, default=68, help="pgbench scale (1 ≈ 15 MB)")
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--compressions", default="gzip,snappy,bzip2,none",
-                        help="barman-cloud-backup compressions to measure, comma-separated")  # fmt: skip
+    parser.add_argument("--codecs", default="gzip,lz4,snappy,none",
+                        help="barman-cloud-backup compressions, comma-separated")  # fmt: skip
+    parser.add_argument("--pg-basebackup", default="gzip,gzip-default,lz4,zstd,none",
+                        help=f"pg_basebackup compressions, of {', '.join(PG_BASEBACKUP)}")  # fmt: skip
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="barman-cloud-backup upload jobs (default: base_backup_argv's)")  # fmt: skip
+    parser.add_argument("--restore", default="lz4", help="codecs whose backup is restored each trial")
+    parser.add_argument("--wal-codec", default="lz4", help="compression of the archived WAL")
     args = parser.parse_args()
-    compressions = [c.strip() for c in args.compressions.split(",") if c.strip()]
-    unknown = set(compressions) - {"gzip", "snappy", "bzip2", "none"}
-    if unknown or not compressions:
-        raise SystemExit(f"--compressions: unknown {sorted(unknown)}; choose from gzip, snappy, bzip2, none")
+    codecs = codec_list(args.codecs, COMPRESSIONS, "--codecs")
+    variants = codec_list(args.pg_basebackup, list(PG_BASEBACKUP), "--pg-basebackup")
+    restores = codec_list(args.restore, codecs, "--restore")
+    wal_codec = args.wal_codec
+    if wal_codec not in COMPRESSIONS:
+        raise SystemExit(f"--wal-codec: {wal_codec!r} is not one of {', '.join(COMPRESSIONS)}")
     if os.geteuid() != 0:
         raise SystemExit("run as root: PostgreSQL runs as a system user this script creates")
 
+    load_before = os.getloadavg()
     workdir = Path(tempfile.mkdtemp(prefix="pgop-bench-backup-", dir="/var/tmp"))
     h = Harness(workdir)
-    trials: dict[str, list[float]] = {k: [] for k in (
-        *(f"barman_{c}_s" for c in compressions), "pg_basebackup_tar_gzip_s", "pg_basebackup_plain_s",
-        "restore_copy_s", "restore_replay_s", "s3_put_64mb_s")}  # fmt: skip
-    stored: dict[str, list[int]] = {k: [] for k in (
-        *(f"barman_{c}" for c in compressions), "pg_basebackup_tar_gzip", "pg_basebackup_plain")}  # fmt: skip
+    seconds: dict[str, list[float]] = {}
+    stored: dict[str, list[int]] = {}
+    phases: dict[str, list[float]] = {"s3_put_64mb_s": []}
     try:
+        ensure_codec_modules(h, [*codecs, wal_codec])
         h.s3.client().create_bucket(Bucket=BUCKET)
-        stores = {c: h.store(BUCKET, "bench-db", compression=c) for c in compressions}
+        stores = {c: h.store(BUCKET, "bench-db", compression=c) for c in codecs}
         pg = h.postgres("bench-db")
         pg.initdb()
-        archive = archiving_parameters(ArchiveSettings(h.store(BUCKET, "bench-db")))  # WAL: gzip
+        archive = archiving_parameters(ArchiveSettings(h.store(BUCKET, "bench-db", compression=wal_codec)))
         pg.configure({**pg.base_parameters(), **archive, "max_wal_size": "1GB",
                       "shared_buffers": "256MB"})  # fmt: skip
         pg.start()
         db_bytes = fill(h, pg, args.scale)
         ((accounts,),) = pg.query("SELECT count(*) FROM pgbench_accounts")
+        archive_caught_up(pg)
         for i in range(args.trials):
-            trials["s3_put_64mb_s"].append(s3_put(h))
-            for c in compressions:
-                seconds, size = barman_backup(h, pg, stores[c], f"{c}-{i}")
-                trials[f"barman_{c}_s"].append(seconds)
-                stored[f"barman_{c}"].append(size)
-            for key, fmt in (
-                ("pg_basebackup_tar_gzip", ("-Ft", "-z")),
-                ("pg_basebackup_plain", ("-Fp",)),
-            ):
-                target = pg.pgdata.parent / f"basebackup-{i}"
-                seconds, size = pg_basebackup(pg, target, *fmt)
-                trials[f"{key}_s"].append(seconds)
-                stored[key].append(size)
-                shutil.rmtree(target)
-            # The stores share one prefix: "latest" is the trial's last backup (the last compression).
-            copy_s, replay_s, rows = restore(h, stores[compressions[-1]], f"restore-{i}")
-            assert rows == accounts, (rows, accounts)
-            trials["restore_copy_s"].append(copy_s)
-            trials["restore_replay_s"].append(replay_s)
+            phases["s3_put_64mb_s"].append(s3_put(h))
+            done: dict[str, dict[str, Any]] = {}
+            for side, codec in trial_order(codecs, variants, i):
+                if side == "barman":
+                    key = f"barman_cloud_backup_{codec}"
+                    name = f"{codec}-{i}"
+                    took, size, done[codec] = barman_backup_done(h, pg, stores[codec], name, args.jobs)
+                else:
+                    key = f"pg_basebackup_tar_{codec}"
+                    target = pg.pgdata.parent / f"basebackup-{i}"
+                    took, size = pg_basebackup(pg, target, "-Ft", "-X", "none", *PG_BASEBACKUP[codec])
+                    shutil.rmtree(target)
+                seconds.setdefault(key, []).append(took)
+                stored.setdefault(key, []).append(size)
+            for codec in restores:
+                copy_s, replay_s, rows = restore(h, stores[codec], f"restore-{codec}-{i}", done[codec])
+                assert rows == accounts, (rows, accounts)
+                phases.setdefault(f"restore_{codec}_copy_s", []).append(copy_s)
+                phases.setdefault(f"restore_{codec}_replay_s", []).append(replay_s)
         pg.stop()
     finally:
         h.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    med = {k: round(statistics.median(v), 2) for k, v in trials.items()}
     db_mb = db_bytes / MB
-    tar_s, plain_s = med["pg_basebackup_tar_gzip_s"], med["pg_basebackup_plain_s"]
-    methods = {
-        f"barman_cloud_backup_{c}": method_figures(
-            trials[f"barman_{c}_s"], stored[f"barman_{c}"], db_mb, plain_s if c == "none" else tar_s
-        )
-        for c in compressions
-    }
-    methods["pg_basebackup_tar_gzip"] = method_figures(
-        trials["pg_basebackup_tar_gzip_s"], stored["pg_basebackup_tar_gzip"], db_mb, tar_s
-    )
-    methods["pg_basebackup_plain"] = method_figures(
-        trials["pg_basebackup_plain_s"], stored["pg_basebackup_plain"], db_mb, plain_s
-    )
+    methods = {key: figures(seconds[key], stored[key], db_mb) for key in seconds}
+    pairs = {}
+    for codec in codecs:
+        mine, theirs = f"barman_cloud_backup_{codec}", f"pg_basebackup_tar_{COUNTERPART[codec]}"
+        if theirs in methods:
+            pairs[f"{codec}_vs_{COUNTERPART[codec]}"] = {
+                "barman_mb_s": methods[mine]["mb_s"], "pg_basebackup_mb_s": methods[theirs]["mb_s"],
+                "speed_vs_pg_basebackup": round(methods[mine]["mb_s"] / methods[theirs]["mb_s"], 2),
+            }  # fmt: skip
+    med = {k: round(statistics.median(v), 2) for k, v in phases.items()}
+    restored = {
+        c: {"copy_s": med[f"restore_{c}_copy_s"], "replay_s": med[f"restore_{c}_replay_s"],
+            "total_s": round(med[f"restore_{c}_copy_s"] + med[f"restore_{c}_replay_s"], 2),
+            "trials_copy_s": [round(x, 2) for x in phases[f"restore_{c}_copy_s"]],
+            "trials_replay_s": [round(x, 2) for x in phases[f"restore_{c}_replay_s"]]}
+        for c in restores
+    }  # fmt: skip
     print(json.dumps({
         "bench": "backup",
         "trials": args.trials,
         "pgbench_scale": args.scale,
         "database_mb": round(db_mb, 1),
+        "barman_jobs": BASE_BACKUP_JOBS if args.jobs is None else args.jobs,
+        "wal_codec": wal_codec,
+        "pairs": pairs,
         "methods": methods,
         "s3_server_put_mb_s": round(64 / med["s3_put_64mb_s"], 1),
-        "restored_from": compressions[-1],
-        "restore_total_s": round(med["restore_copy_s"] + med["restore_replay_s"], 2),
-        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
-        **med,
+        "restore": restored,
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }))  # fmt: skip
     return 0
 

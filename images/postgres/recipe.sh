@@ -98,12 +98,14 @@ step "Patroni $PATRONI_VERSION"
 # Into the same venv, so its commands land in $VENV/bin (pg_operator.backup.barman.DEFAULT_BIN_DIR).
 # barman requires psycopg2, which pip would compile (gcc, libpq-dev, python3-dev): the prebuilt
 # psycopg2-binary provides the same module, so barman's own requirements are installed by name and
-# barman itself with --no-deps. boto3 is the `cloud` extra, python-snappy (on cramjam) the `snappy` one.
+# barman itself with --no-deps. boto3 is the `cloud` extra, python-snappy (on cramjam) the `snappy` one,
+# lz4 the `lz4` one (spec.backup.compression: lz4; about 5.7 MB installed). No zstandard:
+# barman-cloud-backup has no zstd, and one codec serves both WAL and base backups.
 step "barman-cloud $BARMAN_VERSION"
 "$VENV/bin/pip" install -q "psycopg2-binary>=2.9" "python-dateutil>=2.8" "boto3>=1.26" \
-  "python-snappy>=0.7" "cramjam>=2.7"
+  "python-snappy>=0.7" "cramjam>=2.7" "lz4>=4"
 "$VENV/bin/pip" install -q --no-deps "barman==${BARMAN_VERSION}"
-"$VENV/bin/python" -c "import psycopg2, boto3, snappy, dateutil, barman.clients.cloud_walarchive"
+"$VENV/bin/python" -c "import psycopg2, boto3, snappy, lz4.frame, dateutil, barman.clients.cloud_walarchive"
 for tool in barman-cloud-wal-archive barman-cloud-wal-restore barman-cloud-backup barman-cloud-backup-show \
             barman-cloud-backup-list barman-cloud-backup-delete barman-cloud-restore \
             barman-cloud-check-wal-archive; do

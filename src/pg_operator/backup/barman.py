@@ -29,7 +29,13 @@ from pg_operator.api.backup import (
 )
 from pg_operator.api.schema import NAME_PATTERN
 
-_COMPRESSION_FLAG = {"gzip": ["--gzip"], "bzip2": ["--bzip2"], "snappy": ["--snappy"], "none": []}
+_COMPRESSION_FLAG = {
+    "gzip": ["--gzip"], "bzip2": ["--bzip2"], "lz4": ["--lz4"], "snappy": ["--snappy"], "none": [],
+}  # fmt: skip
+
+# barman-cloud-backup builds and compresses the tar stream in its main process and hands parts (20 MB
+# with the default --max-archive-size) to this many upload processes (docs/backups.md, "Measured").
+BASE_BACKUP_JOBS = 2
 
 # Where the image installs barman-cloud (images/postgres/recipe.sh, its venv).
 DEFAULT_BIN_DIR = "/opt/pg-operator/bin"
@@ -212,7 +218,7 @@ def base_backup_argv(
     port: int,
     user: str,
     dbname: str = "postgres",
-    jobs: int = 2,
+    jobs: int = BASE_BACKUP_JOBS,
 ) -> list[str]:
     """barman-cloud-backup of the local instance (it reads PGDATA itself, so it runs in the primary's
     pod). `name` (the Backup object's name) makes the backup findable: barman's backup IDs are times.
@@ -221,6 +227,8 @@ def base_backup_argv(
         raise ValueError(f"backup name {name!r} must be letters, digits, '.', '_', '-'")
     if name in RESERVED_BACKUP_NAMES or re.match(BACKUP_ID_PATTERN, name):
         raise ValueError(f"backup name {name!r} is reserved by barman (a shortcut or a backup ID)")
+    if jobs < 1:
+        raise ValueError(f"base backup jobs: {jobs} must be at least 1")
     return [
         _tool(store, "barman-cloud-backup"),
         *_connection(store),

@@ -50,6 +50,12 @@ def test_backup_configuration_defaults_and_settings() -> None:
     assert "http://minio:9000" in archive_command(settings.store)
 
 
+@pytest.mark.parametrize("compression", ["gzip", "bzip2", "lz4", "snappy", "none"])
+def test_every_barman_cloud_compression_is_accepted(compression: str) -> None:
+    cfg = BackupConfiguration.model_validate({"s3": S3, "compression": compression})
+    assert archive_settings(cfg, "orders-db", bin_dir="/opt/b").store.compression == compression
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
@@ -58,6 +64,7 @@ def test_backup_configuration_defaults_and_settings() -> None:
         ({"retention": {"recoveryWindow": "7x"}}, "retention.recoveryWindow"),
         ({"retention": {"keepLast": 0}}, "retention.keepLast"),
         ({"compression": "xz"}, "compression"),
+        ({"compression": "zstd"}, "compression"),
         ({"onDelete": "purge"}, "onDelete"),
         ({"walMaxKeepSize": "10G"}, "walMaxKeepSize"),
         ({"s3": {**S3, "bucket": "Bad_Bucket"}}, "s3.bucket"),

@@ -7,6 +7,7 @@ import shlex
 
 import pytest
 
+from pg_operator.api.backup import COMPRESSIONS
 from pg_operator.backup import barman, catalog
 from pg_operator.backup.archiving import ArchiveSettings, archiving_parameters, merge, patroni_fragment
 from pg_operator.backup.failures import classify
@@ -51,6 +52,27 @@ def test_archive_and_restore_commands() -> None:
     assert "--snappy" in barman.wal_archive_argv(snappy)
 
 
+# barman-cloud 3.19's own option for each compression; "none" passes none.
+FLAGS = {"gzip": "--gzip", "bzip2": "--bzip2", "lz4": "--lz4", "snappy": "--snappy", "none": None}
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_each_compression_reaches_archive_and_backup_but_not_the_reads(compression: str) -> None:
+    store = barman.ObjectStore(bucket="backups", server_name="a", compression=compression)  # type: ignore[arg-type]
+    flags = set(FLAGS.values()) - {None}
+    archive = barman.wal_archive_argv(store)
+    backup = barman.base_backup_argv(store, name="b", host="h", port=1, user="u")
+    expected = {FLAGS[compression]} - {None}
+    assert flags & set(archive) == expected and flags & set(backup) == expected
+    # Restores detect the compression from what they read: the same command for every codec.
+    assert flags.isdisjoint(barman.wal_restore_argv(store))
+    assert flags.isdisjoint(barman.restore_argv(store, "/d"))
+
+
+def test_every_offered_compression_has_a_flag() -> None:
+    assert set(COMPRESSIONS) == set(FLAGS)
+
+
 def test_base_backup_command() -> None:
     argv = barman.base_backup_argv(
         STORE, name="nightly-1", host="/var/run/postgresql", port=5432, user="postgres"
@@ -59,6 +81,11 @@ def test_base_backup_command() -> None:
     assert argv[-2:] == ["s3://backups/prod", "orders-db"]
     assert argv[argv.index("--name") + 1] == "nightly-1"
     assert "--immediate-checkpoint" in argv and "--gzip" in argv
+    assert argv[argv.index("--jobs") + 1] == str(barman.BASE_BACKUP_JOBS)
+    one_job = barman.base_backup_argv(STORE, name="b", host="h", port=1, user="u", jobs=1)
+    assert one_job[one_job.index("--jobs") + 1] == "1"
+    with pytest.raises(ValueError, match="jobs"):
+        barman.base_backup_argv(STORE, name="b", host="h", port=1, user="u", jobs=0)
     for reserved in ("latest", "first", "auto", "20261201T030000"):
         with pytest.raises(ValueError, match="reserved"):
             barman.base_backup_argv(STORE, name=reserved, host="h", port=1, user="u")
@@ -95,6 +122,8 @@ def test_restore_picks_the_backup() -> None:
         ({"path": "a b"}, "backup.s3.path"),
         ({"endpoint_url": "minio:9000"}, "backup.s3.endpointURL"),
         ({"compression": "xz"}, "backup.compression"),
+        # WAL would take zstd, base backups would not: one field serves both.
+        ({"compression": "zstd"}, "backup.compression"),
         ({"server_name": "Orders"}, "server name"),
     ],
 )
