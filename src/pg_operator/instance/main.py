@@ -66,11 +66,21 @@ STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 STOP_LINGER_SECONDS = 5.0
 
 
-def linger_seconds(stop_requested: bool, exit_code: int) -> float:
+def linger_seconds(stopped_as_primary: bool, exit_code: int) -> float:
     """How long to wait after Patroni exited before the container exits: only after a requested stop
-    that Patroni completed (a crash is restarted by the kubelet at once, and a failed stop has nothing
-    to hand over)."""
-    return STOP_LINGER_SECONDS if stop_requested and exit_code == 0 else 0.0
+    of a running primary that Patroni completed. A crash is restarted by the kubelet at once, a failed
+    stop has nothing to hand over, and a replica or a stopped PostgreSQL (a major upgrade stops it before
+    its pods are replaced) is in no read-write Service: lingering would only delay what follows."""
+    return STOP_LINGER_SECONDS if stopped_as_primary and exit_code == 0 else 0.0
+
+
+def serving_as_primary(pgdata: str) -> bool:
+    """PostgreSQL runs here and not as a standby (Patroni writes standby.signal for every replica)."""
+    data = Path(pgdata)
+    try:
+        return (data / "postmaster.pid").exists() and not (data / "standby.signal").exists()
+    except OSError:  # asked in a signal handler: never keep the signal from reaching Patroni
+        return False
 
 
 def _log(message: str) -> None:
@@ -218,11 +228,11 @@ def run(env: Mapping[str, str]) -> int:
     _log(f"{version}; member {pod.pod_name} of {pod.namespace}/{pod.cluster}; starting Patroni with {path}")
     start_metrics(pod, env)
     patroni = subprocess.Popen([sys.executable, "-m", "patroni", str(path)])
-    stopping: list[int] = []
+    stopping: list[bool] = []  # per stop signal: whether a primary was running when it came
 
     def forward(signum: int, _frame: object) -> None:
         if signum in STOPPING_SIGNALS:
-            stopping.append(signum)
+            stopping.append(serving_as_primary(pod.pgdata))
         patroni.send_signal(signum)
 
     for sig in (*STOPPING_SIGNALS, signal.SIGHUP):
@@ -235,7 +245,7 @@ def run(env: Mapping[str, str]) -> int:
             pass
         else:
             code = code if code >= 0 else 128 - code
-            linger = linger_seconds(bool(stopping), code)
+            linger = linger_seconds(any(stopping), code)
             if linger:
                 _log(f"Patroni stopped; the pod's address keeps refusing connections for {linger:g} s "
                      "while its Services move on")

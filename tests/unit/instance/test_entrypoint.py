@@ -193,10 +193,18 @@ def test_the_tls_files_are_read_from_one_version_of_the_secret_volume(tmp_path: 
     assert main.volume_version(str(tmp_path / "run")) == tmp_path / "run"  # not a Secret volume
 
 
+def test_only_a_running_primary_counts_as_serving(tmp_path: Path) -> None:
+    assert not main.serving_as_primary(str(tmp_path))  # PostgreSQL stopped (a major upgrade stops it)
+    (tmp_path / "postmaster.pid").write_text("42\n")
+    assert main.serving_as_primary(str(tmp_path))
+    (tmp_path / "standby.signal").write_text("")
+    assert not main.serving_as_primary(str(tmp_path))  # a replica is in no read-write Service
+
+
 def test_the_container_outlives_patroni_only_after_a_completed_requested_stop() -> None:
-    # Deleted pod, Patroni handed over and exited cleanly: keep the address answering with resets.
+    # Deleted primary, Patroni handed over and exited cleanly: keep the address answering with resets.
     assert main.linger_seconds(True, 0) == main.STOP_LINGER_SECONDS > 0
-    # Patroni crashed (no stop asked): exit at once so the kubelet restarts it.
+    # Patroni crashed (no stop asked), or a replica or a stopped PostgreSQL was asked to stop: at once.
     assert main.linger_seconds(False, 0) == 0
     assert main.linger_seconds(False, 1) == 0
     # A stop that failed: nothing was handed over, nothing to wait for.
