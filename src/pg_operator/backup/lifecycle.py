@@ -84,21 +84,6 @@ def before_start(
     )
 
 
-# PostgreSQL refuses pg_backup_start on an instance in recovery that replayed WAL written with
-# full_page_writes=off since its last restartpoint. pg_upgrade writes such WAL, so for a while after an
-# in-place major upgrade a base backup meets this on a replica, or on the new primary before its
-# promotion ends (both seen in the upgrade e2e). It passes with the next restartpoint or the promotion:
-# the Backup waits and starts again rather than failing.
-FPW_WAL_REPLAYED = 'full_page_writes=off" was replayed since last restartpoint'
-RECOVERY_RETRY_SECONDS = 15.0
-RECOVERY_RETRIES = 30  # 7.5 minutes: a replica's restartpoints follow checkpoint_timeout (5 min)
-
-
-def retry_after_recovery(message: str, attempts: int) -> bool:
-    """Whether a failed start is the passing refusal above and may be tried again."""
-    return FPW_WAL_REPLAYED in message and attempts < RECOVERY_RETRIES
-
-
 def after_poll(job: JobState, *, now_stamp: str, secrets: tuple[str, ...] = ()) -> Step:
     """For a Running Backup, from the state of its job in the pod."""
     if job.phase == "running":

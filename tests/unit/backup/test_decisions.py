@@ -17,13 +17,7 @@ from pg_operator.backup.archive_health import (
 )
 from pg_operator.backup.failures import classify
 from pg_operator.backup.jobs import JobState
-from pg_operator.backup.lifecycle import (
-    RECOVERY_RETRIES,
-    after_poll,
-    before_start,
-    reason_of,
-    retry_after_recovery,
-)
+from pg_operator.backup.lifecycle import after_poll, before_start, reason_of
 from pg_operator.backup.placement import Placement, choose_instance, primary_pod
 from pg_operator.backup.scheduling import backup_name, schedule_pass
 from pg_operator.backup.store_cleanup import FINALIZER, RELEASE_ANNOTATION, decide_finalizer
@@ -289,13 +283,3 @@ def test_exec_status_and_url() -> None:
     url = exec_url("https://10.0.0.1:6443", "shop", "db-0", "postgres", ["sh", "-c", "echo a b"])
     assert url.startswith("wss://10.0.0.1:6443/api/v1/namespaces/shop/pods/db-0/exec?container=postgres")
     assert "command=sh&command=-c&command=echo+a+b" in url
-
-
-def test_a_start_refused_for_replayed_full_page_writes_off_wal_is_tried_again_a_while() -> None:
-    # What the upgrade e2e met, as classify() words it.
-    message = ('barman-cloud failed (exit status 1): Backup failed uploading data (pg_backup_start command: '
-               'WAL generated with "full_page_writes=off" was replayed since last restartpoint)')
-    assert retry_after_recovery(message, 0)
-    assert retry_after_recovery(message, RECOVERY_RETRIES - 1)
-    assert not retry_after_recovery(message, RECOVERY_RETRIES)
-    assert not retry_after_recovery("barman-cloud failed (exit status 1): AccessDenied", 0)

@@ -20,12 +20,7 @@ from pg_operator.backup import generations, jobs
 from pg_operator.backup.barman import ObjectStore, backup_show_argv, base_backup_argv
 from pg_operator.backup.catalog import backup_status
 from pg_operator.backup.failures import classify
-from pg_operator.backup.lifecycle import (
-    RECOVERY_RETRY_SECONDS,
-    after_poll,
-    before_start,
-    retry_after_recovery,
-)
+from pg_operator.backup.lifecycle import after_poll, before_start
 from pg_operator.backup.placement import choose_instance, primary_pod
 from pg_operator.backup.scheduling import rfc3339
 from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership
@@ -81,7 +76,6 @@ class BackupReconciler:
         self.cluster_news = cluster_news
         self.backup_completed = backup_completed
         self.clock = clock
-        self._recovery_retries: dict[BackupKey, int] = {}  # starts refused by a passing recovery state
 
     def _body(self, key: BackupKey) -> dict[str, Any] | None:
         namespace, cluster, name = key
@@ -106,7 +100,6 @@ class BackupReconciler:
         namespace, cluster_name, name = key
         body = self._body(key)
         if body is None:
-            self._recovery_retries.pop(key, None)
             return Result(gone=True)
         if objects.deleting(body):
             return again(None)
@@ -200,18 +193,8 @@ class BackupReconciler:
             await self._start_job(namespace, pod, name, store)
             return again(JOB_POLL_SECONDS)
         if polled.kind == "fail":
-            await self._cleanup_job(namespace, pod, name)
-            attempts = self._recovery_retries.get(key, 0)
-            if retry_after_recovery(polled.message, attempts):
-                self._recovery_retries[key] = attempts + 1
-                log.info("backup %s/%s on %s: %s; starting it again in %g s", namespace, name, pod,
-                         polled.message, RECOVERY_RETRY_SECONDS)  # fmt: skip
-                await self._write_status(body, {"phase": "Pending", "instance": None, "startedAt": None,
-                                                "error": f"{polled.reason}: {polled.message} (waiting to "
-                                                         "start again)"})  # fmt: skip
-                return again(RECOVERY_RETRY_SECONDS)
-            self._recovery_retries.pop(key, None)
             await self._write_status(body, polled.status)
+            await self._cleanup_job(namespace, pod, name)
             await self._failed(key, body, cluster, polled.reason, polled.message)
             return again(None)
         shown = await self.exec.run(namespace, pod, backup_show_argv(store, name), seconds=120)
