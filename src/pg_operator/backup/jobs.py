@@ -40,6 +40,24 @@ def _vars(name: str, job_dir: str) -> str:
     return f"D={shlex.quote(job_dir)}; N={shlex.quote(_check(name))}; "
 
 
+# A new major's first base backup starts on the primary as soon as it is labelled so, which can be before
+# its promotion ended; PostgreSQL refuses pg_backup_start in recovery once it replayed WAL written with
+# full_page_writes=off (pg_upgrade writes such WAL; CI's upgrade e2e met it). Such a job first waits, at
+# most this long, for the instance to leave recovery.
+WRITABLE_WAIT_SECONDS = 120
+
+
+def once_writable(
+    argv: Sequence[str], psql: Sequence[str], seconds: int = WRITABLE_WAIT_SECONDS
+) -> list[str]:
+    """`argv` run once `psql` (the local superuser's) sees the instance out of recovery, or after `seconds`
+    (then the command meets whatever holds, and fails with its own message)."""
+    check = shlex.join([*psql, "-c", "SELECT pg_is_in_recovery()"])
+    script = (f'i=0; while [ "$({check} 2>/dev/null)" != f ] && [ "$i" -lt {int(seconds)} ]; do '
+              'i=$((i+1)); sleep 1; done; exec "$@"')  # fmt: skip
+    return ["sh", "-c", script, "pgop-wait-writable", *argv]
+
+
 def start_script(name: str, argv: Sequence[str], *, job_dir: str = JOB_DIR) -> str:
     """A `sh -c` script: start `argv` detached unless this job was started before; prints `started` or
     `already-started`. The exit status is written to a temporary file and renamed, so a reader never sees

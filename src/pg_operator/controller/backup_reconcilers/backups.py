@@ -145,7 +145,8 @@ class BackupReconciler:
                 body,
                 {**step.status, "serverName": store.server_name, "destinationPath": store.destination_url},
             )
-            await self._start_job(namespace, step.pod, name, store)
+            await self._start_job(namespace, step.pod, name, store,
+                                  writable_first=generations.taken_on_primary(body))  # fmt: skip
             await self.notices.post(body, "Normal", "Started", step.message)
             return again(JOB_POLL_SECONDS)
         return await self._running(key, body, cluster, pods, store, now)
@@ -190,7 +191,8 @@ class BackupReconciler:
         if polled.kind == "wait":
             return again(polled.requeue)
         if polled.kind == "start":
-            await self._start_job(namespace, pod, name, store)
+            await self._start_job(namespace, pod, name, store,
+                                  writable_first=generations.taken_on_primary(body))  # fmt: skip
             return again(JOB_POLL_SECONDS)
         if polled.kind == "fail":
             await self._write_status(body, polled.status)
@@ -227,8 +229,12 @@ class BackupReconciler:
             )
             self.cluster_news((key[0], objects.name(cluster)))
 
-    async def _start_job(self, namespace: str, pod: str, name: str, store: ObjectStore) -> None:
+    async def _start_job(
+        self, namespace: str, pod: str, name: str, store: ObjectStore, *, writable_first: bool = False
+    ) -> None:
         argv = base_backup_argv(store, name=name, host=SOCKET_DIR, port=PG_PORT, user=SUPERUSER)
+        if writable_first:
+            argv = jobs.once_writable(argv, PSQL)
         result = await self.exec.sh(namespace, pod, jobs.start_script(name, argv), seconds=30)
         if result.exit_status != 0 or result.stdout.strip() not in ("started", "already-started"):
             raise ExecError(
