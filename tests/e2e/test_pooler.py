@@ -8,7 +8,10 @@ the cluster left serving as it was found. bench/bench_pooler.py measures the sam
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
+import ssl
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -178,9 +181,28 @@ def scrape(ip: str, port: int) -> str:
         return str(resp.read().decode())
 
 
+def scrape_pooler(kube: Kube, ip: str) -> str:
+    """The pooler pod's metrics over HTTPS, verified against the cluster's CA under the pooler Service's
+    name (the pod IP is not in the certificate); plain HTTP gets no answer."""
+    ca = secret(kube, NS, f"{NAME}-app")["ca.crt"]
+    context = ssl.create_default_context(cadata=ca)
+    with socket.create_connection((ip, 9127), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname=f"{NAME}-pooler-rw.{NS}.svc") as tls:  # fmt: skip
+        tls.sendall(b"GET /metrics HTTP/1.0\r\nHost: pooler\r\n\r\n")
+        chunks = []
+        while chunk := tls.recv(65536):
+            chunks.append(chunk)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") or head.startswith(b"HTTP/1.1 200"), head[:100]
+    return body.decode()
+
+
 def test_metrics_of_the_pooler_pods_and_the_operator(pooled: Kube) -> None:
     for pod in pooler_pods(pooled):
-        text = scrape(str(pod["status"]["podIP"]), 9127)  # type: ignore[index]
+        ip = str(pod["status"]["podIP"])  # type: ignore[index]
+        with pytest.raises((OSError, http.client.HTTPException)):
+            scrape(ip, 9127)  # TLS only
+        text = scrape_pooler(pooled, ip)
         assert "pgbouncer_up 1" in text
         assert "pgbouncer_pools_client_active_connections{" in text
         assert "pgbouncer_stats_sql_transactions_pooled_total{" in text

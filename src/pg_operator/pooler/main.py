@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -185,10 +186,39 @@ def serve_metrics(s: Settings, port: int = POOLER_METRICS_PORT) -> ThreadingHTTP
         def log_message(self, *_: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("", port), Handler)
+    server = _TlsHttpServer(("", port), Handler, s)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server
+
+
+class _TlsHttpServer(ThreadingHTTPServer):
+    """HTTPS (TLS ≥ 1.2) with the certificate PgBouncer serves its clients (the mounted server Secret);
+    a renewed one is taken up for the next connection (the kubelet swaps the volume's `..data`)."""
+
+    def __init__(self, address: tuple[str, int], handler: Any, s: Settings) -> None:
+        self.settings = s
+        self._context: tuple[str, ssl.SSLContext] | None = None
+        super().__init__(address, handler)
+
+    def _current(self) -> ssl.SSLContext:
+        version = _tls_version(self.settings)
+        if self._context is None or self._context[0] != version:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            tls = self.settings.tls_dir
+            context.load_cert_chain(os.path.join(tls, "tls.crt"), os.path.join(tls, "tls.key"))
+            self._context = (version, context)
+        return self._context[1]
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, address = self.socket.accept()
+        sock.settimeout(10)  # a client that never finishes its handshake holds no thread for long
+        # The handshake happens on the handler's first read, in its own thread.
+        return self._current().wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that failed its handshake or went away: nothing to report
 
 
 def deadline_passed(text: str | None, now: float) -> bool:
