@@ -35,6 +35,7 @@ from harness.local_cluster import Kube
 from harness.objects import backup, s3_credentials_secret, scheduled_backup
 from harness.pgcluster import connect_app, status, wait_serving
 from harness.waiting import wait_until
+from pg_operator.backup.archive_report import REFRESH_SECONDS, ArchiveReport, parse_report
 from pg_operator.backup.store_ownership import MARKER_NAME
 
 # --- the source cluster ---------------------------------------------------------------------------------
@@ -56,6 +57,36 @@ def test_archiving_is_reported_and_the_age_metric_exists(operator: Kube, ns: str
     assert archiving["primary"] == primary and archiving["lastArchivedWAL"]
     finalizers = get_json(operator, "pgc", source, "-n", ns)["metadata"].get("finalizers") or []
     assert "db.example.com/backup-store" in finalizers
+
+
+def test_the_primary_reports_its_archiving_and_progress_rewrites_no_status(
+    operator: Kube, ns: str, source: str
+) -> None:
+    # The instance publishes pg_stat_archiver and the gate it holds in its pod; the operator wrote the gate
+    # once and reads the report from there, so new segments rewrite neither the report at once nor the
+    # cluster's status.
+    primary = str(status(operator, ns, source)["currentPrimary"])
+
+    def report() -> ArchiveReport | None:
+        pod = get_json(operator, "pod", primary, "-n", ns)
+        return parse_report(pod["metadata"].get("annotations"))
+
+    def gate_open() -> ArchiveReport | None:
+        r = report()
+        return r if r is not None and r.stats.archived_count and r.gate.startswith("archive ") else None
+
+    first = wait_until("the primary's archiving report with the gate open", gate_open, 60, 2)
+    before = get_json(operator, "pgc", source, "-n", ns)["status"]["backup"]["archiving"]
+    for _ in range(3):
+        archived_after_switch(operator, ns, source)
+    after = get_json(operator, "pgc", source, "-n", ns)["status"]["backup"]["archiving"]
+    assert after == before
+
+    def caught_up() -> bool:  # within the refresh interval, the segments archived meanwhile
+        r = report()
+        return r is not None and r.stats.archived_count >= first.stats.archived_count + 3
+
+    wait_until("the report to show the new segments", caught_up, REFRESH_SECONDS + 30, 3)
 
 
 def test_scheduled_backup_completes_on_a_replica(operator: Kube, ns: str, source: str, moto: Moto) -> None:

@@ -124,16 +124,16 @@ def superuser_sql(kube: Kube, ns: str, pod: str, sql: str, database: str = "post
 
 
 def archived_after_switch(kube: Kube, ns: str, name: str, timeout: float = 120) -> str:
-    """Switch WAL on the primary and wait until the operator reports that segment archived."""
+    """Switch WAL on the primary and wait until its pg_stat_archiver shows that segment archived (the
+    status keeps archiving's state, not every segment: backup.archive_report)."""
     primary = str(status(kube, ns, name)["currentPrimary"])
     segment = superuser_sql(kube, ns, primary, "SELECT pg_walfile_name(pg_current_wal_lsn())")
     superuser_sql(kube, ns, primary, "SELECT pg_switch_wal()")
 
     def archived() -> bool:
-        last = ((status(kube, ns, name).get("backup") or {}).get("archiving") or {}).get(
-            "lastArchivedWAL"
-        ) or ""
-        return bool(last) and last[:8] >= segment[:8] and last[8:] >= segment[8:]
+        query = "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver"
+        last = superuser_sql(kube, ns, primary, query)
+        return len(last) == 24 and last[:8] >= segment[:8] and last[8:] >= segment[8:]
 
     wait_until(f"{name} to archive {segment}", archived, timeout, 3)
     return segment

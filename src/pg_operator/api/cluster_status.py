@@ -50,12 +50,20 @@ class InstanceStatus(StatusModel):
 
 
 class ArchivingStatus(StatusModel):
+    """Archiving's state as of its last change (primary, working or failing, backlog): a healthy primary's
+    every archived segment does not rewrite the status. The live figures are in the primary's
+    `db.example.com/archiving` annotation (`kubectl pgc status` shows them) and its pg_stat_archiver
+    metrics."""
+
     primary: str | None = Field(None, description="Instance whose pg_stat_archiver this is.")
-    last_archived_wal: str | None = Field(None, alias="lastArchivedWAL")
+    last_archived_wal: str | None = Field(
+        None, alias="lastArchivedWAL", description="A segment archived when the state last changed."
+    )
     last_archived_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
     pending_wal: int | None = Field(
-        None, alias="pendingWAL", ge=0, description="WAL segments waiting to be archived."
-    )
+        None, alias="pendingWAL", ge=0,
+        description="WAL segments waiting to be archived (0 below 4, then rounded down to a power of two).",
+    )  # fmt: skip
     last_failed_wal: str | None = Field(None, alias="lastFailedWAL")
     last_failed_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
 

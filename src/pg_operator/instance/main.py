@@ -227,6 +227,7 @@ def run(env: Mapping[str, str]) -> int:
     write_private(path, yaml.safe_dump(config, sort_keys=False))
     _log(f"{version}; member {pod.pod_name} of {pod.namespace}/{pod.cluster}; starting Patroni with {path}")
     start_metrics(pod, env)
+    start_archive_report(pod, env)
     patroni = subprocess.Popen([sys.executable, "-m", "patroni", str(path)])
     stopping: list[bool] = []  # per stop signal: whether a primary was running when it came
 
@@ -282,6 +283,19 @@ def start_metrics(pod: PodEnvironment, env: Mapping[str, str]) -> None:
             socket_dir=pod.run_dir, pg_port=pg_port, login_user=superuser,
             listen_host=pod.listen_host, port=port, cert=tls.cert, key=tls.key,
         )  # fmt: skip
+
+
+def start_archive_report(pod: PodEnvironment, env: Mapping[str, str]) -> None:
+    """The primary's archiving report in its pod's annotation (instance/archive_reporter.py); only in a
+    pod (a service account and the API server's address), and not when PGOP_ARCHIVE_REPORT=0."""
+    if not env.get("KUBERNETES_SERVICE_HOST") or env.get("PGOP_ARCHIVE_REPORT") == "0":
+        return
+    from pg_operator.instance import archive_reporter
+
+    pg_port = int(read_instance_settings(pod.config_file)["postgresql"]["port"])
+    superuser = read_credentials(pod.secrets_dir)["superuser"].username
+    archive_reporter.start(socket_dir=pod.run_dir, pg_port=pg_port, login_user=superuser,
+                           namespace=pod.namespace, pod=pod.pod_name)  # fmt: skip
 
 
 def post_bootstrap(env: Mapping[str, str], dsn: str) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
+from pg_operator.backup.archive_report import ARCHIVE_REPORT_ANNOTATION
 from pg_operator.cli.pgc.status import human_age, human_bytes, render, summarize
 
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
@@ -109,6 +111,20 @@ def test_archiving_backup_and_open_requests_with_their_ages() -> None:
     assert "last failure 000000020000000000000005 3h0m ago" in screen
     assert "Backup     db-nightly 1d0h ago" in screen
     assert "switchover to db-1 requested" in screen and "rolling restart requested" in screen
+
+
+def test_the_primarys_live_report_wins_over_the_status() -> None:
+    body = cluster(backup={"archiving": {"primary": "db-0", "lastArchivedWAL": "000000020000000000000007",
+                                         "lastArchivedTime": "2026-12-01T11:00:00Z", "pendingWAL": 0,
+                                         "lastFailedWAL": "000000020000000000000005",
+                                         "lastFailedTime": "2026-12-01T10:59:00Z"}})  # fmt: skip
+    primary = pod("db-0", "primary")
+    primary["metadata"]["annotations"] = {ARCHIVE_REPORT_ANNOTATION: json.dumps({
+        "gate": "archive 0123", "archivedCount": 90, "lastArchivedWAL": "000000020000000000000030",
+        "lastArchivedTime": "2026-12-02T11:59:00Z"})}  # fmt: skip
+    s = summarize(body, [primary, pod("db-1", "replica")], NOW)
+    assert s["archiving"]["lastArchivedWAL"] == "000000020000000000000030"
+    assert s["archiving"]["lastArchivedAgeSeconds"] == 60 and s["archiving"]["lastFailedWAL"] is None
 
 
 def test_screen_lists_instances_and_conditions_in_columns() -> None:

@@ -13,6 +13,8 @@ from typing import Any
 
 from pg_operator import objects
 from pg_operator.api.constants import CONTAINER_NAME
+from pg_operator.backup.archive_health import archiving_summary
+from pg_operator.backup.archive_report import parse_report
 from pg_operator.cli.pgc.connection import Connection, cluster_pods, get_cluster
 from pg_operator.cli.pgc.errors import NOT_READY, OK
 from pg_operator.cli.pgc.requests import SWITCHOVER_ANNOTATION
@@ -97,6 +99,11 @@ def summarize(cluster: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now
         })
     backup = st.get("backup") or {}
     archiving = backup.get("archiving") or {}
+    # The primary's own report is live; the status keeps archiving's state as of its last change.
+    primary_pod = by_pod.get(str(st.get("currentPrimary") or ""))
+    report = parse_report(objects.meta(primary_pod).get("annotations")) if primary_pod else None
+    if report is not None and backup:
+        archiving = archiving_summary(report.stats, objects.name(primary_pod))
     requests = {}
     for key, annotation in REQUESTS:
         if objects.annotation(cluster, annotation):

@@ -22,7 +22,7 @@ from pg_operator import objects
 from pg_operator.api.backup import BackupConfiguration
 from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.backup import generations
-from pg_operator.backup.archive_gate import GateState, write_gate_script
+from pg_operator.backup.archive_gate import GateState, gate_line, write_gate_script
 from pg_operator.backup.archive_health import (
     ARCHIVER_QUERY,
     ArchiverStats,
@@ -32,6 +32,7 @@ from pg_operator.backup.archive_health import (
     last_backup_condition,
     parse_archiver_line,
 )
+from pg_operator.backup.archive_report import ArchiveReport, parse_report, settled
 from pg_operator.backup.barman import ObjectStore, backup_list_argv
 from pg_operator.backup.catalog import parse_time
 from pg_operator.backup.failures import Failure, classify
@@ -95,6 +96,10 @@ class ClusterBackupReconciler:
         self._retention_at: dict[ClusterKey, float] = {}
         self._probes: dict[ClusterKey, Probe] = {}
         self._gates: dict[ClusterKey, GateState] = {}  # the last gate written, per cluster
+        # From the primary's report: the last gate write ((pod, gate), monotonic time) and the last time
+        # the store was asked why archiving fails (with its answer).
+        self._gate_writes: dict[ClusterKey, tuple[tuple[str, GateState], float]] = {}
+        self._store_asked: dict[ClusterKey, tuple[float, Failure | None]] = {}
 
     def retention_due(self, key: ClusterKey) -> None:
         """A backup of the cluster completed: retention runs on its next pass."""
@@ -105,6 +110,8 @@ class ClusterBackupReconciler:
         self._probes.pop(key, None)
         self._retention_at.pop(key, None)
         self._gates.pop(key, None)
+        self._gate_writes.pop(key, None)
+        self._store_asked.pop(key, None)
         self.notices.forget(key)
         self.ownership.forget(key)
 
@@ -134,10 +141,18 @@ class ClusterBackupReconciler:
             self.metrics.forget_archive(key)
             return again(None)
         primary = primary_pod(pods, name)
+        report = next((parse_report(objects.meta(p).get("annotations")) for p in pods
+                       if objects.name(p) == primary), None)  # fmt: skip
         store = store_of(body, config)
         verdict, owner_failure = await self._ownership(key, body, config, store)
         gate: GateState | None = None if verdict is None else "archive" if verdict.ours else "discard"
-        stats, store_failure = await self._archiving(key, primary, store, config, gate)
+        if report is not None and primary is not None:
+            stats, store_failure = await self._reported(key, primary, store, config, gate, report)
+        else:  # an instance of an older image, or none published yet: ask the primary itself
+            stats, store_failure = await self._archiving(key, primary, store, config, gate)
+        previous = (objects.status(body).get(BACKUP_STATUS_KEY) or {}).get("archiving")
+        if stats is not None:
+            stats = settled(stats, primary, previous)
         if verdict is not None and not verdict.ours:
             archiving = ArchivingCondition("False", verdict.reason, verdict.message + "." + NOT_ARCHIVED)
         else:
@@ -212,6 +227,57 @@ class ClusterBackupReconciler:
             summary["lastSuccessfulBackupTime"] = objects.status(newest).get("stoppedAt")
         return summary
 
+    async def _reported(
+        self,
+        key: ClusterKey,
+        primary: str,
+        store: ObjectStore,
+        config: BackupConfiguration,
+        gate: GateState | None,
+        report: ArchiveReport,
+    ) -> tuple[ArchiverStats | None, Failure | None]:
+        """Archive health from the primary's own report (no exec while it shows the right gate and
+        archiving works). The gate is written when the report shows another one, at most once per
+        `min_probe_seconds` (the instance republishes within seconds); the store is asked why when
+        archiving fails or nothing was archived yet, at most once per `archive_check_seconds`; retention
+        when due."""
+        namespace, _ = key
+        stats = report.stats
+        clock = time.monotonic()
+        if gate is not None and report.gate != gate_line(gate, store):
+            last = self._gate_writes.get(key)
+            if last is None or last[0] != (primary, gate) or clock - last[1] >= self.min_probe_seconds:
+                self._gate_writes[key] = ((primary, gate), clock)
+                try:
+                    await self.exec.sh(namespace, primary, write_gate_script(gate, store), seconds=30)
+                except ExecError as exc:
+                    log.info("cluster %s/%s: archive gate not written on %s: %s", *key, primary, exc)
+        if stats.last_archived_time is not None:
+            self.metrics.set_last_archived(key, stats.last_archived_time.timestamp())
+        due_retention = self._due_retention(key, config, gate)
+        asked = self._store_asked.get(key)
+        if not (stats.failing or stats.archived_count == 0 or due_retention):
+            self._store_asked.pop(key, None)
+            return stats, None
+        if asked is not None and clock - asked[0] < self.archive_check_seconds and not due_retention:
+            return stats, asked[1]
+        if due_retention:
+            self._retention_at[key] = self.clock().timestamp()
+        listing, store_failure = await self._list_backups(namespace, primary, store)
+        self._store_asked[key] = (clock, store_failure)
+        if listing is not None and due_retention and config.retention is not None:
+            body = self.cache.cluster(key) or {"metadata": {"name": key[1], "namespace": namespace}}
+            if await self.retention.enforce(body, primary, store, config, listing):
+                self._retention_at[key] = self.clock().timestamp()
+        return stats, store_failure
+
+    def _due_retention(self, key: ClusterKey, config: BackupConfiguration, gate: GateState | None) -> bool:
+        return (
+            gate == "archive"
+            and config.retention is not None
+            and (self.clock().timestamp() - self._retention_at.get(key, 0.0) >= self.retention_seconds)
+        )
+
     async def _archiving(
         self,
         key: ClusterKey,
@@ -225,11 +291,7 @@ class ClusterBackupReconciler:
         probe, which also writes the gate. Retention runs only in a prefix the cluster owns."""
         clock = time.monotonic()
         cached = self._probes.get(key)
-        due_retention = (
-            gate == "archive"
-            and config.retention is not None
-            and (self.clock().timestamp() - self._retention_at.get(key, 0.0) >= self.retention_seconds)
-        )
+        due_retention = self._due_retention(key, config, gate)
         if (
             cached is not None
             and cached[0] == primary
