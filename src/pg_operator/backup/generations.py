@@ -278,6 +278,25 @@ def taken_on_primary(backup: Mapping[str, Any]) -> bool:
     return bool(objects.annotation(backup, ANNOTATION))
 
 
+# How long after an in-place major upgrade every base backup runs on the primary. A standby that replayed
+# the upgrade's WAL (written with full_page_writes=off) refuses pg_backup_start until its next
+# restartpoint, which follows the primary's next checkpoint (checkpoint_timeout, 5 min by default;
+# later on a lagging standby).
+PRIMARY_AFTER_UPGRADE: Final = dt.timedelta(minutes=30)
+
+
+def just_upgraded(cluster: Mapping[str, Any] | None, now: dt.datetime) -> bool:
+    """The cluster's newest generation began less than PRIMARY_AFTER_UPGRADE ago."""
+    gens = of_cluster(cluster or {})
+    if len(gens) < 2 or gens[-1].since is None:
+        return False
+    try:
+        since = parse_rfc3339(gens[-1].since)
+    except ValueError:
+        return False
+    return now - since < PRIMARY_AFTER_UPGRADE
+
+
 def backup_gap(
     generations: Sequence[Generation], backups: Sequence[Mapping[str, Any]]
 ) -> tuple[str, str, str] | None:

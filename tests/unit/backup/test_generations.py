@@ -146,3 +146,13 @@ def test_a_new_generations_base_backup_runs_on_the_primary() -> None:
     backup = g.base_backup_object("shop", "orders-db", "u1", new)
     assert g.taken_on_primary(backup)
     assert not g.taken_on_primary({"metadata": {"name": "nightly"}, "spec": {"cluster": "orders-db"}})
+
+
+def test_every_backup_runs_on_the_primary_for_a_while_after_an_upgrade() -> None:
+    gens = [g.Generation("orders-db", "16"), g.Generation("orders-db-pg17", "17", "2026-12-03T07:00:00Z")]
+    body = {"metadata": {"name": "orders-db", "annotations": {g.ANNOTATION: g.dump(gens)}}}
+    at = dt.datetime(2026, 12, 3, 7, 0, tzinfo=dt.UTC)
+    assert g.just_upgraded(body, at + dt.timedelta(minutes=29))
+    assert not g.just_upgraded(body, at + g.PRIMARY_AFTER_UPGRADE)
+    one = {"metadata": {"name": "orders-db", "annotations": {g.ANNOTATION: g.dump(gens[:1])}}}
+    assert not g.just_upgraded(one, at) and not g.just_upgraded(None, at)

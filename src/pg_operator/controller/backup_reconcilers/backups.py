@@ -109,7 +109,8 @@ class BackupReconciler:
         now = rfc3339(self.clock())
         cluster = self.cache.cluster((namespace, cluster_name))
         pods = self.cache.snapshot((namespace, cluster_name)).of_kind("v1", "Pod")
-        placement = choose_instance(pods, cluster_name, prefer_replica=not generations.taken_on_primary(body))
+        on_primary = generations.taken_on_primary(body) or generations.just_upgraded(cluster, self.clock())
+        placement = choose_instance(pods, cluster_name, prefer_replica=not on_primary)
         step = before_start(status, cluster=cluster, placement=placement, now_stamp=now)
         if step.kind == "done":
             return again(None)
