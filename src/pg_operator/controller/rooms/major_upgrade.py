@@ -15,7 +15,7 @@ state kept in the cluster's `db.example.com/major-upgrade` annotation (JSON):
                `initialize` key gets the new system identifier, the replicas' data directories are
                emptied at once (they are re-cloned)
   Starting     the StatefulSet at the new major; the primary's pod recreated first, the replicas' once
-               the new primary's Patroni runs (they do not compete with its start), then Patroni resumed
+               its replacement exists (a head start for the primary's), then Patroni resumed
   ReplicasCatchingUp, Analyzing, Done
 
 Orchestration: `orchestration/major_upgrade.py` (phases, scripts, reasons).
@@ -114,10 +114,9 @@ def with_recovery_server(cluster: PostgresCluster, server: str) -> PostgresClust
     return cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"bootstrap": bootstrap})})
 
 
-def new_patroni_runs(instance: Instance, image: str) -> bool:
-    """The instance's pod runs `image` and its Patroni has published member data (a recreated pod has none
-    until Patroni's first loop)."""
-    return instance.image == image and not instance.container_down and bool(instance.state)
+def replaced(instances: list[Instance], name: str, image: str) -> bool:
+    """Whether the pod `name` has been recreated with `image` (a pod of the new major exists)."""
+    return any(i.name == name and i.image == image and not i.terminating for i in instances)
 
 
 def read_state(body: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -400,12 +399,14 @@ class MajorUpgradeRoom(Room):
             return 0
         image = default_image(state["to"])
         instances = instances_from_pods(p.snapshot.of_kind("v1", "Pod"))
-        # The primary's pod first; the replicas' once the new primary's Patroni runs (it published its
-        # member data), so their starts do not slow the primary's.
-        primary_runs = any(i.name == state.get("primary") and new_patroni_runs(i, image) for i in instances)
+        # The primary's pod first; the replicas' once its replacement exists: the primary's container is
+        # created and started ahead of theirs. (Waiting longer, until its Patroni runs, only delays the
+        # resume, which must wait for every pod of the old image to go.)
+        primary = str(state.get("primary"))
+        primary_replaced = replaced(instances, primary, image)
         writes = 0
         for inst in instances:
-            turn = primary_runs or inst.name == state.get("primary")
+            turn = primary_replaced or inst.name == primary
             if inst.image != image and not inst.terminating and turn:
                 await self.api.delete("v1", "Pod", inst.name, p.namespace)
                 writes += 1
