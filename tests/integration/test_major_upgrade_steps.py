@@ -1,9 +1,10 @@
 """The major upgrade's data-plane steps on real PostgreSQL 16 and 17 servers (the binaries the images
 ship, run on this host as an unprivileged user), exactly as the pods run them: the live
-`pg_upgrade --check` passes on a clean cluster and fails with pg_upgrade's own reason on a reg* column,
-leaving the running server untouched; `pg_upgrade --link` moves the data to the new major (rows kept, a
-new system identifier, a second run changes nothing); and an upgrade broken on purpose after linking
-rolls back so the old major starts on intact data.
+`pg_upgrade --check` passes on a clean cluster (keeping its new cluster, which the upgrade then takes)
+and fails with pg_upgrade's own reason on a reg* column, leaving the running server untouched;
+`pg_upgrade --link` moves the data to the new major (rows kept, a new system identifier, a second run
+changes nothing); and an upgrade broken on purpose after linking rolls back so the old major starts on
+intact data.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ def test_live_check_passes_then_fails_on_a_reg_column_without_touching_the_serve
     ok = run_script(old, mu.check_script(steps))
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "Clusters are compatible" in ok.stdout
+    # The checked new cluster is kept for the upgrade (its initdb then costs no downtime).
+    assert (Path(steps.prepared_pgdata) / "PG_VERSION").read_text().strip() == "17"
 
     old.query("CREATE TABLE lookups (r regproc)")
     old.query("INSERT INTO lookups VALUES ('now')")
@@ -96,7 +99,7 @@ def test_live_check_passes_then_fails_on_a_reg_column_without_touching_the_serve
     old.query("INSERT INTO items VALUES (0, 'after the check')")
     assert old.query("SELECT count(*), current_setting('server_version') FROM items") == [(ROWS + 1, OLD)]
     assert (old.pgdata / "PG_VERSION").read_text().strip() == "16"
-    assert not Path(steps.check_pgdata).exists()
+    assert not Path(steps.check_pgdata).exists() and not Path(steps.prepared_pgdata).exists()
 
 
 def test_upgrade_links_the_data_into_the_new_major_and_is_idempotent(
@@ -121,6 +124,27 @@ def test_upgrade_links_the_data_into_the_new_major_and_is_idempotent(
     try:
         assert new.query("SELECT count(*), current_setting('server_version') FROM items") == [(ROWS, NEW)]
         new.query("INSERT INTO items VALUES (0, 'first write on 17')")
+    finally:
+        new.stop()
+
+
+def test_the_upgrade_takes_the_new_cluster_the_check_prepared(
+    old: Postgres, homes: tuple[Path, Path]
+) -> None:
+    steps = layout(old, homes[1])
+    checked = run_script(old, mu.check_script(steps))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    old.stop()
+    done = run_script(old, mu.upgrade_script(steps, "16", "17"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "new cluster: the one the check prepared" in done.stdout
+    assert not Path(steps.prepared_pgdata).exists()
+    assert (old.pgdata / "PG_VERSION").read_text().strip() == "17"
+    new = server("new", old.pgdata, homes[1], old.user, old.port)
+    new.configure(new.base_parameters())
+    new.start()
+    try:
+        assert new.query("SELECT count(*), current_setting('server_version') FROM items") == [(ROWS, NEW)]
     finally:
         new.stop()
 

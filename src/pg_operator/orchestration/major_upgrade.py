@@ -6,8 +6,8 @@ The upgrade moves a cluster's data from the major it runs (the StatefulSet's `PG
   Checking            `pg_upgrade --check` against the live primary, the new major's binaries staged on the
                       primary's volume beside the running old ones; nothing stops. A failed check ends
                       the attempt (CheckFailed) with pg_upgrade's own reason, the cluster untouched.
-  Upgrading           writes stop (Patroni paused, replicas and then the primary shut down cleanly), a new
-                      data directory is initialised with the new major and `pg_upgrade --link` fills it
+  Upgrading           writes stop (Patroni paused on every member, then every instance shut down cleanly at
+                      once), `pg_upgrade --link` fills the new cluster the check prepared
   Starting            the directories swap and the new major starts on the primary
   ReplicasCatchingUp  replicas are re-cloned from the new primary (a replica's old data directory cannot
                       follow a new system identifier)
@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from pg_operator.api.constants import DATA_MOUNT, PGDATA
 
@@ -80,6 +81,14 @@ def requested(spec_major: str, running_major: str | None) -> UpgradeRequest | No
     return UpgradeRequest(old_major=running_major, new_major=spec_major)
 
 
+def members_paused(members: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether every member's Patroni has taken the pause: an HA loop that sees it writes `pause: true`
+    into the member's data (the pod's `status` annotation) when it starts, and every later loop reads the
+    pause again, so from then on no member starts, restarts or promotes PostgreSQL. `members`: each
+    member's data; an empty list is not paused (nothing said so)."""
+    return bool(members) and all(m.get("pause") is True for m in members)
+
+
 # --- commands ---------------------------------------------------------------------------------------
 
 
@@ -120,6 +129,11 @@ class Layout:
     def check_pgdata(self) -> str:
         return f"{self.work}/pgdata-check"
 
+    @property
+    def prepared_pgdata(self) -> str:
+        """The new cluster a passing check leaves for the upgrade."""
+        return f"{self.work}/pgdata-prepared"
+
     def kept_old(self, old_major: str) -> str:
         return f"{self.work}/pgdata-{old_major}"
 
@@ -151,12 +165,15 @@ _CHECK = r"""
 set -eu
 export LD_LIBRARY_PATH="$NEW_HOME/lib"
 mkdir -p "$WORK"
-rm -rf "$WORK/pgdata-check"
+rm -rf "$WORK/pgdata-check" "$WORK/pgdata-prepared"
 new_cluster "$WORK/pgdata-check"
 cd "$WORK"
 rc=0
 "$NEW_BIN/pg_upgrade" --old-bindir "$OLD_BIN" --new-bindir "$NEW_BIN" --old-datadir "$PGDATA" \
   --new-datadir "$WORK/pgdata-check" --username postgres --socketdir "$WORK" --jobs=2 --check || rc=$?
+# A passing check's new cluster is the one the upgrade uses (checking and then upgrading into the same
+# freshly initialised cluster is pg_upgrade's own procedure): its initdb then costs no downtime.
+if [ "$rc" = 0 ]; then mv "$WORK/pgdata-check" "$WORK/pgdata-prepared" || rc=$?; fi
 rm -rf "$WORK/pgdata-check"
 exit $rc
 """
@@ -188,7 +205,14 @@ if [ "$REQUIRE_ARCHIVED" = 1 ]; then
   [ "$left" = 0 ] || fail "$left WAL segment(s) of PostgreSQL $OLD_MAJOR were not archived when it stopped"
 fi
 mkdir -p "$WORK" && rm -rf "$NEW" || fail "no work directory"
-new_cluster "$NEW" || fail "initdb of the new cluster"
+if [ -f "$WORK/pgdata-prepared/PG_VERSION" ] && [ "$(cat "$WORK/pgdata-prepared/PG_VERSION")" = "$NEW_MAJOR" ]
+then
+  mv "$WORK/pgdata-prepared" "$NEW" || fail "taking the checked new cluster"
+  echo "new cluster: the one the check prepared"
+else
+  rm -rf "$WORK/pgdata-prepared"
+  new_cluster "$NEW" || fail "initdb of the new cluster"
+fi
 cd "$WORK" || fail "no work directory"
 "$NEW_BIN/pg_upgrade" --old-bindir "$OLD_BIN" --new-bindir "$NEW_BIN" --old-datadir "$PGDATA" \
   --new-datadir "$NEW" --username postgres --socketdir "$WORK" --jobs=2 --link || fail "pg_upgrade exited $?"
@@ -205,13 +229,15 @@ sysid
 
 def check_script(layout: Layout) -> str:
     """`pg_upgrade --check` against the running old server (it reads the socket and port from
-    postmaster.pid), into a throwaway new cluster that is removed again; exit status and output are
-    pg_upgrade's. Nothing of the old cluster is changed."""
+    postmaster.pid), into a new cluster initialised for it; exit status and output are pg_upgrade's.
+    A passing check keeps that cluster as `Layout.prepared_pgdata` for the upgrade (so initdb is not
+    part of the write outage); a failing one removes it. Nothing of the old cluster is changed."""
     return _variables(layout) + _INITDB + _CHECK
 
 
 def upgrade_script(layout: Layout, old_major: str, new_major: str, *, require_archived: bool = False) -> str:
-    """The upgrade on the stopped old cluster: a new cluster, `pg_upgrade --link` into it, then the two
+    """The upgrade on the stopped old cluster: a new cluster (the one a passing check prepared, else a
+    fresh initdb), `pg_upgrade --link` into it, then the two
     data directories swap (the old one kept in the work directory). Any failure rolls back: the old
     `global/pg_control` renamed back (pg_upgrade renames it once linking begins), the new cluster
     removed, the old directory back in place — the old major then starts on intact data. Run again after

@@ -124,3 +124,23 @@ def test_archive_current_switches_and_waits_bounded() -> None:
     script = mu.archive_current_script("psql -h /var/run/postgresql -U postgres -AtX", 120)
     assert script.startswith("PSQL='psql -h /var/run/postgresql -U postgres -AtX'\nWAIT=120\n")
     assert "pg_switch_wal()" in script and "pg_stat_archiver" in script and "exit 1" in script
+
+
+def test_members_paused_only_when_every_member_says_so() -> None:
+    assert mu.members_paused([{"state": "running", "pause": True}, {"state": "streaming", "pause": True}])
+    assert not mu.members_paused([{"state": "running", "pause": True}, {"state": "streaming"}])
+    assert not mu.members_paused([{"pause": "true"}])  # Patroni writes a JSON boolean
+    assert not mu.members_paused([])
+
+
+def test_the_upgrade_takes_the_checked_cluster_before_any_initdb() -> None:
+    layout = mu.Layout(old_bin="/old/bin", new_home="/new", work="/w")
+    check, upgrade = mu.check_script(layout), mu.upgrade_script(layout, "16", "17")
+    assert layout.prepared_pgdata == "/w/pgdata-prepared"
+    # Kept only when the check passed; removed before a new check starts.
+    assert 'if [ "$rc" = 0 ]; then mv "$WORK/pgdata-check" "$WORK/pgdata-prepared"' in check
+    assert check.index('rm -rf "$WORK/pgdata-check" "$WORK/pgdata-prepared"') < check.index("--check")
+    # Used only when it holds the new major; otherwise initdb as before; either way before pg_upgrade.
+    taken = upgrade.index('mv "$WORK/pgdata-prepared" "$NEW"')
+    assert upgrade.index('= "$NEW_MAJOR" ]') < taken < upgrade.index('new_cluster "$NEW"')
+    assert upgrade.index('new_cluster "$NEW"') < upgrade.index('"$NEW_BIN/pg_upgrade"')

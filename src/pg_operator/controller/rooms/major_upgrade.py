@@ -9,11 +9,13 @@ state kept in the cluster's `db.example.com/major-upgrade` annotation (JSON):
                image, then the live `pg_upgrade --check` in the primary's container; the cluster serves
   CheckFailed  pg_upgrade's reason in a Warning Event and the reported problem; checked again every
                CHECK_RETRY_SECONDS (the user may fix the cause meanwhile)
-  Upgrading    Patroni paused, PostgreSQL stopped (replicas, then the primary), the upgrade script on the
-               primary; a failure rolls back (the script restored the data) and Patroni resumes on the
-               old major: RolledBack. Success: Patroni's `initialize` key gets the new system identifier,
-               the replicas' data directories are emptied (they are re-cloned)
-  Starting     the StatefulSet at the new major, its pods recreated, Patroni resumed
+  Upgrading    Patroni paused (until every member says it took the pause), PostgreSQL stopped on every
+               instance at once, the upgrade script on the primary; a failure rolls back (the script
+               restored the data) and Patroni resumes on the old major: RolledBack. Success: Patroni's
+               `initialize` key gets the new system identifier, the replicas' data directories are
+               emptied at once (they are re-cloned)
+  Starting     the StatefulSet at the new major; the primary's pod recreated first, the replicas' once
+               its replacement exists (a head start for the primary's), then Patroni resumed
   ReplicasCatchingUp, Analyzing, Done
 
 Orchestration: `orchestration/major_upgrade.py` (phases, scripts, reasons).
@@ -53,7 +55,7 @@ from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.controller.rooms.high_availability import HighAvailabilityRoom, patroni_auth
 from pg_operator.images import BUILT_VERSIONS, default_image
 from pg_operator.orchestration import major_upgrade as mu
-from pg_operator.orchestration.instances import Instance, instances_from_pods
+from pg_operator.orchestration.instances import Instance, instances_from_pods, patroni_state
 from pg_operator.patroni.client import PatroniError, patch_config
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,9 @@ log = logging.getLogger(__name__)
 ANNOTATION = "db.example.com/major-upgrade"
 CHECK_RETRY_SECONDS = 300.0
 POLL_SECONDS = 3.0
+# While writes are stopped every second counts: the passes waiting on the instances poll faster.
+OUTAGE_POLL_SECONDS = 1.0
+PAUSE_POLL_SECONDS = 0.5
 OLD_BIN = "/usr/lib/postgresql/current/bin"
 # Before writes stop, the old major's current WAL segment must be archived within this many seconds.
 ARCHIVE_WAIT_SECONDS = 120
@@ -107,6 +112,11 @@ def with_recovery_server(cluster: PostgresCluster, server: str) -> PostgresClust
         update={"recovery": recovery.model_copy(update={"source": source})}
     )
     return cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"bootstrap": bootstrap})})
+
+
+def replaced(instances: list[Instance], name: str, image: str) -> bool:
+    """Whether the pod `name` has been recreated with `image` (a pod of the new major exists)."""
+    return any(i.name == name and i.image == image and not i.terminating for i in instances)
 
 
 def read_state(body: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -313,11 +323,18 @@ class MajorUpgradeRoom(Room):
                 "MajorUpgradeWritesStopping",
                 f"Patroni paused; stopping PostgreSQL {state['from']} to upgrade it",
             )
-            await asyncio.sleep(p.cluster.spec.patroni.loop_wait + 2)
+        # Members take the pause on their next loop (a config change wakes it at once); one that has not
+        # would restart what stops. Waited for no longer than a whole loop, as before this was polled.
+        if not await self._paused_everywhere(
+            p, instances, float(state["paused"]) + p.cluster.spec.patroni.loop_wait + 2
+        ):
+            p.again_in(PAUSE_POLL_SECONDS)
+            return
         replicas = [i for i in instances if i.name != primary.name]
         stop = f"pg_ctl stop -D {PGDATA} -m fast -w -t 120 || true"
-        for inst in [*replicas, primary]:
-            await self._exec(p, inst.name, stop, 180)
+        # All at once: the replicas are emptied after a successful upgrade (or follow the old primary
+        # again after a rollback), so their order does not matter; the primary's stop starts the outage.
+        await asyncio.gather(*(self._exec(p, inst.name, stop, 180) for inst in [primary, *replicas]))
         state["writesStopped"] = time.time()
         version = BUILT_VERSIONS[state["to"]][0]
         layout = mu.Layout(old_bin=OLD_BIN, new_home=mu.staged_binaries(version))
@@ -342,8 +359,10 @@ class MajorUpgradeRoom(Room):
             p.report(("MajorUpgradeRolledBack", output[-400:]))
             return
         await self._set_initialize(p, sysid)
-        for inst in replicas:  # a replica of the old system identifier cannot follow the new primary
-            await self._exec(p, inst.name, f"find {PGDATA} -mindepth 1 -delete", 600)
+        # A replica of the old system identifier cannot follow the new primary: emptied, all at once.
+        await asyncio.gather(
+            *(self._exec(p, inst.name, f"find {PGDATA} -mindepth 1 -delete", 600) for inst in replicas)
+        )
         state.update(phase="Starting", primary=primary.name)
         annotations: dict[str, str] = {}
         gens: list[generations.Generation] = []
@@ -379,9 +398,16 @@ class MajorUpgradeRoom(Room):
         if state is None or state.get("phase") != "Starting":
             return 0
         image = default_image(state["to"])
+        instances = instances_from_pods(p.snapshot.of_kind("v1", "Pod"))
+        # The primary's pod first; the replicas' once its replacement exists: the primary's container is
+        # created and started ahead of theirs. (Waiting longer, until its Patroni runs, only delays the
+        # resume, which must wait for every pod of the old image to go.)
+        primary = str(state.get("primary"))
+        primary_replaced = replaced(instances, primary, image)
         writes = 0
-        for inst in instances_from_pods(p.snapshot.of_kind("v1", "Pod")):
-            if inst.image != image and not inst.terminating:
+        for inst in instances:
+            turn = primary_replaced or inst.name == primary
+            if inst.image != image and not inst.terminating and turn:
                 await self.api.delete("v1", "Pod", inst.name, p.namespace)
                 writes += 1
         return writes
@@ -391,16 +417,21 @@ class MajorUpgradeRoom(Room):
         image = default_image(state["to"])
         primary = next((i for i in instances if i.name == state.get("primary")), None)
         if primary is None or primary.image != image or primary.container_down or not primary.pod_ip:
-            p.again_in(POLL_SECONDS)
+            p.again_in(OUTAGE_POLL_SECONDS)
             return
         if not state.get("resumed"):
+            # Not while a pod of the old image still runs (settle deletes the replicas' after the
+            # primary's): an old major's Patroni must never act on the emptied or upgraded data.
+            if any(i.image != image and not i.terminating for i in instances):
+                p.again_in(OUTAGE_POLL_SECONDS)
+                return
             if not await self._pause(p, primary, False):
-                p.again_in(POLL_SECONDS)
+                p.again_in(OUTAGE_POLL_SECONDS)
                 return
             state["resumed"] = time.time()
             await self._save(p, state, None, "", "")
         if not (primary.role == ROLE_PRIMARY and primary.ready):
-            p.again_in(POLL_SECONDS)
+            p.again_in(OUTAGE_POLL_SECONDS)
             return
         if p.cluster.spec.backup is not None and not state.get("baseBackup"):
             state["baseBackup"] = await self._base_backup(p)
@@ -501,6 +532,23 @@ class MajorUpgradeRoom(Room):
             patch_type=PatchType.STRATEGIC,
         )
         return None
+
+    async def _paused_everywhere(self, p: ClusterPass, instances: list[Instance], until: float) -> bool:
+        """Poll the members' data (fresh from the API, not the pass's snapshot) until every member took
+        the pause; True then, or once `until` has passed (a member whose Patroni does not run publishes
+        nothing, but cannot start PostgreSQL either). False: ask again on the next pass."""
+        while True:
+            members: list[Mapping[str, Any]] = []
+            for inst in instances:
+                try:
+                    pod = await self.api.get(Pod, inst.name, p.namespace)
+                except ApiError as exc:
+                    log.info("%s/%s: reading %s failed: %s", p.namespace, p.name, inst.name, exc)
+                    return False
+                members.append(patroni_state({"annotations": pod.metadata.annotations or {}}))
+            if mu.members_paused(members) or time.time() >= until:
+                return True
+            await asyncio.sleep(PAUSE_POLL_SECONDS)
 
     async def _exec(self, p: ClusterPass, pod: str, script: str, seconds: float) -> tuple[int, str] | None:
         assert self.pod_exec is not None

@@ -75,3 +75,23 @@ def test_a_restore_reads_the_chosen_generation_of_its_source() -> None:
     section = instance_config(moved).backup
     assert section is not None and section["recovery"]["source"]["serverName"] == "orders-db-pg17"
     assert with_recovery_server(restored, "orders-db") is restored
+
+
+def test_a_replicas_pod_waits_until_the_primarys_is_recreated() -> None:
+    from pg_operator.controller.rooms.major_upgrade import replaced
+    from pg_operator.orchestration.instances import instance_from_pod
+
+    def pod(name: str, image: str, deleting: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-12-03T06:00:00Z"
+        return {"metadata": meta, "spec": {"containers": [{"name": "postgres", "image": image}]}}
+
+    new, old = "localhost/pg-operator/postgres:17.11", "localhost/pg-operator/postgres:16.15"
+    before = [instance_from_pod(pod("orders-db-0", old)), instance_from_pod(pod("orders-db-1", old))]
+    going = [instance_from_pod(pod("orders-db-0", old, deleting=True)), before[1]]
+    after = [instance_from_pod(pod("orders-db-0", new)), before[1]]
+    assert not replaced(before, "orders-db-0", new)
+    assert not replaced(going, "orders-db-0", new)
+    assert replaced(after, "orders-db-0", new)
+    assert not replaced(after, "orders-db-1", new)
