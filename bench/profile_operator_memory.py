@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
+import ctypes
 import gc
 import itertools
 import json
@@ -28,13 +30,19 @@ sys.path.insert(0, str(REPO / "tests"))  # the test harness (it puts the repo ro
 
 from lightkube import Client, KubeConfig  # noqa: E402
 from lightkube.resources.core_v1 import Namespace  # noqa: E402
-from scale.clusters import RoleLabeller, create_clusters, ensure_namespace, ready_clusters  # noqa: E402
+from scale.clusters import (  # noqa: E402
+    RoleLabeller,
+    cluster_names,
+    create_clusters,
+    ensure_namespace,
+    ready_clusters,
+)
 from scale.measure import progress  # noqa: E402
+from scale.volumes import claims_of, delete_volumes, ensure_storage_class, prepare_volumes  # noqa: E402
 
 from harness.kube import ExternalKube  # noqa: E402
 from harness.net import free_port  # noqa: E402
 from harness.operator_process import OPERATOR_NS, install_operator_identity  # noqa: E402
-from harness.pv_provisioner import PvProvisioner  # noqa: E402
 from harness.waiting import wait_until  # noqa: E402
 from pg_operator.controller import cache as observe  # noqa: E402
 from pg_operator.controller.operator import Options, run  # noqa: E402
@@ -130,6 +138,10 @@ def measure(label: str, with_trace: bool) -> dict[str, Any]:
             "/".join(Path(str(s.traceback[0].filename)).parts[-2:]): round(s.size / 2**20, 1)
             for s in stats[:14]
         }
+    # What glibc holds freed but not returned (fragmented heap): RSS once malloc_trim has given it back.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        row["rss_after_malloc_trim_mib"] = round(rss_mib(), 1)
     return row
 
 
@@ -144,6 +156,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     install_operator_identity(kube)
     ns = f"memprof-{time.strftime('%H%M%S')}"
     ensure_namespace(client, ns)
+    ensure_storage_class(client)  # the scale bench's class: claims and volumes made bound (scale/volumes.py)
     opts = Options(
         namespaces=[ns],
         lease_namespace=OPERATOR_NS,
@@ -160,12 +173,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
 
     def cache_ready() -> bool:
-        return any(c.ready for c in of_type("Cache"))
+        # The operator's cache, once its sync gate has opened (leading, every listed object seen).
+        return any(isinstance(c, observe.Cache) and c.gate is not None and c.synced for c in of_type("Cache"))
 
     await asyncio.to_thread(wait_until, "operator cache bound", cache_ready, 120, 0.5)
     for stage in args.stages:
         more = stage - created
         if more > 0:
+            claims = claims_of(cluster_names(more, created), args.replicas)
+            await asyncio.to_thread(prepare_volumes, client, admin, ns, claims, args.replicas, args.timeout)
             progress(f"creating clusters {created}..{stage - 1}")
 
             def make(first: int = created, count: int = more) -> None:
@@ -188,6 +204,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     os.kill(os.getpid(), 15)  # the operator's own signal handler: a clean stop
     await operator
     client.delete(Namespace, ns)
+    await asyncio.to_thread(delete_volumes, admin, ns)
     per = []
     for a, b in itertools.pairwise(rows):
         clusters = int(b["stage"]) - int(a["stage"])
@@ -219,7 +236,7 @@ def main() -> int:
     kubeconfig = os.environ.get("PGOP_TEST_KUBECONFIG") or str(
         Path(os.environ.get("PGOP_STATE", "/var/lib/pg-operator-localkube")) / "admin.kubeconfig"
     )
-    with PvProvisioner(kubeconfig), RoleLabeller(KubeConfig.from_file(kubeconfig)):
+    with RoleLabeller(KubeConfig.from_file(kubeconfig)):
         result = asyncio.run(main_async(args))
     print(json.dumps(result))
     return 0

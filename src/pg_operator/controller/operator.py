@@ -27,7 +27,9 @@ from pg_operator.controller.backup_reconcilers.loops import BackupLoops
 from pg_operator.controller.cache import STORAGE_CLASS_KIND, Cache, WatchedKind, listed_kinds, watched_kinds
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.health import HealthServer, HealthState
+from pg_operator.controller.heap_trim import Trimmer
 from pg_operator.controller.kopf_diffbase import EmptyDiffBase
+from pg_operator.controller.kopf_memories import ForgetfulMemories
 from pg_operator.controller.kube_api import SERVICE_ACCOUNT_DIR, Api, load_config
 from pg_operator.controller.lease import LeaseConfig, LeaseElector, LeaseLost
 from pg_operator.controller.loop import ReconcileLoop
@@ -254,6 +256,7 @@ async def _lead(
             namespaces=opts.namespaces,
             stop_flag=kopf_stop,
             ready_flag=kopf_ready,
+            memories=ForgetfulMemories(),  # kopf_memories.py: no per-object state kept
         ),
         name="kopf",
     )
@@ -280,6 +283,7 @@ async def _lead(
     backup_workers.add_done_callback(_log_backup_workers_end)
     holding = asyncio.create_task(elector.hold(), name="lease")
     stopping = asyncio.create_task(stop.wait(), name="stop")
+    trimming = asyncio.create_task(Trimmer().run(), name="heap-trim")  # heap_trim.py: RSS back after bursts
     done, _ = await asyncio.wait({kopf_task, workers, holding, stopping}, return_when=asyncio.FIRST_COMPLETED)
 
     code = 0
@@ -313,10 +317,11 @@ async def _lead(
     await backups.close()
     holding.cancel()
     stopping.cancel()
+    trimming.cancel()
     kopf_stop.set()
     with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
         await asyncio.wait_for(kopf_task, timeout=10)
-    for task in (syncing, pruning, workers, holding):
+    for task in (syncing, pruning, workers, holding, trimming):
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
     if holding in done:
