@@ -220,7 +220,7 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=120.0, help="seconds counted")
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--lease-duration", type=int, default=15,
-                        help="the operator's lease (longer on a starved machine, where it would exit)")
+                        help="the operator's lease, 2 to 15 s")
     parser.add_argument("--label", default="")
     args = parser.parse_args()
     kubeconfig = os.environ.get("PGOP_TEST_KUBECONFIG") or str(STATE / "admin.kubeconfig")
