@@ -124,6 +124,7 @@ class ArchiveReporter:
                 self._conn.close()
             self._once_per_kind("query", f"pg_stat_archiver unreadable (retrying): {e}")
             return
+        self._logged.discard("query")  # a later failure is logged again
         now = time.monotonic()
         if report is None:
             if self._publishing is not False:
