@@ -261,15 +261,29 @@ class ClusterBackupReconciler:
             return stats, None
         if asked is not None and clock - asked[0] < self.archive_check_seconds and not due_retention:
             return stats, asked[1]
+        store_failure = await self._ask_store(key, primary, store, config, due_retention)
+        self._store_asked[key] = (clock, store_failure)
+        return stats, store_failure
+
+    async def _ask_store(
+        self,
+        key: ClusterKey,
+        primary: str,
+        store: ObjectStore,
+        config: BackupConfiguration,
+        due_retention: bool,
+    ) -> Failure | None:
+        """The store listed from the primary (its failure says why archiving fails), then retention when
+        due (attempted now: a failing store is not listed on every wake-up for it)."""
+        namespace, name = key
         if due_retention:
             self._retention_at[key] = self.clock().timestamp()
         listing, store_failure = await self._list_backups(namespace, primary, store)
-        self._store_asked[key] = (clock, store_failure)
         if listing is not None and due_retention and config.retention is not None:
-            body = self.cache.cluster(key) or {"metadata": {"name": key[1], "namespace": namespace}}
+            body = self.cache.cluster(key) or {"metadata": {"name": name, "namespace": namespace}}
             if await self.retention.enforce(body, primary, store, config, listing):
                 self._retention_at[key] = self.clock().timestamp()
-        return stats, store_failure
+        return store_failure
 
     def _due_retention(self, key: ClusterKey, config: BackupConfiguration, gate: GateState | None) -> bool:
         return (
@@ -326,16 +340,10 @@ class ClusterBackupReconciler:
         if stats is not None and stats.last_archived_time is not None:
             self.metrics.set_last_archived(key, stats.last_archived_time.timestamp())
         store_failure: Failure | None = None
-        if due_retention:  # attempted now; a failing store is not listed on every wake-up for it
-            self._retention_at[key] = self.clock().timestamp()
         # The store is asked too when nothing was archived yet: a broken store is reported before
         # the first segment is even complete.
         if stats is None or stats.failing or stats.archived_count == 0 or due_retention:
-            listing, store_failure = await self._list_backups(namespace, primary, store)
-            if listing is not None and due_retention and config.retention is not None:
-                body = self.cache.cluster(key) or {"metadata": {"name": name, "namespace": namespace}}
-                if await self.retention.enforce(body, primary, store, config, listing):
-                    self._retention_at[key] = self.clock().timestamp()
+            store_failure = await self._ask_store(key, primary, store, config, due_retention)
         return stats, store_failure
 
     async def _archiver_stats(
