@@ -41,10 +41,10 @@ from lightkube.core.exceptions import ApiError  # noqa: E402
 from lightkube.resources.core_v1 import Namespace, Pod  # noqa: E402
 from lightkube.types import PatchType  # noqa: E402
 from scale.clusters import (  # noqa: E402
-    PGC,
     STORAGE_CLASS,
     RoleLabeller,
     cluster_names,
+    clusters_with,
     ensure_namespace,
     ready_clusters,
     wait_all,
@@ -131,16 +131,6 @@ class ReportStandIn:
                 time.sleep(3)
 
 
-def archiving_true(client: Client, ns: str) -> int:
-    count = 0
-    for obj in client.list(PGC, namespace=ns):
-        status = obj.get("status") or {} if isinstance(obj, dict) else (obj.status or {})
-        for cond in status.get("conditions") or ():
-            if cond.get("type") == "ContinuousArchiving" and cond.get("status") == "True":
-                count += 1
-    return count
-
-
 def moto_lines(log: Path) -> int:
     with log.open("rb") as f:
         return sum(1 for line in f if b'HTTP/1.1"' in line)
@@ -170,7 +160,7 @@ def one_mode(mode: str, args: argparse.Namespace, client: Client, admin: KubeCon
             list(pool.map(lambda body: client.create(codecs.from_dict(body)), all_bodies))
         wait_all(f"{mode}: clusters Ready", lambda: ready_clusters(client, ns), n, args.timeout, op)
         if mode == "report":
-            archiving = lambda: archiving_true(client, ns)  # noqa: E731
+            archiving = lambda: clusters_with(client, ns, "ContinuousArchiving")  # noqa: E731
             wait_all("report: ContinuousArchiving True", archiving, n, args.timeout, op)
     finally:
         if stand_in is not None:

@@ -130,14 +130,19 @@ def wait_all(what: str, count: Any, expected: int, timeout: float, op: OperatorP
     raise AssertionError(f"timed out after {timeout} s waiting for {what} ({seen}/{expected})")
 
 
-def ready_clusters(client: Client, ns: str) -> int:
+def clusters_with(client: Client, ns: str, condition: str) -> int:
+    """How many PostgresClusters in `ns` have `condition` True."""
     count = 0
     for obj in client.list(PGC, namespace=ns):
         status = obj.get("status") or {} if isinstance(obj, dict) else (obj.status or {})
         for cond in status.get("conditions") or ():
-            if cond.get("type") == "Ready" and cond.get("status") == "True":
+            if cond.get("type") == condition and cond.get("status") == "True":
                 count += 1
     return count
+
+
+def ready_clusters(client: Client, ns: str) -> int:
+    return clusters_with(client, ns, "Ready")
 
 
 def statefulset_replicas(client: Client, ns: str, name: str) -> int | None:
