@@ -45,6 +45,7 @@ from scale.clusters import (  # noqa: E402
     RoleLabeller,
     cluster_names,
     clusters_with,
+    connect,
     ensure_namespace,
     ready_clusters,
     wait_all,
@@ -52,15 +53,13 @@ from scale.clusters import (  # noqa: E402
 from scale.measure import cpu_seconds, metrics_of, peak_rss_mib, progress  # noqa: E402
 from scale.volumes import claims_of, delete_volumes, ensure_storage_class, prepare_volumes  # noqa: E402
 
-from harness.audit import AUDIT_LOG, Audit  # noqa: E402
-from harness.kube import ExternalKube  # noqa: E402
+from harness.audit import Audit  # noqa: E402
 from harness.objects import cluster, s3_credentials_secret  # noqa: E402
 from harness.operator_process import (  # noqa: E402
     OperatorProcess,
     install_operator_identity,
     operator_kubeconfig,
 )
-from harness.paths import STATE  # noqa: E402
 from harness.s3 import S3Server, s3_server  # noqa: E402
 from harness.waiting import wait_until  # noqa: E402
 from pg_operator.backup.archive_gate import gate_line  # noqa: E402
@@ -213,11 +212,7 @@ def main() -> int:
                         help="the operator's lease, 2 to 15 s")
     parser.add_argument("--label", default="")
     args = parser.parse_args()
-    kubeconfig = os.environ.get("PGOP_TEST_KUBECONFIG") or str(STATE / "admin.kubeconfig")
-    audit = Audit(AUDIT_LOG)
-    kube = ExternalKube(kubeconfig)
-    admin = KubeConfig.from_file(kubeconfig)
-    client = Client(admin, field_manager="bench")
+    audit, kube, admin, client = connect()
     result: dict[str, Any] = {
         "bench": "backup_steady", "clusters": args.clusters, "replicas": args.replicas, "label": args.label,
         "load_average_start": [round(x, 2) for x in os.getloadavg()],

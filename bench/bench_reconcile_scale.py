@@ -45,17 +45,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the test harness (it puts the repo root on sys.path for localkube)
 
-from lightkube import Client, KubeConfig  # noqa: E402
 from lightkube.resources.core_v1 import Namespace  # noqa: E402
-from scale.clusters import RoleLabeller  # noqa: E402
+from scale.clusters import RoleLabeller, connect  # noqa: E402
 from scale.floor import run_floor_half  # noqa: E402
 from scale.operator_half import run_operator_half  # noqa: E402
 from scale.volumes import delete_volumes, ensure_storage_class  # noqa: E402
 
-from harness.audit import AUDIT_LOG, Audit  # noqa: E402
-from harness.kube import ExternalKube  # noqa: E402
 from harness.operator_process import install_operator_identity, operator_kubeconfig  # noqa: E402
-from harness.paths import STATE  # noqa: E402
 
 
 def main() -> int:
@@ -80,11 +76,7 @@ def main() -> int:
     parser.add_argument("--label", default="", help="a name for this run in the JSON line (e.g. a commit)")
     args = parser.parse_args()
 
-    kubeconfig = os.environ.get("PGOP_TEST_KUBECONFIG") or str(STATE / "admin.kubeconfig")
-    audit = Audit(AUDIT_LOG)
-    kube = ExternalKube(kubeconfig)
-    admin = KubeConfig.from_file(kubeconfig)
-    client = Client(admin, field_manager="bench")
+    audit, kube, admin, client = connect()
     stamp = time.strftime("%H%M%S")
     op_ns, floor_ns = f"bench-op-{stamp}", f"bench-floor-{stamp}"
     n, r = args.clusters, args.replicas

@@ -17,8 +17,11 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.types import PatchType
 
+from harness.audit import AUDIT_LOG, Audit
+from harness.kube import ExternalKube
 from harness.objects import CLUSTER_LABEL, cluster
 from harness.operator_process import OperatorProcess
+from harness.paths import STATE
 from scale.measure import progress
 
 PGC = create_namespaced_resource("db.example.com", "v1alpha1", "PostgresCluster", "postgresclusters")
@@ -153,3 +156,11 @@ def statefulset_replicas(client: Client, ns: str, name: str) -> int | None:
     except ApiError:
         return None
     return sts.spec.replicas if sts.spec else None
+
+
+def connect() -> tuple[Audit, ExternalKube, KubeConfig, Client]:
+    """The local cluster a bench measures (PGOP_TEST_KUBECONFIG, else the state directory's admin
+    kubeconfig): the audit log, kubectl, the admin config and a client."""
+    kubeconfig = os.environ.get("PGOP_TEST_KUBECONFIG") or str(STATE / "admin.kubeconfig")
+    admin = KubeConfig.from_file(kubeconfig)
+    return Audit(AUDIT_LOG), ExternalKube(kubeconfig), admin, Client(admin, field_manager="bench")

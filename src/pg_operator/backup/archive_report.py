@@ -57,7 +57,7 @@ class ArchiveReport:
             "failedCount": s.failed_count,
             "lastFailedWAL": s.last_failed_wal,
             "lastFailedTime": _stamp(s.last_failed_time),
-            "pendingWAL": backlog_bucket(s.pending) if s.pending >= 4 else 0,
+            "pendingWAL": backlog_bucket(s.pending),
         }
         return json.dumps({k: v for k, v in doc.items() if v not in ("", None)}, sort_keys=True,
                           separators=(",", ":"))  # fmt: skip
