@@ -15,7 +15,7 @@ from localkube.common import DEFAULT_STATE, ClusterError, Context, node_dirs, wr
 # Debian packages the node needs (cli.py installs them with --install; .ci/run too).
 APT_PACKAGES = [
     "containerd", "runc", "containernetworking-plugins", "iptables", "conntrack", "debootstrap",
-    "socat", "util-linux", "iproute2", "gcc", "libc6-dev", "ipset",
+    "socat", "util-linux", "iproute2", "gcc", "libc6-dev", "ipset", "nftables",
 ]
 # what must exist -> the package that provides it
 _CNI_PKG = "containernetworking-plugins"
@@ -28,6 +28,7 @@ _PREREQ_FILES = {
     "socat": "socat", "nsenter": "util-linux", "unshare": "util-linux", "ip": "iproute2", "gcc": "gcc",
     "/usr/lib/x86_64-linux-gnu/libc.a": "libc6-dev",
     "ipset": "ipset",  # kube-router's NetworkPolicy controller (localkube/netpol.py)
+    "nft": "nftables",  # kube-proxy's nftables mode (PGOP_PROXY_MODE, node.py)
 }
 
 DEFAULT_CGROUP_PARENT = "localkube"

@@ -145,3 +145,10 @@ def clean_iptables() -> None:
                 subprocess.run([cmd, "-w", "-t", table, "-F", chain], capture_output=True)
             for chain in chains:
                 subprocess.run([cmd, "-w", "-t", table, "-X", chain], capture_output=True)
+
+
+def clean_nftables() -> None:
+    """Drop the tables kube-proxy's nftables mode keeps (one per address family)."""
+    if shutil.which("nft"):
+        for family in ("ip", "ip6"):
+            subprocess.run(["nft", "delete", "table", family, "kube-proxy"], capture_output=True)

@@ -41,6 +41,19 @@ PORTS = {10250: "kubelet", 10248: "kubelet healthz", 10249: "kube-proxy metrics"
 
 PAUSE_IMAGE = "localkube.local/pause:1"
 
+# kube-proxy's mode. iptables writes the filter and nat tables in two commits: when a Service goes from
+# no ready endpoint to one (a failover after a crash), a SYN sent between them is neither rejected nor
+# NATed and hangs on its untranslated conntrack entry until the client's connect timeout
+# (bench/results-failover.md, cause 3). nftables applies kube-proxy's whole table in one transaction.
+PROXY_MODES = ("iptables", "nftables")
+
+
+def proxy_mode() -> str:
+    mode = os.environ.get("PGOP_PROXY_MODE", "iptables")
+    if mode not in PROXY_MODES:
+        raise ClusterError(f"PGOP_PROXY_MODE={mode!r}: expected one of {', '.join(PROXY_MODES)}")
+    return mode
+
 
 def _containerd_config(ctx: Context) -> str:
     d = node_dirs(ctx)
@@ -151,11 +164,11 @@ def _kubelet_config(ctx: Context, pki: Pki, node_ip: str) -> dict[str, Any]:
     }
 
 
-def _kube_proxy_config(ctx: Context) -> dict[str, Any]:
+def _kube_proxy_config(ctx: Context, mode: str = "iptables") -> dict[str, Any]:
     return {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
-        "mode": "iptables",
+        "mode": mode,
         "clusterCIDR": POD_CIDR,
         "hostnameOverride": NODE_NAME,
         "clientConnection": {"kubeconfig": str(ctx.kubeconfig("kube-proxy"))},
@@ -163,7 +176,7 @@ def _kube_proxy_config(ctx: Context) -> dict[str, Any]:
         "healthzBindAddress": "127.0.0.1:10256",
         # Leave the host's conntrack table sizes and timeouts alone (0 = do not touch).
         "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
-        "iptables": {"masqueradeAll": False, "syncPeriod": "30s", "minSyncPeriod": "1s"},
+        mode: {"masqueradeAll": False, "syncPeriod": "30s", "minSyncPeriod": "1s"},
         "detectLocalMode": "ClusterCIDR",
         # NodePorts on the node's own address only, not on every address of the host.
         "nodePortAddresses": ["primary"],
@@ -201,7 +214,7 @@ def start(ctx: Context, pki: Pki) -> None:
         f"--root-dir={d['kubelet_root']}", f"--cert-dir={d['kubelet_root']}/pki",
         f"--hostname-override={NODE_NAME}", f"--node-ip={node_ip}", "--v=1",
     ])
-    proxy_conf = write_json(d["config"] / "kube-proxy.yaml", _kube_proxy_config(ctx))
+    proxy_conf = write_json(d["config"] / "kube-proxy.yaml", _kube_proxy_config(ctx, proxy_mode()))
     ctx.spawn("kube-proxy", [ctx.binary("kube-proxy"), f"--config={proxy_conf}", "--v=1"])
 
     def node_ready() -> bool:

@@ -39,6 +39,7 @@ def clean(ctx: Context) -> None:
     network.delete_netns(ours)
     network.delete_links()
     network.clean_iptables()
+    network.clean_nftables()
     netpol.clean_ipsets()  # once no rule refers to them
     _remove_cgroups(ctx)
     d = node_dirs(ctx)
