@@ -119,6 +119,13 @@ def replaced(instances: list[Instance], name: str, image: str) -> bool:
     return any(i.name == name and i.image == image and not i.terminating for i in instances)
 
 
+def outage_start(state: Mapping[str, Any]) -> float | None:
+    """When writes stopped: the stop's request (an upgrade begun by an older operator has only the
+    moment every stop had returned)."""
+    start = state.get("stopRequested", state.get("writesStopped"))
+    return float(start) if start is not None else None
+
+
 def read_state(body: Mapping[str, Any]) -> dict[str, Any] | None:
     raw = objects.annotation(body, ANNOTATION)
     try:
@@ -334,6 +341,9 @@ class MajorUpgradeRoom(Room):
         stop = f"pg_ctl stop -D {PGDATA} -m fast -w -t 120 || true"
         # All at once: the replicas are emptied after a successful upgrade (or follow the old primary
         # again after a rollback), so their order does not matter; the primary's stop starts the outage.
+        # The outage is counted from the stop's request (a fast shutdown's checkpoint is part of it);
+        # `writesStopped`, once every stop returned, is the old generation's end (no commit after it).
+        state.setdefault("stopRequested", time.time())
         await asyncio.gather(*(self._exec(p, inst.name, stop, 180) for inst in [primary, *replicas]))
         state["writesStopped"] = time.time()
         version = BUILT_VERSIONS[state["to"]][0]
@@ -436,7 +446,7 @@ class MajorUpgradeRoom(Room):
         if p.cluster.spec.backup is not None and not state.get("baseBackup"):
             state["baseBackup"] = await self._base_backup(p)
         state.update(phase="ReplicasCatchingUp", writable=time.time())
-        outage = mu.write_outage_seconds(state.get("writesStopped"), state["writable"])
+        outage = mu.write_outage_seconds(outage_start(state), state["writable"])
         await self._save(
             p,
             state,
@@ -474,7 +484,7 @@ class MajorUpgradeRoom(Room):
             p.report(("MajorUpgradeAnalyzeFailed", (res or (1, "not run"))[1][-400:]))
             p.again_in(30)
             return
-        outage = mu.write_outage_seconds(state.get("writesStopped"), state.get("writable"))
+        outage = mu.write_outage_seconds(outage_start(state), state.get("writable"))
         state.update(phase="Done", finished=time.time(), outage=outage)
         await self._save(
             p,

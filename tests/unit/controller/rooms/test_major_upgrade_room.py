@@ -7,7 +7,13 @@ import json
 from typing import Any
 
 from harness.objects import cluster_model
-from pg_operator.controller.rooms.major_upgrade import ANNOTATION, at_major, read_state, running_major
+from pg_operator.controller.rooms.major_upgrade import (
+    ANNOTATION,
+    at_major,
+    outage_start,
+    read_state,
+    running_major,
+)
 from pg_operator.specs.statefulset import statefulset
 
 
@@ -95,3 +101,10 @@ def test_a_replicas_pod_waits_until_the_primarys_is_recreated() -> None:
     assert not replaced(going, "orders-db-0", new)
     assert replaced(after, "orders-db-0", new)
     assert not replaced(after, "orders-db-1", new)
+
+
+def test_the_outage_counts_from_the_stops_request_not_from_its_end() -> None:
+    # A fast shutdown's checkpoint (and the replicas' stops beside it) is part of what writers live through.
+    assert outage_start({"stopRequested": 100.0, "writesStopped": 131.5}) == 100.0
+    assert outage_start({"writesStopped": 131.5}) == 131.5  # begun by an operator that kept only this
+    assert outage_start({}) is None
