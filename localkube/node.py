@@ -164,7 +164,7 @@ def _kubelet_config(ctx: Context, pki: Pki, node_ip: str) -> dict[str, Any]:
     }
 
 
-def _kube_proxy_config(ctx: Context, mode: str = "iptables") -> dict[str, Any]:
+def _kube_proxy_config(ctx: Context, mode: str) -> dict[str, Any]:
     return {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
