@@ -44,12 +44,13 @@ PAUSE_IMAGE = "localkube.local/pause:1"
 # kube-proxy's mode. iptables writes the filter and nat tables in two commits: when a Service goes from
 # no ready endpoint to one (a failover after a crash), a SYN sent between them is neither rejected nor
 # NATed and hangs on its untranslated conntrack entry until the client's connect timeout
-# (bench/results-failover.md, cause 3). nftables applies kube-proxy's whole table in one transaction.
-PROXY_MODES = ("iptables", "nftables")
+# (bench/results-failover.md, cause 3). nftables applies kube-proxy's whole table in one transaction, so
+# it is the default; iptables stays selectable to reproduce what most clusters still run.
+PROXY_MODES = ("nftables", "iptables")
 
 
 def proxy_mode() -> str:
-    mode = os.environ.get("PGOP_PROXY_MODE", "iptables")
+    mode = os.environ.get("PGOP_PROXY_MODE", "nftables")
     if mode not in PROXY_MODES:
         raise ClusterError(f"PGOP_PROXY_MODE={mode!r}: expected one of {', '.join(PROXY_MODES)}")
     return mode

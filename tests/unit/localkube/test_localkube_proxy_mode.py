@@ -1,4 +1,4 @@
-"""kube-proxy's mode: iptables unless PGOP_PROXY_MODE asks for nftables; anything else is refused."""
+"""kube-proxy's mode: nftables unless PGOP_PROXY_MODE asks for iptables; anything else is refused."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from localkube.common import ClusterError, Context
 from localkube.node import _kube_proxy_config, proxy_mode
 
 
-def test_the_mode_defaults_to_iptables_and_follows_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_mode_defaults_to_nftables_and_follows_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PGOP_PROXY_MODE", raising=False)
-    assert proxy_mode() == "iptables"
-    monkeypatch.setenv("PGOP_PROXY_MODE", "nftables")
     assert proxy_mode() == "nftables"
+    monkeypatch.setenv("PGOP_PROXY_MODE", "iptables")
+    assert proxy_mode() == "iptables"
 
 
 def test_an_unknown_mode_is_refused_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
