@@ -98,8 +98,10 @@ class Watch:
         merged: list[tuple[float, str, str]] = list(self.between(start, end))
         for label, w in writers.items():
             merged += [(t, f"writer:{label}", msg) for t, msg in w.timeline if start <= t <= end]
-            merged += [(a, f"writer:{label}", f"OUTAGE {b - a:.2f} s ends") for a, b in w.spans
-                       if start <= a <= end]
+            for a, b in w.spans:  # each span's two ends, each at its own time
+                merged += [(t, f"writer:{label}", msg) for t, msg in (
+                    (a, f"OUTAGE begins (last commit acknowledged before {b - a:.2f} s without one)"),
+                    (b, f"OUTAGE of {b - a:.2f} s ends (a commit acknowledged)")) if start <= t <= end]
         pods = self._pods()
         logs: dict[str, str] = {}
         for pod in pods:

@@ -9,8 +9,10 @@ a PostgreSQL pod running as uid 999 can write its data directory. Released volum
 Delete) are removed with their directory. Growing a claim grows the PV's recorded capacity (a
 directory has no size of its own), which is what an external resizer would do.
 
-It polls once a second: two LIST calls on a single-node cluster cost nothing, and a poll loop has no
-watch to re-establish when the API server restarts.
+Claims and volumes come from two watches (LIST once, then WATCH from its resourceVersion; LIST again
+after any error, an expired version or the API server's restart). The pass over the cached objects runs
+at every change and at least once a second, for what no event announces (a volume the kubelet has just
+unmounted). A LIST of every claim and volume each second cost 87 % of a core at 1000 clusters.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import shutil
 import ssl
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -46,6 +49,72 @@ class Api:
                 return resp.status, json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode(errors="replace")
+
+    def stream(self, path: str, timeout: float) -> Any:
+        req = urllib.request.Request(self.server + path, headers={"Accept": "application/json"})  # noqa: S310
+        return urllib.request.urlopen(req, context=self.tls, timeout=timeout)  # noqa: S310
+
+
+class Watched:
+    """Every object of one collection, kept current by LIST and WATCH in a thread of its own."""
+
+    WATCH_SECONDS = 60  # the server ends each watch after this; the next starts from the last version
+
+    def __init__(self, api: Api, path: str, changed: threading.Event) -> None:
+        self.api, self.path, self.changed = api, path, changed
+        self.items: dict[str, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+        self.listed = threading.Event()
+        self.error = ""
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.items.values())
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name=f"watch {self.path}", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                version = self._list()
+                while version:
+                    version = self._watch(version)
+            except (OSError, ValueError, KeyError, RuntimeError) as e:
+                self.error = f"{self.path}: {e}"
+                time.sleep(1)
+
+    def _list(self) -> str:
+        code, body = self.api.call("GET", self.path)
+        if code != 200:
+            raise RuntimeError(f"HTTP {code}: {body}")
+        with self.lock:
+            self.items = {o["metadata"]["uid"]: o for o in body["items"]}
+        self.error = ""
+        self.listed.set()
+        self.changed.set()
+        return str(body["metadata"]["resourceVersion"])
+
+    def _watch(self, version: str) -> str:
+        """Apply events until the server ends the watch; the version to go on from, "" to LIST again."""
+        query = (f"?watch=1&allowWatchBookmarks=true&timeoutSeconds={self.WATCH_SECONDS}"
+                 f"&resourceVersion={version}")
+        with self.api.stream(self.path + query, self.WATCH_SECONDS + 30) as resp:
+            for line in resp:
+                event = json.loads(line)
+                obj = event["object"]
+                if event["type"] == "ERROR":
+                    return ""  # 410 Gone (the version expired) or another error: LIST again
+                version = obj["metadata"]["resourceVersion"]
+                if event["type"] == "BOOKMARK":
+                    continue
+                with self.lock:
+                    if event["type"] == "DELETED":
+                        self.items.pop(obj["metadata"]["uid"], None)
+                    else:
+                        self.items[obj["metadata"]["uid"]] = obj
+                self.changed.set()
+        return version
 
 
 def log(msg: str) -> None:
@@ -93,17 +162,11 @@ class Provisioner:
     def __init__(self, api: Api, volumes: Path, storage_class: str, name: str) -> None:
         self.api, self.volumes, self.storage_class, self.name = api, volumes, storage_class, name
 
-    def sync(self) -> None:
-        code, pvcs = self.api.call("GET", "/api/v1/persistentvolumeclaims")
-        if code != 200:
-            raise RuntimeError(f"listing claims: HTTP {code}: {pvcs}")
-        code, pvs = self.api.call("GET", "/api/v1/persistentvolumes")
-        if code != 200:
-            raise RuntimeError(f"listing volumes: HTTP {code}: {pvs}")
-        by_name = {pv["metadata"]["name"]: pv for pv in pvs["items"]}
+    def sync(self, pvcs: list[dict[str, Any]], pvs: list[dict[str, Any]]) -> None:
+        by_name = {pv["metadata"]["name"]: pv for pv in pvs}
         # Claims some PV already names (pre-bound by whoever made it): the PV controller binds those.
-        claimed = {(pv["spec"].get("claimRef") or {}).get("uid") for pv in pvs["items"]}
-        for pvc in pvcs["items"]:
+        claimed = {(pv["spec"].get("claimRef") or {}).get("uid") for pv in pvs}
+        for pvc in pvcs:
             if pvc["spec"].get("storageClassName") != self.storage_class:
                 continue
             if not pvc["spec"].get("volumeName"):
@@ -111,7 +174,7 @@ class Provisioner:
                     self.provision(pvc, by_name)
             elif pvc.get("status", {}).get("phase") == "Bound":
                 self.resize(pvc, by_name.get(pvc["spec"]["volumeName"]))
-        for pv in pvs["items"]:
+        for pv in pvs:
             ours = pv["metadata"].get("annotations", {}).get(PROVISIONED_BY) == self.name
             if ours and pv.get("status", {}).get("phase") in ("Released", "Failed"):
                 self.delete(pv)
@@ -179,20 +242,30 @@ def main() -> int:
     a = p.parse_args()
     volumes = a.volumes.resolve()
     prov = Provisioner(Api(a.server, a.state / "pki"), volumes, a.storage_class, a.provisioner)
+    changed = threading.Event()
+    claims = Watched(prov.api, "/api/v1/persistentvolumeclaims", changed)
+    volumes_seen = Watched(prov.api, "/api/v1/persistentvolumes", changed)
+    for watched in (claims, volumes_seen):
+        watched.start()
     ready = a.state / "run" / "provisioner.ready"
-    failing = False
+    reported = ""
     while True:
+        changed.wait(1)
+        time.sleep(0.2)  # one pass for a burst of events, at most five passes a second
+        changed.clear()
+        error = claims.error or volumes_seen.error
+        if error != reported:
+            log(f"watch failed (listing again every second): {error}" if error else "watching again")
+            reported = error
+        if not (claims.listed.is_set() and volumes_seen.listed.is_set()):
+            continue
         try:
-            prov.sync()
-            if not ready.exists():
-                ready.touch()
-                log(f"provisioning class {a.storage_class} into {volumes}")
-            failing = False
-        except (OSError, RuntimeError, ValueError, KeyError) as e:
-            if not failing:
-                log(f"sync failed (retrying every second): {e}")
-            failing = True
-        time.sleep(1)
+            prov.sync(claims.snapshot(), volumes_seen.snapshot())
+        except (OSError, ValueError, KeyError) as e:
+            log(f"sync failed (retrying): {e}")
+        if not ready.exists():
+            ready.touch()
+            log(f"provisioning class {a.storage_class} into {volumes}")
 
 
 if __name__ == "__main__":

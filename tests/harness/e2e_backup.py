@@ -127,6 +127,9 @@ def archived_after_switch(kube: Kube, ns: str, name: str, timeout: float = 120) 
     """Switch WAL on the primary and wait until its pg_stat_archiver shows that segment archived (the
     status keeps archiving's state, not every segment: backup.archive_report)."""
     primary = str(status(kube, ns, name)["currentPrimary"])
+    # A commit record first: on a segment with nothing written since the last switch, pg_switch_wal()
+    # switches nothing and the name read below is the segment archived before.
+    superuser_sql(kube, ns, primary, "SELECT txid_current()")
     segment = superuser_sql(kube, ns, primary, "SELECT pg_walfile_name(pg_current_wal_lsn())")
     superuser_sql(kube, ns, primary, "SELECT pg_switch_wal()")
 

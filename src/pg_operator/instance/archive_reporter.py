@@ -154,7 +154,12 @@ class ArchiveReporter:
     def run_forever(self) -> None:
         while True:
             time.sleep(r.POLL_SECONDS)
-            self.once()
+            try:
+                self.once()
+            except Exception as e:  # whatever it is: a dead thread would leave a stale report for good
+                self._once_per_kind("unexpected", f"reporting failed (retrying): {type(e).__name__}: {e}")
+            else:
+                self._logged.discard("unexpected")
 
 
 def start(*, socket_dir: str, pg_port: int, login_user: str, namespace: str, pod: str) -> threading.Thread:
