@@ -117,6 +117,14 @@ def one_run(kube: Kube, pg17: Path, run: int, scale: int, storage: str) -> dict[
             out[how] = in_place(kube, src)
     for name in (src, dst):
         kube.kubectl("delete", "pgc", name, "-n", NS, "--wait=true", timeout=600)
+        # The operator keeps a deleted cluster's claims (data safety): at 10 GiB two runs' volumes do not
+        # fit beside each other, so the bench removes them and waits until their volumes are gone.
+        kube.kubectl("delete", "pvc", "-n", NS, "-l", f"db.example.com/cluster={name}", "--wait=true",
+                     timeout=600)  # fmt: skip
+    wait_until("the runs' volumes to be removed", lambda: not [
+        pv for pv in get_json(kube, "pv")["items"]
+        if (pv["spec"].get("claimRef") or {}).get("namespace") == NS], 600, 2)  # fmt: skip
+    print(json.dumps(out), file=sys.stderr, flush=True)  # each run as it ends: a long bench keeps its runs
     return out
 
 
