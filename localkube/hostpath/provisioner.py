@@ -80,8 +80,8 @@ class Watched:
                 version = self._list()
                 while version:
                     version = self._watch(version)
-            except (OSError, ValueError, KeyError, RuntimeError) as e:
-                self.error = f"{self.path}: {e}"
+            except Exception as e:  # whatever ends a watch (a cut stream raises http.client's own errors)
+                self.error = f"{self.path}: {type(e).__name__}: {e}"
                 time.sleep(1)
 
     def _list(self) -> str:
