@@ -5,7 +5,8 @@ module's moto store):
   reason, the cluster keeps serving 16 and its pods are the same;
 - with the column gone (and the upgrade's annotation removed to retry at once), the upgrade runs under a
   writer on a persistent connection: every acknowledged row is on the new major (rows lost: 0), the
-  primary serves 17.11, the replica is back, Events name each phase and the write outage;
+  primary serves 17.11, the replica is back on its own data files (it was at the primary's shutdown
+  checkpoint, so it is not re-cloned), Events name each phase and the write outage;
 - backups across it: PostgreSQL 17 archives to a generation of its own (`<name>-pg17`) and gets a base
   backup the operator asks for; the generations file is in the store; a restore to a time before the
   upgrade runs 16 with exactly the rows before that time, a restore to the latest point runs 17 with
@@ -61,6 +62,13 @@ def pod_uids(kube: Kube) -> dict[str, str]:
     return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
 
 
+def inode(kube: Kube, pod: str, relpath: str) -> str:
+    """The inode number of a file under the pod's PGDATA ("" while it does not exist)."""
+    res = kube.kubectl("exec", "-n", NS, pod, "-c", "postgres", "--", "stat", "-c", "%i",
+                       f"/var/lib/postgresql/data/pgdata/{relpath}", check=False)  # fmt: skip
+    return res.stdout.strip() if res.returncode == 0 else ""
+
+
 def server_version(kube: Kube) -> str:
     with connect_app(kube, NS, NAME) as conn:
         return str(conn.execute("show server_version").fetchone()[0])
@@ -98,6 +106,11 @@ def test_the_upgrade_keeps_every_acknowledged_write(cluster: Kube) -> None:
         time.sleep(1.5)
         conn.execute("INSERT INTO items SELECT generate_series(101, 200)")
     HISTORY["target"] = target.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    with connect_app(cluster, NS, NAME) as conn:
+        (items_file,) = conn.execute("SELECT pg_relation_filepath('items')").fetchone()
+    replica = next(i["name"] for i in status(cluster, NS, NAME)["instances"] if i["role"] == "replica")
+    wait_until("the replica to have the table's file", lambda: inode(cluster, replica, items_file), 60, 1)
+    before = inode(cluster, replica, items_file)
     with Writer(cluster, NS, NAME, "upgrade_writes", persistent=True) as writer:
         writer.wait_for_writes(20, 60)
         # Retry at once instead of waiting for the next periodic check.
@@ -113,9 +126,16 @@ def test_the_upgrade_keeps_every_acknowledged_write(cluster: Kube) -> None:
         "acknowledged": len(writer.acked),
         "rows_lost": len(lost),
         "replicas_back_s": round(state["replicasBack"] - state["writable"], 1),
+        "seed_s": state.get("seedSeconds"),
+        "seed_bytes": state.get("seedBytes"),
     }
     print(json.dumps(figures), flush=True)
     assert lost == []
+    # The replica was at the primary's shutdown checkpoint, so it kept its data: the new cluster's data
+    # files are its old ones (the same inode under the same name: pg_upgrade keeps relation file names),
+    # not a re-clone's fresh copies.
+    assert state["replicas"] == {replica: "linked"}, state.get("replicas")
+    assert inode(cluster, replica, items_file) == before
     assert server_version(cluster) == BUILT_VERSIONS["17"][0]
     found = reasons(cluster)
     for reason in ("MajorUpgradeCheckPassed", "MajorUpgradeStarting", "MajorUpgradePrimaryWritable",

@@ -15,13 +15,16 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from harness.binaries import postgresql_binaries
 from harness.local_postgres import RUNTIME, Postgres, as_user, run_user
 from harness.net import free_port
+from harness.waiting import wait_until
 from pg_operator.orchestration import major_upgrade as mu
+from pg_operator.orchestration import major_upgrade_replicas as mur
 
 OLD, NEW = "16.15", "17.11"
 ROWS = 1000
@@ -175,3 +178,145 @@ def test_an_upgrade_broken_after_linking_rolls_back_to_the_old_major(
     assert old.query("SELECT count(*), current_setting('server_version') FROM items") == [(ROWS, OLD)]
     old.query("INSERT INTO items VALUES (0, 'old major writes again')")
     assert sysid(old, homes[0]) == before
+
+
+# --- replicas: pg_upgrade's standby procedure, as the operator runs it between pods ------------------------
+
+
+def psql_of(pg: Postgres) -> str:
+    """The replica stop's $PSQL: the server's own psql over its socket."""
+    return (f"env LD_LIBRARY_PATH={pg.pg_home / 'lib'} {pg.bin('psql')} -h {pg.socket_dir} -p {pg.port} "
+            "-U postgres -d postgres -AtX")  # fmt: skip
+
+
+def start_standby(pg: Postgres, primary_port: int) -> None:
+    (pg.pgdata / "standby.signal").touch()
+    pg.configure({**pg.base_parameters(), "max_wal_senders": "10",
+                  "primary_conninfo": f"host=127.0.0.1 port={primary_port} user=postgres"})  # fmt: skip
+    pg.start(wait_ready=False)
+
+    def streaming() -> bool:
+        if pg.proc is not None and pg.proc.poll() is not None:
+            pytest.fail(f"{pg.name} exited:\n{pg.log.read_text()[-3000:]}")
+        with pg.connect(connect_timeout=2) as conn:
+            row = conn.execute("SELECT pg_is_in_recovery(), (SELECT count(*) FROM pg_stat_wal_receiver "
+                               "WHERE status = 'streaming')").fetchone()  # fmt: skip
+            return row == (True, 1)
+
+    wait_until(f"{pg.name} to stream", streaming, 120, interval=0.2)
+
+
+@pytest.fixture
+def standby(old: Postgres, homes: tuple[Path, Path], work: Path) -> Iterator[Postgres]:
+    """A streaming standby of `old`, cloned with pg_basebackup into its own data directory."""
+    pg = server("standby", work / "standby" / "pgdata", homes[0], old.user, free_port())
+    pg.pgdata.parent.mkdir()
+    os.chown(pg.pgdata.parent, pg.user.pw_uid, pg.user.pw_gid)
+    pg.run([pg.bin("pg_basebackup"), "-D", str(pg.pgdata), "-h", "127.0.0.1", "-p", str(old.port),
+            "-U", "postgres", "-X", "stream", "-c", "fast"])  # fmt: skip
+    start_standby(pg, old.port)
+    yield pg
+    pg.stop()
+
+
+def run_pipe(source: Postgres, source_script: str, sink: Postgres, sink_script: str
+             ) -> tuple[subprocess.CompletedProcess[bytes], subprocess.CompletedProcess[str]]:  # fmt: skip
+    """The seed from the primary's script into the replica's, through a pipe (the operator relays it
+    between the pods' exec streams the same way)."""
+    src = subprocess.Popen(as_user(source.user, ["sh", "-c", source_script]), env={"PATH": "/usr/bin:/bin"},
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/")  # fmt: skip
+    dst = subprocess.run(as_user(sink.user, ["sh", "-c", sink_script]), env={"PATH": "/usr/bin:/bin"},
+                         stdin=src.stdout, capture_output=True, text=True, timeout=600, cwd="/")  # fmt: skip
+    assert src.stdout is not None and src.stderr is not None
+    src.stdout.close()
+    err = src.stderr.read()
+    src.wait(60)
+    return subprocess.CompletedProcess(src.args, src.returncode, b"", err), dst
+
+
+def test_a_caught_up_standby_follows_the_upgrade_on_its_own_files(
+    old: Postgres, standby: Postgres, homes: tuple[Path, Path]
+) -> None:
+    old.query("CREATE UNLOGGED TABLE scratch (n int)")
+    old.query("INSERT INTO scratch SELECT generate_series(1, 100)")
+    old.query("INSERT INTO items VALUES (0, 'last write on 16')")
+    steps = layout(old, homes[1])
+    replica_steps = layout(standby, homes[1])
+    # The primary first, then the standby once it replayed the primary's shutdown checkpoint.
+    stopped = run_script(old, mur.stop_primary_script(steps, "16"))
+    checkpoint = mur.checkpoint_of(stopped.stdout)
+    assert checkpoint is not None and mur.reported(stopped.stdout)["state"] == "shut down", stopped.stdout
+    replica = run_script(standby, mur.stop_replica_script(replica_steps, "16", "17", checkpoint,
+                                                          psql_of(standby), 30))  # fmt: skip
+    assert mur.plan(checkpoint, {"standby": replica.stdout}).seed == ("standby",), replica.stdout
+    assert mur.reported(replica.stdout)["state"] == "shut down in recovery"
+
+    done = run_script(old, mu.upgrade_script(steps, "16", "17"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    src, dst = run_pipe(old, mur.source_script(steps, "16", "17"),
+                        standby, mur.sink_script(replica_steps, "16", "17", checkpoint))  # fmt: skip
+    assert src.returncode == 0, src.stderr
+    assert dst.returncode == 0 and mur.seeded(dst.stdout), dst.stdout + dst.stderr
+    counts = dict(kv.split("=") for kv in mur.reported(dst.stdout)["seeded"].split())
+    # The unlogged table's main and free-space forks exist only on the primary; everything else was linked.
+    assert int(counts["linked"]) > 0 and int(counts["unlogged_skipped"]) >= 1, dst.stdout
+    source = dict(kv.split("=") for kv in mur.reported(src.stderr.decode())["seed source"].split())
+    assert int(source["bytes"]) < 200 * 1024 * 1024
+    # What the operator checks before it trusts a seed: every entry sent arrived, every link was made.
+    sink = SimpleNamespace(exit_status=dst.returncode, stdout=dst.stdout, stderr=dst.stderr)
+    assert mur.seed_failure(0, src.stderr.decode(), sink) is None
+    assert mur.seed_failure(0, src.stderr.decode().replace("entries=", "entries=1"), sink) is not None
+    assert (standby.pgdata / "PG_VERSION").read_text().strip() == "17"
+    assert sysid(standby, homes[1]) == sysid(old, homes[1])
+
+    # As Patroni runs it: the new primary starts read-only on its data, is promoted (a new timeline),
+    # takes writes; the standby then starts on its seeded directory and follows.
+    new = server("new", old.pgdata, homes[1], old.user, old.port)
+    (new.pgdata / "standby.signal").touch()
+    # pg_upgrade's own server ran with max_wal_senders = 10, which pg_control now records (Patroni raises a
+    # standby's settings to those; a bare server must be told).
+    new.configure({**new.base_parameters(), "max_wal_senders": "10"})
+    new.start(wait_ready=False)
+    def accepting() -> bool:
+        if new.proc is not None and new.proc.poll() is not None:
+            pytest.fail(f"the new major exited:\n{new.log.read_text()[-3000:]}")
+        return new.query("SELECT 1") == [(1,)]
+
+    wait_until("the new major to accept connections", accepting, 120, 0.2)
+    new.run([new.bin("pg_ctl"), "promote", "-D", str(new.pgdata), "-w"])
+    new.wait_ready()
+    item_file = new.query("SELECT pg_relation_filepath('items')")[0][0]
+    replica17 = server("standby17", standby.pgdata, homes[1], standby.user, standby.port)
+    try:
+        new.query("INSERT INTO items VALUES (-1, 'first write on 17')")
+        assert os.stat(replica17.pgdata / item_file).st_nlink == 2  # shared with the kept 16 directory
+        start_standby(replica17, new.port)
+        wait_until("the standby to replay the first write on 17",
+                   lambda: replica17.query("SELECT count(*) FROM items") == [(ROWS + 2,)],
+                   60, 0.2)  # fmt: skip
+        assert replica17.query("SELECT note, current_setting('server_version') FROM items WHERE id = -1") == [
+            ("first write on 17", NEW)
+        ]
+        assert replica17.query("SELECT note FROM items WHERE id = 0") == [("last write on 16",)]
+    finally:
+        replica17.stop()
+        new.stop()
+
+
+def test_a_standby_at_another_checkpoint_is_refused_and_keeps_its_data(
+    old: Postgres, standby: Postgres, homes: tuple[Path, Path]
+) -> None:
+    steps = layout(old, homes[1])
+    replica_steps = layout(standby, homes[1])
+    stopped = run_script(old, mur.stop_primary_script(steps, "16"))
+    checkpoint = mur.checkpoint_of(stopped.stdout)
+    assert checkpoint is not None
+    run_script(standby, mur.stop_replica_script(replica_steps, "16", "17", checkpoint, psql_of(standby), 30))
+    done = run_script(old, mu.upgrade_script(steps, "16", "17"))
+    assert done.returncode == 0, done.stderr
+    _, dst = run_pipe(old, mur.source_script(steps, "16", "17"),
+                      standby, mur.sink_script(replica_steps, "16", "17", "0/1"))  # fmt: skip
+    assert dst.returncode == 1 and not mur.seeded(dst.stdout)
+    assert f"checkpoint {checkpoint} is not the primary's 0/1" in dst.stderr, dst.stderr
+    assert (standby.pgdata / "PG_VERSION").read_text().strip() == "16"
+    assert not Path(replica_steps.work, "pgdata-seeded").exists()

@@ -10,8 +10,10 @@ command line is never logged (callers build it from names only; secrets stay in 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,45 @@ def exec_url(
     query = urlencode(streams + [("command", a) for a in argv])
     base = server.rstrip("/").replace("https://", "wss://", 1).replace("http://", "ws://", 1)
     return f"{base}/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/exec?{query}"
+
+
+@dataclass(frozen=True)
+class PipeResult:
+    """What `PodExec.pipe` saw: the source's exit and stderr, each sink's result, the bytes relayed."""
+
+    source: ExecResult
+    sinks: dict[str, ExecResult | ExecError]
+    bytes: int
+
+
+def _frame(msg: aiohttp.WSMessage) -> tuple[int | None, bytes]:
+    """A message's channel and payload; (None, b"") once the stream ended."""
+    if msg.type == aiohttp.WSMsgType.BINARY:
+        data: bytes = msg.data
+    elif msg.type == aiohttp.WSMsgType.TEXT:
+        data = msg.data.encode()
+    else:
+        return None, b""
+    return (data[0], data[1:]) if data else (-1, b"")
+
+
+async def _collect(ws: aiohttp.ClientWebSocketResponse, where: str) -> ExecResult:
+    """A command's output and exit status, read until its stream ends."""
+    out, err = bytearray(), bytearray()
+    status: dict[str, Any] | None = None
+    async for msg in ws:
+        channel, payload = _frame(msg)
+        if channel is None:
+            break
+        if channel == STDOUT and len(out) < MAX_CAPTURE:
+            out += payload
+        elif channel == STDERR and len(err) < MAX_CAPTURE:
+            err += payload
+        elif channel == STATUS and payload:
+            status = json.loads(payload)
+    if status is None:
+        raise ExecError(f"exec in {where} ended without an exit status")
+    return ExecResult(exit_status_of(status), out.decode(errors="replace"), err.decode(errors="replace"))
 
 
 class PodExec:
@@ -158,6 +199,101 @@ class PodExec:
         if status is None:
             raise ExecError(f"exec in {namespace}/{pod} ended without an exit status")
         return ExecResult(exit_status_of(status), out.decode(errors="replace"), err.decode(errors="replace"))
+
+    async def pipe(
+        self,
+        namespace: str,
+        source: tuple[str, list[str]],
+        sinks: Sequence[tuple[str, list[str]]],
+        *,
+        container: str = "postgres",
+        seconds: float = 600,
+    ) -> PipeResult:
+        """Run source's argv in its pod and every sink's in theirs, the source's stdout streamed into each
+        sink's stdin as it arrives (one message held at a time, so the size of what flows does not matter),
+        each sink's stdin closed once the source ended. A sink that fails to start or dies mid-stream is
+        reported in `sinks` as an ExecError and the others go on; the source failing to start raises."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        server = self._config.cluster.server
+        open_sinks: dict[str, aiohttp.ClientWebSocketResponse] = {}
+        results: dict[str, ExecResult | ExecError] = {}
+        readers: dict[str, asyncio.Task[ExecResult]] = {}
+        sent = 0
+        try:
+            async with asyncio.timeout(seconds):
+                for pod, argv in sinks:
+                    try:
+                        url = exec_url(server, namespace, pod, container, argv, stdin=True)
+                        ws = await self._connect(url)
+                    except ExecError as exc:
+                        results[pod] = exc
+                        continue
+                    if ws.protocol != PROTOCOLS[0]:
+                        await ws.close()
+                        results[pod] = ExecError(f"exec in {namespace}/{pod}: the server cannot close stdin")
+                        continue
+                    open_sinks[pod] = ws
+                    readers[pod] = asyncio.create_task(_collect(ws, f"{namespace}/{pod}"))
+                src = await self._connect(exec_url(server, namespace, source[0], container, source[1]))
+                err = bytearray()
+                status: dict[str, Any] | None = None
+                async with src:
+                    async for msg in src:
+                        channel, payload = _frame(msg)
+                        if channel is None:
+                            break
+                        if channel == STDOUT and payload:
+                            sent += len(payload)
+                            for pod in list(open_sinks):
+                                if readers[pod].done():
+                                    open_sinks.pop(pod)  # it ended early; what it said is its result
+                                    continue
+                                try:
+                                    await open_sinks[pod].send_bytes(bytes([STDIN]) + payload)
+                                except (aiohttp.ClientError, OSError, ConnectionError) as exc:
+                                    results[pod] = ExecError(f"exec in {namespace}/{pod}: stdin broke: {exc}")
+                                    open_sinks.pop(pod)
+                        elif channel == STDERR and len(err) < MAX_CAPTURE:
+                            err += payload
+                        elif channel == STATUS and payload:
+                            status = json.loads(payload)
+                for ws in open_sinks.values():
+                    with contextlib.suppress(aiohttp.ClientError, OSError, ConnectionError):
+                        await ws.send_bytes(bytes([CLOSE, STDIN]))
+                for pod, task in readers.items():
+                    if pod in results:
+                        task.cancel()
+                        continue
+                    try:
+                        results[pod] = await task
+                    except ExecError as exc:
+                        results[pod] = exc
+        except TimeoutError:
+            why = f"streaming from {namespace}/{source[0]} took longer than {seconds:.0f} s"
+            raise ExecError(why) from None
+        finally:
+            for task in readers.values():
+                task.cancel()
+            for ws in open_sinks.values():
+                await ws.close()
+        if status is None:
+            raise ExecError(f"exec in {namespace}/{source[0]} ended without an exit status")
+        src_result = ExecResult(exit_status_of(status), "", err.decode(errors="replace"))
+        return PipeResult(src_result, results, sent)
+
+    async def _connect(self, url: str) -> aiohttp.ClientWebSocketResponse:
+        assert self._session is not None
+        if self._metrics is not None:
+            self._metrics.api_requests.labels(verb="exec").inc()
+        try:
+            return await self._session.ws_connect(
+                url, protocols=PROTOCOLS, headers=self._headers(), ssl=self._ssl or True, max_msg_size=0
+            )
+        except aiohttp.WSServerHandshakeError as exc:
+            raise ExecError(f"exec refused: HTTP {exc.status} {exc.message}") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ExecError(f"exec failed: {type(exc).__name__}: {exc}") from None
 
     async def sh(self, namespace: str, pod: str, script: str, *, seconds: float = 60) -> ExecResult:
         return await self.run(namespace, pod, ["sh", "-c", script], seconds=seconds)

@@ -6,11 +6,13 @@ The upgrade moves a cluster's data from the major it runs (the StatefulSet's `PG
   Checking            `pg_upgrade --check` against the live primary, the new major's binaries staged on the
                       primary's volume beside the running old ones; nothing stops. A failed check ends
                       the attempt (CheckFailed) with pg_upgrade's own reason, the cluster untouched.
-  Upgrading           writes stop (Patroni paused on every member, then every instance shut down cleanly at
-                      once), `pg_upgrade --link` fills the new cluster the check prepared
+  Upgrading           writes stop (Patroni paused on every member, the primary shut down cleanly, each
+                      replica once it replayed that shutdown), `pg_upgrade --link` fills the new cluster the
+                      check prepared; replicas at the primary's checkpoint get the new cluster's unlinked
+                      files and hard links to their own data (major_upgrade_replicas), the others are
+                      emptied to be re-cloned
   Starting            the directories swap and the new major starts on the primary
-  ReplicasCatchingUp  replicas are re-cloned from the new primary (a replica's old data directory cannot
-                      follow a new system identifier)
+  ReplicasCatchingUp  replicas start on the new major and follow the new primary
   Analyzing           statistics: pg 18 carries them over (only what is missing is analysed), older
                       majors are analysed in stages so plans recover quickly
   Done
@@ -205,6 +207,10 @@ if [ "$REQUIRE_ARCHIVED" = 1 ]; then
   [ "$left" = 0 ] || fail "$left WAL segment(s) of PostgreSQL $OLD_MAJOR were not archived when it stopped"
 fi
 mkdir -p "$WORK" && rm -rf "$NEW" || fail "no work directory"
+# The old cluster's last checkpoint, which each replica's must equal to keep its data (a retried stop reads
+# it here once pg_upgrade has renamed the old pg_control).
+"$OLD_BIN/pg_controldata" "$PGDATA" | sed -n 's/^Latest checkpoint location: *//p' >"$WORK/old-checkpoint" \
+  || fail "reading the old cluster's checkpoint"
 if [ -f "$WORK/pgdata-prepared/PG_VERSION" ] && [ "$(cat "$WORK/pgdata-prepared/PG_VERSION")" = "$NEW_MAJOR" ]
 then
   mv "$WORK/pgdata-prepared" "$NEW" || fail "taking the checked new cluster"

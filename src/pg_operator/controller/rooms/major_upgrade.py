@@ -9,16 +9,18 @@ state kept in the cluster's `db.example.com/major-upgrade` annotation (JSON):
                image, then the live `pg_upgrade --check` in the primary's container; the cluster serves
   CheckFailed  pg_upgrade's reason in a Warning Event and the reported problem; checked again every
                CHECK_RETRY_SECONDS (the user may fix the cause meanwhile)
-  Upgrading    Patroni paused (until every member says it took the pause), PostgreSQL stopped on every
-               instance at once, the upgrade script on the primary; a failure rolls back (the script
-               restored the data) and Patroni resumes on the old major: RolledBack. Success: Patroni's
-               `initialize` key gets the new system identifier, the replicas' data directories are
-               emptied at once (they are re-cloned)
+  Upgrading    Patroni paused (until every member says it took the pause), the primary stopped, then each
+               replica once it replayed the primary's shutdown checkpoint while the upgrade script runs on
+               the primary; a failure rolls back (the script restored the data) and Patroni resumes on the
+               old major: RolledBack. Success: Patroni's `initialize` key gets the new system identifier;
+               each replica at the primary's checkpoint gets the new cluster streamed from the primary and
+               hard-linked to its own data files, the others are emptied (re-cloned)
   Starting     the StatefulSet at the new major; the primary's pod recreated first, the replicas' once
                its replacement exists (a head start for the primary's), then Patroni resumed
   ReplicasCatchingUp, Analyzing, Done
 
-Orchestration: `orchestration/major_upgrade.py` (phases, scripts, reasons).
+Orchestration: `orchestration/major_upgrade.py` (phases, scripts, reasons) and
+`orchestration/major_upgrade_replicas.py` (which replicas keep their data, and the seed's scripts).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.controller.rooms.high_availability import HighAvailabilityRoom, patroni_auth
 from pg_operator.images import BUILT_VERSIONS, default_image
 from pg_operator.orchestration import major_upgrade as mu
+from pg_operator.orchestration import major_upgrade_replicas as mur
 from pg_operator.orchestration.instances import Instance, instances_from_pods, patroni_state
 from pg_operator.patroni.client import PatroniError, patch_config
 
@@ -69,6 +72,11 @@ PAUSE_POLL_SECONDS = 0.5
 OLD_BIN = "/usr/lib/postgresql/current/bin"
 # Before writes stop, the old major's current WAL segment must be archived within this many seconds.
 ARCHIVE_WAIT_SECONDS = 120
+# How long a replica may take to replay the primary's shutdown checkpoint before it is stopped anyway (and
+# re-cloned): the primary's upgrade runs meanwhile, so a caught-up replica costs no outage.
+REPLICA_CATCH_UP_SECONDS = 10
+# How long streaming the new cluster's unlinked files (catalogs, pg_xact, WAL) to the replicas may take.
+SEED_SECONDS = 600
 
 
 def running_major(statefulset: Mapping[str, Any] | None) -> str | None:
@@ -338,19 +346,25 @@ class MajorUpgradeRoom(Room):
             p.again_in(PAUSE_POLL_SECONDS)
             return
         replicas = [i for i in instances if i.name != primary.name]
-        stop = f"pg_ctl stop -D {PGDATA} -m fast -w -t 120 || true"
-        # All at once: the replicas are emptied after a successful upgrade (or follow the old primary
-        # again after a rollback), so their order does not matter; the primary's stop starts the outage.
-        # The outage is counted from the stop's request (a fast shutdown's checkpoint is part of it);
-        # `writesStopped`, once every stop returned, is the old generation's end (no commit after it).
-        state.setdefault("stopRequested", time.time())
-        await asyncio.gather(*(self._exec(p, inst.name, stop, 180) for inst in [primary, *replicas]))
-        state["writesStopped"] = time.time()
         version = BUILT_VERSIONS[state["to"]][0]
         layout = mu.Layout(old_bin=OLD_BIN, new_home=mu.staged_binaries(version))
+        # The primary first: its shutdown checkpoint is the old major's last record. Each replica stops once
+        # it has replayed it (a replica at that checkpoint holds the same data and keeps it), while the
+        # primary upgrades. The outage is counted from the stop's request (the shutdown checkpoint is part
+        # of it); `writesStopped`, once the primary's stop returned, is the old generation's end.
+        state.setdefault("stopRequested", time.time())
+        stopped = await self._exec(p, primary.name, mur.stop_primary_script(layout, state["from"]), 180)
+        state["writesStopped"] = time.time()
+        checkpoint = mur.checkpoint_of(stopped[1]) if stopped is not None else None
+        state["checkpoint"] = checkpoint
         script = mu.upgrade_script(layout, state["from"], state["to"],
                                    require_archived=p.cluster.spec.backup is not None)  # fmt: skip
-        res = await self._exec(p, primary.name, script, 3600)
+        replica_stop = mur.stop_replica_script(layout, state["from"], state["to"], checkpoint, " ".join(PSQL),
+                                               REPLICA_CATCH_UP_SECONDS)  # fmt: skip
+        res, *replica_stops = await asyncio.gather(
+            self._exec(p, primary.name, script, 3600),
+            *(self._exec(p, inst.name, replica_stop, REPLICA_CATCH_UP_SECONDS + 150) for inst in replicas),
+        )
         code, output = res if res is not None else (1, "the upgrade could not be run")
         sysid = next(
             (ln.split(": ", 1)[1] for ln in output.splitlines() if ln.startswith("system identifier: ")), None
@@ -369,10 +383,15 @@ class MajorUpgradeRoom(Room):
             p.report(("MajorUpgradeRolledBack", output[-400:]))
             return
         await self._set_initialize(p, sysid)
-        # A replica of the old system identifier cannot follow the new primary: emptied, all at once.
+        outputs = {inst.name: (out[1] if out is not None else None)
+                   for inst, out in zip(replicas, replica_stops, strict=True)}  # fmt: skip
+        linked, recloned = await self._seed_replicas(p, primary, layout, state, mur.plan(checkpoint, outputs))
+        # A replica not seeded cannot follow the new system identifier: emptied (re-cloned), all at once.
         await asyncio.gather(
-            *(self._exec(p, inst.name, f"find {PGDATA} -mindepth 1 -delete", 600) for inst in replicas)
+            *(self._exec(p, name, f"find {PGDATA} -mindepth 1 -delete", 600) for name in recloned)
         )
+        state["replicas"] = {**{name: "linked" for name in linked},
+                             **{name: f"re-cloned: {why}" for name, why in recloned.items()}}  # fmt: skip
         state.update(phase="Starting", primary=primary.name)
         annotations: dict[str, str] = {}
         gens: list[generations.Generation] = []
@@ -387,7 +406,8 @@ class MajorUpgradeRoom(Room):
             state,
             "Normal",
             "MajorUpgradeStarting",
-            f"data upgraded to PostgreSQL {state['to']} on {primary.name}; starting it",
+            f"data upgraded to PostgreSQL {state['to']} on {primary.name}; starting it; replicas: "
+            f"{mur.summary(linked, recloned)}",
             annotations=annotations,
         )
         if gens and p.cluster.spec.backup is not None:
@@ -453,7 +473,7 @@ class MajorUpgradeRoom(Room):
             "Normal",
             "MajorUpgradePrimaryWritable",
             f"{primary.name} takes writes on PostgreSQL {state['to']} (writes stopped for "
-            f"{outage} s); replicas are being re-cloned",
+            f"{outage} s); replicas are catching up",
         )
 
     async def _replicascatchingup(self, p: ClusterPass, state: dict[str, Any]) -> None:
@@ -484,6 +504,11 @@ class MajorUpgradeRoom(Room):
             p.report(("MajorUpgradeAnalyzeFailed", (res or (1, "not run"))[1][-400:]))
             p.again_in(30)
             return
+        # A seeded replica kept its old data directory in its own work directory (its data files are shared
+        # with the new one; only the old catalogs are freed). A failure leaves files, not a wrong cluster.
+        pods = instances_from_pods(p.snapshot.of_kind("v1", "Pod"))
+        others = [i.name for i in pods if i.name != primary.name]
+        await asyncio.gather(*(self._exec(p, name, f"rm -rf {mu.WORK_DIR}", 600) for name in others))
         outage = mu.write_outage_seconds(outage_start(state), state.get("writable"))
         state.update(phase="Done", finished=time.time(), outage=outage)
         await self._save(
@@ -542,6 +567,46 @@ class MajorUpgradeRoom(Room):
             patch_type=PatchType.STRATEGIC,
         )
         return None
+
+    async def _seed_replicas(
+        self,
+        p: ClusterPass,
+        primary: Instance,
+        layout: mu.Layout,
+        state: dict[str, Any],
+        plan: mur.ReplicaPlan,
+    ) -> tuple[list[str], dict[str, str]]:
+        """Give each replica the plan allows the new cluster: the primary's unlinked files streamed into it,
+        its own old files hard-linked. Returns the replicas seeded and, with why, those to re-clone."""
+        recloned = dict(plan.reclone)
+        if not plan.seed:
+            return [], recloned
+        assert self.pod_exec is not None
+        source = (primary.name, ["/bin/sh", "-c", mur.source_script(layout, state["from"], state["to"])])
+        checkpoint = str(state.get("checkpoint") or "")
+        sink = ["/bin/sh", "-c", mur.sink_script(layout, state["from"], state["to"], checkpoint)]
+        started = time.monotonic()
+        try:
+            piped = await self.pod_exec.pipe(p.namespace, source, [(name, sink) for name in plan.seed],
+                                             seconds=SEED_SECONDS)  # fmt: skip
+        except ExecError as exc:
+            log.info("%s/%s: streaming the new cluster from %s failed: %s",
+                     p.namespace, p.name, primary.name, exc)  # fmt: skip
+            unstreamed = dict.fromkeys(plan.seed, "the primary's new cluster could not be streamed")
+            return [], {**recloned, **unstreamed}
+        linked: list[str] = []
+        for name in plan.seed:
+            result = piped.sinks.get(name)
+            failure = mur.seed_failure(piped.source.exit_status, piped.source.stderr, result)
+            if failure is None:
+                linked.append(name)
+            else:
+                recloned[name] = failure
+        log.info("%s/%s: seeded %s from %s (%d bytes in %.1f s); re-cloning %s", p.namespace, p.name, linked,
+                 primary.name, piped.bytes, time.monotonic() - started, sorted(recloned))  # fmt: skip
+        state["seedSeconds"] = round(time.monotonic() - started, 3)
+        state["seedBytes"] = piped.bytes
+        return linked, recloned
 
     async def _paused_everywhere(self, p: ClusterPass, instances: list[Instance], until: float) -> bool:
         """Poll the members' data (fresh from the API, not the pass's snapshot) until every member took
