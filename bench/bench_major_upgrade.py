@@ -84,7 +84,8 @@ def in_place(kube: Kube, name: str) -> dict[str, Any]:
     return {"write_outage_s": round(writer.longest_outage, 2), "operator_outage_s": done.get("outage"),
             "replicas_back_s": round(done["replicasBack"] - done["writable"], 1),
             "total_s": round(done["finished"] - done["started"], 1), "rows_lost": len(writer.missing()),
-            "acknowledged": len(writer.acked)}  # fmt: skip
+            "acknowledged": len(writer.acked), "replicas": done.get("replicas"),
+            "seed_s": done.get("seedSeconds"), "seed_bytes": done.get("seedBytes")}  # fmt: skip
 
 
 def dump_restore(kube: Kube, pg17: Path, source: str, target: str) -> dict[str, Any]:

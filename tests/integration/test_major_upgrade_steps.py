@@ -320,3 +320,15 @@ def test_a_standby_at_another_checkpoint_is_refused_and_keeps_its_data(
     assert f"checkpoint {checkpoint} is not the primary's 0/1" in dst.stderr, dst.stderr
     assert (standby.pgdata / "PG_VERSION").read_text().strip() == "16"
     assert not Path(replica_steps.work, "pgdata-seeded").exists()
+    # A stream cut short (the primary's pod gone mid-way) is refused too, the old data kept.
+    source = mur.source_script(steps, "16", "17")
+    src = subprocess.run(as_user(old.user, ["sh", "-c", source]), env={"PATH": "/usr/bin:/bin"},
+                         capture_output=True, timeout=600, cwd="/")  # fmt: skip
+    assert src.returncode == 0 and len(src.stdout) > 200_000, src.stderr
+    sink = mur.sink_script(replica_steps, "16", "17", checkpoint)
+    cut = subprocess.run(as_user(standby.user, ["sh", "-c", sink]),
+                         env={"PATH": "/usr/bin:/bin"}, input=src.stdout[: len(src.stdout) // 2],
+                         capture_output=True, timeout=600, cwd="/")  # fmt: skip
+    assert cut.returncode == 1 and b"the stream from the primary broke off" in cut.stderr, cut.stderr
+    assert (standby.pgdata / "PG_VERSION").read_text().strip() == "16"
+    assert not Path(replica_steps.work, "pgdata-seeded").exists()
