@@ -127,6 +127,15 @@ def replaced(instances: list[Instance], name: str, image: str) -> bool:
     return any(i.name == name and i.image == image and not i.terminating for i in instances)
 
 
+def new_primary(instances: list[Instance], image: str) -> Instance | None:
+    """The instance that leads on the new major once Patroni resumed. Not necessarily the upgraded
+    primary: the leader key lapsed while the pods were recreated, and Patroni's race may go to a seeded
+    replica, which holds the very same data (the primary's shutdown checkpoint, the same new cluster).
+    An emptied replica cannot win it (it has nothing to start), nor can a pod of the old image."""
+    leaders = (i for i in instances if i.image == image and i.role == ROLE_PRIMARY and i.ready)
+    return next((i for i in leaders if not i.terminating), None)
+
+
 def outage_start(state: Mapping[str, Any]) -> float | None:
     """When writes stopped: the stop's request (an upgrade begun by an older operator has only the
     moment every stop had returned)."""
@@ -460,9 +469,11 @@ class MajorUpgradeRoom(Room):
                 return
             state["resumed"] = time.time()
             await self._save(p, state, None, "", "")
-        if not (primary.role == ROLE_PRIMARY and primary.ready):
+        leader = new_primary(instances, image)
+        if leader is None:
             p.again_in(OUTAGE_POLL_SECONDS)
             return
+        state["primary"] = leader.name
         if p.cluster.spec.backup is not None and not state.get("baseBackup"):
             state["baseBackup"] = await self._base_backup(p)
         state.update(phase="ReplicasCatchingUp", writable=time.time())
@@ -472,7 +483,7 @@ class MajorUpgradeRoom(Room):
             state,
             "Normal",
             "MajorUpgradePrimaryWritable",
-            f"{primary.name} takes writes on PostgreSQL {state['to']} (writes stopped for "
+            f"{leader.name} takes writes on PostgreSQL {state['to']} (writes stopped for "
             f"{outage} s); replicas are catching up",
         )
 

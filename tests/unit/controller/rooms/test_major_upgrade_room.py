@@ -108,3 +108,23 @@ def test_the_outage_counts_from_the_stops_request_not_from_its_end() -> None:
     assert outage_start({"stopRequested": 100.0, "writesStopped": 131.5}) == 100.0
     assert outage_start({"writesStopped": 131.5}) == 131.5  # begun by an operator that kept only this
     assert outage_start({}) is None
+
+
+def test_the_new_primary_is_whichever_instance_of_the_new_image_leads() -> None:
+    from pg_operator.controller.rooms.major_upgrade import new_primary
+    from pg_operator.orchestration.instances import instance_from_pod
+
+    def pod(name: str, image: str, role: str, ready: bool = True) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": {"role": role}},
+                "spec": {"containers": [{"name": "postgres", "image": image}]},
+                "status": {"conditions": [{"type": "Ready", "status": str(ready)}]}}  # fmt: skip
+
+    new, old = "localhost/pg-operator/postgres:17.11", "localhost/pg-operator/postgres:16.15"
+    # Patroni's race after the resume went to a seeded replica (the same data as the upgraded primary).
+    raced = [instance_from_pod(pod("db-2", new, "replica")), instance_from_pod(pod("db-1", new, "primary"))]
+    leader = new_primary(raced, new)
+    assert leader is not None and leader.name == "db-1"
+    # Not yet: nobody leads, the leader is not ready, or only a pod of the old image says primary.
+    assert new_primary([instance_from_pod(pod("db-2", new, "replica"))], new) is None
+    assert new_primary([instance_from_pod(pod("db-2", new, "primary", ready=False))], new) is None
+    assert new_primary([instance_from_pod(pod("db-2", old, "primary"))], new) is None
