@@ -160,8 +160,6 @@ class PodExec:
         if self._metrics is not None:
             self._metrics.api_requests.labels(verb="exec").inc()
         url = exec_url(self._config.cluster.server, namespace, pod, container, argv, stdin=stdin is not None)
-        out, err = bytearray(), bytearray()
-        status: dict[str, Any] | None = None
         try:
             async with asyncio.timeout(seconds):
                 async with self._session.ws_connect(
@@ -174,31 +172,13 @@ class PodExec:
                         for at in range(0, len(stdin), STDIN_CHUNK):
                             await ws.send_bytes(bytes([STDIN]) + stdin[at:at + STDIN_CHUNK])
                         await ws.send_bytes(bytes([CLOSE, STDIN]))
-                    async for msg in ws:
-                        if msg.type == aiohttp.WSMsgType.BINARY:
-                            data: bytes = msg.data
-                        elif msg.type == aiohttp.WSMsgType.TEXT:
-                            data = msg.data.encode()
-                        else:
-                            break
-                        if not data:
-                            continue
-                        channel, payload = data[0], data[1:]
-                        if channel == STDOUT and len(out) < MAX_CAPTURE:
-                            out += payload
-                        elif channel == STDERR and len(err) < MAX_CAPTURE:
-                            err += payload
-                        elif channel == STATUS and payload:
-                            status = json.loads(payload)
+                    return await _collect(ws, f"{namespace}/{pod}")
         except aiohttp.WSServerHandshakeError as exc:
             raise ExecError(f"exec in {namespace}/{pod} refused: HTTP {exc.status} {exc.message}") from None
         except (aiohttp.ClientError, OSError) as exc:
             raise ExecError(f"exec in {namespace}/{pod} failed: {type(exc).__name__}: {exc}") from None
         except TimeoutError:
             raise ExecError(f"exec in {namespace}/{pod} took longer than {seconds:.0f} s") from None
-        if status is None:
-            raise ExecError(f"exec in {namespace}/{pod} ended without an exit status")
-        return ExecResult(exit_status_of(status), out.decode(errors="replace"), err.decode(errors="replace"))
 
     async def pipe(
         self,
