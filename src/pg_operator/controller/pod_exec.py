@@ -196,7 +196,8 @@ class PodExec:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         server = self._config.cluster.server
-        open_sinks: dict[str, aiohttp.ClientWebSocketResponse] = {}
+        open_sinks: dict[str, aiohttp.ClientWebSocketResponse] = {}  # still fed from the source
+        opened: list[aiohttp.ClientWebSocketResponse] = []  # every sink's, closed at the end
         results: dict[str, ExecResult | ExecError] = {}
         readers: dict[str, asyncio.Task[ExecResult]] = {}
         sent = 0
@@ -213,6 +214,7 @@ class PodExec:
                         await ws.close()
                         results[pod] = ExecError(f"exec in {namespace}/{pod}: the server cannot close stdin")
                         continue
+                    opened.append(ws)
                     open_sinks[pod] = ws
                     readers[pod] = asyncio.create_task(_collect(ws, f"{namespace}/{pod}"))
                 src = await self._connect(exec_url(server, namespace, source[0], container, source[1]))
@@ -255,7 +257,7 @@ class PodExec:
         finally:
             for task in readers.values():
                 task.cancel()
-            for ws in open_sinks.values():
+            for ws in opened:
                 await ws.close()
         if status is None:
             raise ExecError(f"exec in {namespace}/{source[0]} ended without an exit status")

@@ -394,7 +394,8 @@ class MajorUpgradeRoom(Room):
         await self._set_initialize(p, sysid)
         outputs = {inst.name: (out[1] if out is not None else None)
                    for inst, out in zip(replicas, replica_stops, strict=True)}  # fmt: skip
-        linked, recloned = await self._seed_replicas(p, primary, layout, state, mur.plan(checkpoint, outputs))
+        plan = mur.plan(checkpoint, outputs)
+        linked, recloned = await self._seed_replicas(p, primary, layout, state, checkpoint, plan)
         # A replica not seeded cannot follow the new system identifier: emptied (re-cloned), all at once.
         await asyncio.gather(
             *(self._exec(p, name, f"find {PGDATA} -mindepth 1 -delete", 600) for name in recloned)
@@ -585,6 +586,7 @@ class MajorUpgradeRoom(Room):
         primary: Instance,
         layout: mu.Layout,
         state: dict[str, Any],
+        checkpoint: str | None,
         plan: mur.ReplicaPlan,
     ) -> tuple[list[str], dict[str, str]]:
         """Give each replica the plan allows the new cluster: the primary's unlinked files streamed into it,
@@ -594,8 +596,7 @@ class MajorUpgradeRoom(Room):
             return [], recloned
         assert self.pod_exec is not None
         source = (primary.name, ["/bin/sh", "-c", mur.source_script(layout, state["from"], state["to"])])
-        checkpoint = str(state.get("checkpoint") or "")
-        sink = ["/bin/sh", "-c", mur.sink_script(layout, state["from"], state["to"], checkpoint)]
+        sink = ["/bin/sh", "-c", mur.sink_script(layout, state["from"], state["to"], checkpoint or "")]
         started = time.monotonic()
         try:
             piped = await self.pod_exec.pipe(p.namespace, source, [(name, sink) for name in plan.seed],
