@@ -8,6 +8,10 @@ on the same data in the same run, like against like:
 - pg_basebackup to local disk in tar format without WAL (`-Ft -X none`: barman-cloud-backup leaves WAL
   to the archive too) with each of `--pg-basebackup`: gzip at level 9 (barman's tarfile gzip is level 9),
   gzip at its default level (`-z`, 6), client-lz4, client-zstd, none;
+- the same work barman-cloud does, done the plain way, with each of `--streamed`: pg_basebackup writing
+  that tar to its stdout (`-D -`), uploaded as it comes to the same store by boto3's multipart transfer
+  (`upload_fileobj`, 8 MiB parts, 4 threads: what `aws s3 cp -` does). Local disk is the ceiling; this
+  is the baseline that pays for the store as barman-cloud does;
 - the order of all of them alternates: forwards in even trials, backwards in odd ones, each barman codec
   next to its pg_basebackup counterpart (gzip-gzip, lz4-lz4, snappy-lz4 as PostgreSQL has no snappy,
   bzip2-gzip, none-none);
@@ -18,10 +22,12 @@ on the same data in the same run, like against like:
   directory, then PostgreSQL replays the archived WAL (restore_command, WAL archived with
   `--wal-codec`) up to the backup's end LSN and promotes; both phases timed.
 Figures are medians over the trials. Throughput = database MB / seconds. `pairs` gives, per barman
-codec, its MB/s, its counterpart's, and `speed_vs_pg_basebackup` (barman's MB/s over pg_basebackup's).
+codec, its MB/s, its counterpart's, and `speed_vs_pg_basebackup` (barman's MB/s over pg_basebackup's),
+and where its counterpart was also streamed, `speed_vs_streamed` (over pg_basebackup's to the store).
 
     .venv/bin/python bench/bench_backup.py [--scale 68] [--trials 3] [--codecs gzip,lz4,snappy,none]
-        [--pg-basebackup gzip,gzip-default,lz4,zstd,none] [--jobs N] [--restore lz4] [--wal-codec lz4]
+        [--pg-basebackup gzip,gzip-default,lz4,zstd,none] [--streamed gzip,lz4,none] [--jobs N]
+        [--restore lz4] [--wal-codec lz4]
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the test harness
 
 from harness.local_postgres import Harness, Postgres  # noqa: E402
+from harness.s3 import REGION  # noqa: E402
 from pg_operator.api.backup import COMPRESSIONS  # noqa: E402
 from pg_operator.backup.archiving import ArchiveSettings, archiving_parameters  # noqa: E402
 from pg_operator.backup.barman import (  # noqa: E402
@@ -73,6 +80,14 @@ COUNTERPART = {"gzip": "gzip", "bzip2": "gzip", "lz4": "lz4", "snappy": "lz4", "
 # Python modules barman-cloud needs per codec beyond the standard library, and the package giving each.
 CODEC_MODULES = {"lz4": ("lz4.frame", "lz4>=4"), "snappy": ("snappy", "python-snappy>=0.7")}
 BUCKET = "bench"
+# The streamed baseline's uploader: stdin to one object, boto3's managed multipart transfer.
+STREAM_UPLOAD = (
+    "import sys, boto3\n"
+    "from boto3.s3.transfer import TransferConfig\n"
+    "boto3.client('s3', endpoint_url=sys.argv[1], region_name=sys.argv[2]).upload_fileobj(\n"
+    "    sys.stdin.buffer, sys.argv[3], sys.argv[4],\n"
+    "    Config=TransferConfig(multipart_chunksize=8 << 20, max_concurrency=4))\n"
+)
 MB = 1024 * 1024
 
 
@@ -167,6 +182,21 @@ def pg_basebackup(pg: Postgres, target: Path, *fmt: str) -> tuple[float, int]:
     return seconds, sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
 
 
+def pg_basebackup_streamed(h: Harness, pg: Postgres, key: str, *fmt: str) -> tuple[float, int]:
+    """pg_basebackup's tar on its stdout, piped into a multipart upload to the bench's bucket."""
+    backup = shlex.join([pg.bin("pg_basebackup"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres",
+                         "-D", "-", "-Ft", "-X", "none", "-c", "fast", *fmt])  # fmt: skip
+    upload = shlex.join(
+        [str(h.barman_bin / "python"), "-c", STREAM_UPLOAD, h.s3.endpoint, REGION, BUCKET, key]
+    )
+    seconds, res = timed(lambda: pg.run(["bash", "-c", f"set -o pipefail; {backup} | {upload}"], check=False,
+                                        timeout=3600))  # fmt: skip
+    checked(res, "pg_basebackup | upload")
+    size = int(h.s3.client().head_object(Bucket=BUCKET, Key=key)["ContentLength"])
+    h.s3.client().delete_object(Bucket=BUCKET, Key=key)
+    return seconds, size
+
+
 def figures(seconds: list[float], stored: list[int], db_mb: float) -> dict[str, Any]:
     median_s = statistics.median(seconds)
     stored_mb = statistics.median(stored) / MB
@@ -219,14 +249,20 @@ def codec_list(value: str, known: tuple[str, ...] | list[str], flag: str) -> lis
     return chosen
 
 
-def trial_order(codecs: list[str], variants: list[str], trial: int) -> list[tuple[str, str]]:
-    """Each barman codec next to its counterpart, then the pg_basebackup variants no codec claimed;
-    backwards in odd trials so neither side always runs first (page cache, a busy neighbour)."""
+def trial_order(
+    codecs: list[str], variants: list[str], trial: int, streamed: list[str] | None = None
+) -> list[tuple[str, str]]:
+    """Each barman codec next to its counterparts (streamed to the store, then to local disk), then the
+    variants no codec claimed; backwards in odd trials so neither side always runs first (page cache, a
+    busy neighbour)."""
+    streamed = streamed or []
     steps: list[tuple[str, str]] = []
     for codec in codecs:
         steps.append(("barman", codec))
-        if COUNTERPART[codec] in variants and ("pg", COUNTERPART[codec]) not in steps:
-            steps.append(("pg", COUNTERPART[codec]))
+        for side, chosen in (("stream", streamed), ("pg", variants)):
+            if COUNTERPART[codec] in chosen and (side, COUNTERPART[codec]) not in steps:
+                steps.append((side, COUNTERPART[codec]))
+    steps += [("stream", v) for v in streamed if ("stream", v) not in steps]
     steps += [("pg", v) for v in variants if ("pg", v) not in steps]
     return steps[::-1] if trial % 2 else steps
 
@@ -239,6 +275,8 @@ def main() -> int:
                         help="barman-cloud-backup compressions, comma-separated")  # fmt: skip
     parser.add_argument("--pg-basebackup", default="gzip,gzip-default,lz4,zstd,none",
                         help=f"pg_basebackup compressions, of {', '.join(PG_BASEBACKUP)}")  # fmt: skip
+    parser.add_argument("--streamed", default="lz4,none",
+                        help="pg_basebackup compressions also piped into an upload to the store")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=None,
                         help="barman-cloud-backup upload jobs (default: base_backup_argv's)")  # fmt: skip
     parser.add_argument("--restore", default="lz4", help="codecs whose backup is restored each trial")
@@ -246,6 +284,7 @@ def main() -> int:
     args = parser.parse_args()
     codecs = codec_list(args.codecs, COMPRESSIONS, "--codecs")
     variants = codec_list(args.pg_basebackup, list(PG_BASEBACKUP), "--pg-basebackup")
+    streamed = codec_list(args.streamed, list(PG_BASEBACKUP), "--streamed")
     restores = codec_list(args.restore, codecs, "--restore")
     wal_codec = args.wal_codec
     if wal_codec not in COMPRESSIONS:
@@ -275,11 +314,15 @@ def main() -> int:
         for i in range(args.trials):
             phases["s3_put_64mb_s"].append(s3_put(h))
             done: dict[str, dict[str, Any]] = {}
-            for side, codec in trial_order(codecs, variants, i):
+            for side, codec in trial_order(codecs, variants, i, streamed):
                 if side == "barman":
                     key = f"barman_cloud_backup_{codec}"
                     name = f"{codec}-{i}"
                     took, size, done[codec] = barman_backup_done(h, pg, stores[codec], name, args.jobs)
+                elif side == "stream":
+                    key = f"pg_basebackup_streamed_{codec}"
+                    took, size = pg_basebackup_streamed(h, pg, f"streamed/{codec}-{i}.tar",
+                                                        *PG_BASEBACKUP[codec])  # fmt: skip
                 else:
                     key = f"pg_basebackup_tar_{codec}"
                     target = pg.pgdata.parent / f"basebackup-{i}"
@@ -302,11 +345,22 @@ def main() -> int:
     pairs = {}
     for codec in codecs:
         mine, theirs = f"barman_cloud_backup_{codec}", f"pg_basebackup_tar_{COUNTERPART[codec]}"
+        streamed_key = f"pg_basebackup_streamed_{COUNTERPART[codec]}"
+        pair: dict[str, float] = {}
         if theirs in methods:
-            pairs[f"{codec}_vs_{COUNTERPART[codec]}"] = {
-                "barman_mb_s": methods[mine]["mb_s"], "pg_basebackup_mb_s": methods[theirs]["mb_s"],
+            pair = {
+                "barman_mb_s": methods[mine]["mb_s"],
+                "pg_basebackup_mb_s": methods[theirs]["mb_s"],
                 "speed_vs_pg_basebackup": round(methods[mine]["mb_s"] / methods[theirs]["mb_s"], 2),
-            }  # fmt: skip
+            }
+        if streamed_key in methods:
+            pair |= {
+                "barman_mb_s": methods[mine]["mb_s"],
+                "pg_basebackup_streamed_mb_s": methods[streamed_key]["mb_s"],
+                "speed_vs_streamed": round(methods[mine]["mb_s"] / methods[streamed_key]["mb_s"], 2),
+            }
+        if pair:
+            pairs[f"{codec}_vs_{COUNTERPART[codec]}"] = pair
     med = {k: round(statistics.median(v), 2) for k, v in phases.items()}
     restored = {
         c: {"copy_s": med[f"restore_{c}_copy_s"], "replay_s": med[f"restore_{c}_replay_s"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,6 +45,21 @@ class ExternalKube:
         if check and res.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({res.returncode}):\n{res.stderr}")
         return res
+
+
+def wait_established(kube: KubectlLike, *crds: str, timeout: float = 60) -> None:
+    """`kubectl wait --for=condition=Established` on CRDs (`crd/<name>`), tolerating kubectl's race with a
+    CRD just created: until the API server writes its first status, `wait` fails at once with
+    ".status.conditions accessor error" instead of waiting."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(1, int(deadline - time.monotonic()))
+        res = kube.kubectl("wait", "--for=condition=Established", f"--timeout={left}s", *crds, check=False)
+        if res.returncode == 0:
+            return
+        if "accessor error" not in res.stderr or time.monotonic() >= deadline:
+            raise AssertionError(f"kubectl wait for {' '.join(crds)} to be Established failed:\n{res.stderr}")
+        time.sleep(0.2)
 
 
 def get_json(kube: KubectlLike, *args: str) -> Any:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from harness.kube import KubectlLike
+from harness.kube import KubectlLike, wait_established
 from harness.net import free_port, http_get
 from harness.paths import REPO
 from harness.processes import die_with_parent
@@ -45,9 +45,7 @@ def install_operator_identity(kube: KubectlLike) -> None:
         "-f",
         str(REPO / "deploy" / "crd" / "postgresclusters.yaml"),
     )
-    kube.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/postgresclusters.db.example.com"
-    )
+    wait_established(kube, "crd/postgresclusters.db.example.com")
     for name in ("namespace.yaml", "rbac.yaml"):
         kube.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "operator" / name))
 
@@ -227,7 +225,7 @@ def leading_operator(env: OperatorEnv, spec: OperatorSpec) -> Iterator[OperatorP
         files = [a for path in spec.crds for a in ("-f", str(REPO / path))]
         env.kube.kubectl("apply", "--server-side", "--force-conflicts", *files)
         names = [f"crd/{Path(path).stem}.db.example.com" for path in spec.crds]
-        env.kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        wait_established(env.kube, *names)
     proc = start_operator(env, spec.identity, *spec.flags)
     proc.wait_leader()
     try:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.kube import wait_established
 from harness.local_cluster import Kube
 from harness.paths import REPO
 from pg_operator.api.backup import BACKUP, SCHEDULED_BACKUP
@@ -65,7 +66,7 @@ def crds(kube: Kube) -> Iterator[None]:
     try:
         items = json.dumps({"apiVersion": "v1", "kind": "List", "items": definitions})
         kube.kubectl("apply", "--server-side", "-f", "-", input=items)
-        kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        wait_established(kube, *names)
         yield
     finally:
         kube.kubectl("delete", "--ignore-not-found", "--wait=false", *names, check=False)

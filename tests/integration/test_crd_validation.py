@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.kube import wait_established
 from pg_operator.api.cluster import POSTGRES_CLUSTER, PostgresCluster, PostgresClusterSpec
 from pg_operator.api.manifests import render
 from pg_operator.specs import ClusterPasswords, build_secrets, compute_status, desired_children
@@ -71,9 +72,7 @@ def api(kube: Any) -> Iterator[Api]:
         "-",
         input=render(POSTGRES_CLUSTER),
     )
-    kube.kubectl(
-        "wait", "--for=condition=Established", "crd/postgresclusters.db.example.com", "--timeout=60s"
-    )
+    wait_established(kube, "crd/postgresclusters.db.example.com")
     ns = f"crd-validation-{secrets.token_hex(3)}"
     kube.kubectl("create", "namespace", ns)
     try:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import uuid
 
+from harness.kube import wait_established
 from harness.local_cluster import Kube
 from harness.paths import LOCALKUBE
 from harness.waiting import wait_until
@@ -89,7 +90,7 @@ def test_crd_schema_refuses_invalid_object(kube: Kube) -> None:
         },
     }
     kube.kubectl("apply", "-f", "-", input=json.dumps(crd))
-    kube.kubectl("wait", "--for=condition=Established", "crd/widgets.test.localkube.dev")
+    wait_established(kube, "crd/widgets.test.localkube.dev")
     ns = make_namespace(kube)
 
     def widget(size: int) -> str:

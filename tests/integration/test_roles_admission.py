@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.kube import wait_established
 from pg_operator.api.cluster import POSTGRES_CLUSTER, PostgresCluster
 from pg_operator.api.manifests import render
 
@@ -54,9 +55,7 @@ def refused(result: Any, *needles: str) -> None:
 def api(kube: Any) -> Iterator[Api]:
     kube.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=pg-operator-tests",
                  "-f", "-", input=render(POSTGRES_CLUSTER))  # fmt: skip
-    kube.kubectl(
-        "wait", "--for=condition=Established", "crd/postgresclusters.db.example.com", "--timeout=60s"
-    )
+    wait_established(kube, "crd/postgresclusters.db.example.com")
     ns = f"roles-admission-{secrets.token_hex(3)}"
     kube.kubectl("create", "namespace", ns)
     try:
