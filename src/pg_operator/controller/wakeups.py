@@ -72,7 +72,10 @@ class Wakeups:
         self.controller = controller
         self.cache = cache
         self.backups = backups  # the backup reconcilers' own loops (controller/backup_reconcilers)
-        self._seen: dict[str, tuple[Any, ...]] = {}
+        # The hash of each pod's, PVC's and -rw slice's last fingerprint, not the tuple: 7 per cluster,
+        # kept for the life of the process (an equal hash for a changed fingerprint would only defer the
+        # wake-up to the next event or resync).
+        self._seen: dict[str, int] = {}
 
     def on_cluster(self, body: Mapping[str, Any], event_type: str | None) -> None:
         self.cache.observe(body, event_type)
@@ -94,7 +97,7 @@ class Wakeups:
             if event_type == "DELETED":
                 self._seen.pop(uid, None)
             else:
-                fingerprint = relevance(body)
+                fingerprint = hash(relevance(body))
                 if self._seen.get(uid) == fingerprint:
                     return
                 self._seen[uid] = fingerprint
@@ -118,7 +121,7 @@ class Wakeups:
         if event_type == "DELETED":
             self._seen.pop(uid, None)
         else:
-            fingerprint = routing(body)
+            fingerprint = hash(routing(body))
             if self._seen.get(uid) == fingerprint:
                 return
             self._seen[uid] = fingerprint
