@@ -121,6 +121,20 @@ class Packed(bytes):
     __slots__ = ()
 
 
+def _compact(value: Mapping[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _blank_data(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The slim body with every value under `data` and `stringData` emptied, the keys kept."""
+    out = slim(body)
+    for field_name in ("data", "stringData"):
+        values = out.get(field_name)
+        if isinstance(values, Mapping):
+            out[field_name] = dict.fromkeys(values, "")
+    return out
+
+
 class Packer:
     """Packs the objects of one kind: the slim body as compact JSON, zlib-compressed with the first body
     it packed as a preset dictionary. Objects of one kind repeat most of their keys and many values
@@ -129,17 +143,20 @@ class Packer:
     (Secrets aside, whose random keys compress little either way). Most then stay under the 512 bytes
     CPython serves from its own pools instead of the C heap, where the long-lived ones pinned pages.
     The dictionary is fixed once chosen: every packed value needs it to decode. `unpack()` gives a fresh
-    dict every time, so a reconcile may not change what the cache holds."""
+    dict every time, so a reconcile may not change what the cache holds. With `values_out` the dictionary
+    is the first body with the values of its `data` and `stringData` blanked: a Secret's key material
+    then lives only in that Secret's own packed value and leaves memory with it."""
 
-    __slots__ = ("_zdict",)
+    __slots__ = ("_values_out", "_zdict")
 
-    def __init__(self) -> None:
+    def __init__(self, values_out: bool = False) -> None:
+        self._values_out = values_out
         self._zdict: bytes | None = None
 
     def pack(self, body: Mapping[str, Any]) -> Packed:
-        text = json.dumps(slim(body), separators=(",", ":"), ensure_ascii=False).encode()
+        text = _compact(slim(body))
         if self._zdict is None:
-            self._zdict = text[-_WINDOW:]
+            self._zdict = (_compact(_blank_data(body)) if self._values_out else text)[-_WINDOW:]
         compressor = zlib.compressobj(_PACK_LEVEL, zdict=self._zdict)
         return Packed(compressor.compress(text) + compressor.flush())
 
@@ -186,10 +203,10 @@ class _Store:
     """The objects of one kind, by the cluster they belong to; an object whose cluster changes (labels,
     owner) moves, one that belongs to none is dropped."""
 
-    def __init__(self) -> None:
+    def __init__(self, values_out: bool = False) -> None:
         self.by_key: dict[Any, dict[str, Packed]] = {}
         self._key_of: dict[str, Any] = {}  # uid -> key
-        self.packer = Packer()
+        self.packer = Packer(values_out)
 
     def put(self, uid: str, key: Any, body: Mapping[str, Any]) -> None:
         """File `body` under `key`; a key of None drops it."""
@@ -242,7 +259,9 @@ class Cache:
 
     def __init__(self, kinds: list[WatchedKind], gate: SyncGate | None = None) -> None:
         self.kinds = kinds
-        self._stores: dict[tuple[str, str], _Store] = {(k.api_version, k.kind): _Store() for k in kinds}
+        # Secrets' values stay out of their kind's dictionary (Packer).
+        self._stores: dict[tuple[str, str], _Store] = {
+            (k.api_version, k.kind): _Store(values_out=k == SECRET) for k in kinds}
         self._stores[CLUSTER_KIND] = _Store()
         self._stores[STORAGE_CLASS_KIND] = _Store()
         self._stores[BACKUP_KIND_KEY] = _Store()

@@ -4,7 +4,9 @@ ask the API server for labelled objects only."""
 
 from __future__ import annotations
 
+import base64
 import json
+import secrets
 import zlib
 from typing import Any
 
@@ -64,6 +66,38 @@ def test_later_bodies_of_a_kind_pack_against_the_first_and_decode_exactly() -> N
         # the dictionary holds what the first pod shares with the others: a fraction of zlib alone
         assert len(packed[name]) < len(zlib.compress(json.dumps(slim(body)).encode(), 1)) / 2
     assert packer.unpack(first) == slim(pod("db-0"))
+
+
+def secret(name: str, key: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": name, "namespace": "shop", "uid": f"uid-{name}",
+                         "labels": {CLUSTER_LABEL: "db"}},
+            "data": {"tls.key": key, "tls.crt": key[::-1]}}  # fmt: skip
+
+
+def test_a_values_out_packer_keeps_no_value_of_the_first_secret_past_its_own_packed_value() -> None:
+    first_key = base64.b64encode(secrets.token_bytes(96)).decode()
+    packer = Packer(values_out=True)
+    first = packer.pack(secret("db-tls", first_key))
+    later = packer.pack(secret("other-tls", base64.b64encode(secrets.token_bytes(96)).decode()))
+    assert packer.unpack(first) == slim(secret("db-tls", first_key))
+    assert packer.unpack(later)["metadata"]["name"] == "other-tls"
+    zdict = packer._zdict or b""
+    assert b"db-tls" in zdict and b"tls.key" in zdict  # the shape is still shared
+    assert first_key.encode() not in zdict and first_key[::-1].encode() not in zdict
+    # without values_out the first Secret's key would be the dictionary
+    plain = Packer()
+    plain.pack(secret("db-tls", first_key))
+    assert first_key.encode() in (plain._zdict or b"")
+
+
+def test_the_cache_packs_secrets_with_their_values_out_of_the_dictionary() -> None:
+    cache = new_cache()
+    key = base64.b64encode(secrets.token_bytes(96)).decode()
+    cache.observe(secret("db-tls", key), "ADDED")
+    packer = cache._stores[("v1", "Secret")].packer
+    assert packer._zdict and key.encode() not in packer._zdict
+    assert cache.snapshot(("shop", "db")).find("v1", "Secret", "db-tls") == slim(secret("db-tls", key))
 
 
 def test_a_packer_that_packed_nothing_refuses_to_unpack() -> None:
