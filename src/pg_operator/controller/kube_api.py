@@ -70,9 +70,9 @@ def is_conflict(exc: ApiError) -> bool:
 
 
 # Requests one Api has in flight at most. A reconcile sends a new cluster's children together and eight
-# workers do so at once. They share one HTTP/2 connection (as client-go does), so the cap is what the
-# API server is asked at once, not a pool size.
-MAX_IN_FLIGHT = 64
+# workers do so at once; beyond the connections its HTTP pool keeps open (20) every burst would open,
+# and then close, TLS connections of its own.
+MAX_IN_FLIGHT = 20
 
 # A list of metadata only; plain JSON if the server cannot (each item's `metadata` is the same).
 METADATA_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
@@ -89,7 +89,7 @@ class Api:
     """The controller's client: lightkube async, one field manager, requests counted by verb."""
 
     def __init__(self, metrics: Metrics, config: KubeConfig | None = None) -> None:
-        self.client = AsyncClient(config or load_config(), field_manager=FIELD_MANAGER, http2=True)
+        self.client = AsyncClient(config or load_config(), field_manager=FIELD_MANAGER)
         self._metrics = metrics
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
 
