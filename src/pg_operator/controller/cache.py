@@ -125,13 +125,21 @@ def _compact(value: Mapping[str, Any]) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+# kubectl apply's copy of what it applied: for a Secret, its values again.
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
 def _blank_data(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The slim body with every value under `data` and `stringData` emptied, the keys kept."""
+    """The slim body with every value under `data` and `stringData` emptied, the keys kept, and no copy
+    of them in kubectl's last-applied annotation."""
     out = slim(body)
     for field_name in ("data", "stringData"):
         values = out.get(field_name)
         if isinstance(values, Mapping):
             out[field_name] = dict.fromkeys(values, "")
+    annotations = out["metadata"].get("annotations")
+    if isinstance(annotations, Mapping) and _LAST_APPLIED in annotations:
+        out["metadata"]["annotations"] = {k: v for k, v in annotations.items() if k != _LAST_APPLIED}
     return out
 
 
