@@ -202,7 +202,7 @@ def main() -> int:
     parser.add_argument("--clusters", type=int, default=1000)
     parser.add_argument("--replicas", type=int, default=1,
                         help="instances per cluster (only the primary archives)")
-    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--modes", default="report,exec", help="report and/or exec, in this order")
     parser.add_argument("--settle", type=float, default=30.0,
                         help="seconds after convergence before the window")

@@ -60,7 +60,7 @@ def main() -> int:
     )
     parser.add_argument("--clusters", type=int, default=1000)
     parser.add_argument("--replicas", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=8, help="operator --workers and floor concurrency")
+    parser.add_argument("--workers", type=int, default=16, help="operator --workers and floor concurrency")
     parser.add_argument("--resync-seconds", type=float, default=60.0)
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--keep", action="store_true", help="leave the floor half's namespace behind")

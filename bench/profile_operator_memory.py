@@ -225,7 +225,7 @@ def main() -> int:
     )
     parser.add_argument("--stages", type=lambda s: [int(x) for x in s.split(",")], default=[0, 100, 300])
     parser.add_argument("--replicas", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--resync-seconds", type=float, default=300.0)
     parser.add_argument("--settle", type=float, default=10.0, help="seconds to wait before each measurement")
     parser.add_argument("--timeout", type=float, default=1800.0)

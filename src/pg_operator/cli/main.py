@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--bind-address", default="127.0.0.1", help="address of the HTTP endpoints")
     run.add_argument("--health-port", type=_port, default=8080, help="/healthz and /readyz")
     run.add_argument("--metrics-port", type=_port, default=8081, help="/metrics (Prometheus)")
-    run.add_argument("--workers", type=int, default=8, help="clusters reconciled concurrently")
+    run.add_argument("--workers", type=int, default=16, help="clusters reconciled concurrently")
     run.add_argument(
         "--resync-seconds", type=float, default=300.0, help="periodic resync interval (jittered)"
     )

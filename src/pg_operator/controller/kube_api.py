@@ -12,8 +12,10 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import kopf
 from lightkube import AsyncClient, KubeConfig, codecs
+from lightkube.config.client_adapter import verify_cluster
 from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import NamespacedResource
 from lightkube.core.resource_registry import resource_registry
@@ -69,14 +71,25 @@ def is_conflict(exc: ApiError) -> bool:
     return exc.status.code == 409
 
 
-# Requests one Api has in flight at most. A reconcile sends a new cluster's children together and eight
-# workers do so at once; beyond the connections its HTTP pool keeps open (20) every burst would open,
-# and then close, TLS connections of its own.
-MAX_IN_FLIGHT = 20
+# Requests one Api has in flight at most. A reconcile sends a new cluster's children together and the
+# workers do so at once: at 1000 new clusters, 20 in flight left the API server idle between answers
+# (the operator sent 34-43 requests a second where a client with more in flight sent 63).
+MAX_IN_FLIGHT = 64
 
 # A list of metadata only; plain JSON if the server cannot (each item's `metadata` is the same).
 METADATA_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 METADATA_PAGE = 500
+
+
+def pooled_transport(config: KubeConfig) -> httpx2.AsyncHTTPTransport:
+    """HTTP/1.1 that keeps a connection open for every request in flight: with the default pool (20
+    kept) each burst above it would open, and then close, TLS connections of its own."""
+    single = config.get()
+    if single is None or single.user is None:
+        raise SystemExit("the kubeconfig names no current context with a user")
+    limits = httpx2.Limits(max_connections=MAX_IN_FLIGHT, max_keepalive_connections=MAX_IN_FLIGHT)
+    return httpx2.AsyncHTTPTransport(verify=verify_cluster(single.cluster, single.user, single.abs_file),
+                                     limits=limits)  # fmt: skip
 
 
 def _raise_for_status(resp: Any) -> None:
@@ -89,7 +102,8 @@ class Api:
     """The controller's client: lightkube async, one field manager, requests counted by verb."""
 
     def __init__(self, metrics: Metrics, config: KubeConfig | None = None) -> None:
-        self.client = AsyncClient(config or load_config(), field_manager=FIELD_MANAGER)
+        config = config or load_config()
+        self.client = AsyncClient(config, field_manager=FIELD_MANAGER, transport=pooled_transport(config))
         self._metrics = metrics
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
 
