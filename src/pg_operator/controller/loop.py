@@ -17,7 +17,7 @@ from typing import Generic, Protocol, TypeVar
 
 from pg_operator.controller.backoff import Backoff, jittered
 from pg_operator.controller.metrics import Metrics
-from pg_operator.controller.workqueue import WorkQueue
+from pg_operator.controller.workqueue import Lane, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +136,10 @@ class ReconcileLoop(Generic[K]):
         becoming ready one by one, is folded into one pass and one status write."""
         self.queue.add_after(key, self.status_delay)
 
-    async def handle(self, key: K) -> bool:
-        """One pass; True when it found the key settled (no write, no problem, nothing to come back
-        for): the work queue then puts its next pass ahead of a burst of new keys."""
+    async def handle(self, key: K) -> Lane:
+        """One pass; the work queue's lane for the key's next pass: "settled" when it found nothing to do
+        (no write, no problem, nothing to come back for), "underway" when it acted on the key without
+        converging or failed, "new" when the key is gone (the queue's module doc says why)."""
         self._depth()
         try:
             outcome = await self.reconciler.reconcile(key)
@@ -149,23 +150,25 @@ class ReconcileLoop(Generic[K]):
             if why is None:
                 self._failed(key, exc)
                 await self._report(key, exc)
-                return False
+                return "underway"  # its retry, after the backoff, need not wait behind new keys
             # E.g. its namespace is being deleted, the object with it: nothing to repair or retry.
             log.info("not reconciling %s: %s", key_text(key), why)
             self.failures.pop(key, None)
             self._count("gone")
-            return False
+            return "new"
         self.failures.pop(key, None)
         self._count(result_label(outcome))
         if outcome.writes:
             log.info("reconciled %s: %d write(s), phase %r", key_text(key), outcome.writes, outcome.phase)
         if outcome.gone:
-            return False
+            return "new"
         if outcome.requeue_after is not None:
             self.queue.add_after(key, outcome.requeue_after)
         if self.resync_seconds is not None:
             self.queue.add_after(key, jittered(self.resync_seconds))
-        return outcome.writes == 0 and outcome.problem is None and outcome.requeue_after is None
+        if outcome.writes == 0 and outcome.problem is None and outcome.requeue_after is None:
+            return "settled"
+        return "underway"
 
     def _failed(self, key: K, exc: Exception) -> None:
         """Retry with capped exponential backoff and jitter."""

@@ -7,16 +7,22 @@ Semantics (like client-go's workqueue):
 - `add_after(key, delay)` adds it later; an earlier pending time wins over a later one.
 - `workers` coroutines take keys and call the handler; a key is never processed by two workers at once.
 
-Two lanes instead of one FIFO: keys whose last pass found them settled (the handler returned True: a
-cluster that had converged) and all others. During a burst of first passes — hundreds of new clusters,
-each a dozen writes — a change to a cluster that is already running would otherwise wait behind all of
-them. The settled lane goes first, but after `settled_burst` settled keys in a row a waiting key of the
-other lane is taken, so new clusters keep at least 1/(settled_burst+1) of the picks and are never
-starved. Each lane is FIFO. A handler that returns nothing (None) gets one FIFO, as before.
+Three lanes instead of one FIFO, by what the key's last pass said (the handler's answer):
+- "settled": it found the key converged. A change to a running cluster must not wait behind a burst of
+  hundreds of new clusters, each a dozen writes.
+- "underway": it acted on the key (wrote its children, or met a problem) without converging. Its next
+  pass, most often the one that finds the pods ready and reports Ready, would otherwise wait behind every
+  new cluster's first pass: at 1000 new clusters the Ready count stayed near zero for minutes and then
+  jumped, and the whole burst finished only after a second round over every cluster.
+- "new": no pass has acted on it yet (nor found it: a wake-up that came before its object, or one for an
+  object that is gone).
+Each lane is FIFO and is served before the ones below it, except that a lane whose keys have waited
+through `burst` picks in a row from the lanes above it takes the next pick, so no lane starves: new keys
+keep at least 1/(burst+1) of the picks.
 
-"Settled" comes from the handler, not from having been processed once: at 1000 clusters every key had
-been processed once before its cluster existed (its claims' wake-ups found no cluster), which put the
-whole burst into the priority lane.
+"Settled" and "underway" come from the handler, not from having been processed: at 1000 clusters every
+key had been processed once before its cluster existed (its claims' wake-ups found no cluster), which
+would have put the whole burst in a priority lane.
 """
 
 from __future__ import annotations
@@ -27,37 +33,52 @@ import heapq
 import itertools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Generic, Literal, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
 
-Lane = Literal["settled", "other"]
+Lane = Literal["settled", "underway", "new"]
+LANES: tuple[Lane, ...] = ("settled", "underway", "new")
 
 
-def next_lane(
-    settled_waiting: int, other_waiting: int, settled_streak: int, settled_burst: int
-) -> Lane | None:
-    """Which lane the next key comes from: settled first, another key after `settled_burst` settled
-    ones in a row (when one waits), None when both are empty."""
-    if settled_waiting and (not other_waiting or settled_streak < settled_burst):
-        return "settled"
-    if other_waiting:
-        return "other"
-    return None
+def next_lane(waiting: Mapping[Lane, int], passed_over: Mapping[Lane, int], burst: int) -> Lane | None:
+    """Which lane the next key comes from: the first lane with a key waiting, unless a lower one has been
+    passed over `burst` times in a row while it waited (the lowest such first); None when all are empty.
+    `passed_over[lane]`: picks from the lanes above `lane` since it was last served, while it waited."""
+    for lane in reversed(LANES):
+        if waiting[lane] and passed_over[lane] >= burst:
+            return lane
+    return next((lane for lane in LANES if waiting[lane]), None)
+
+
+def passed_over_after(
+    picked: Lane, waiting: Mapping[Lane, int], passed_over: Mapping[Lane, int]
+) -> dict[Lane, int]:
+    """The counts after a pick from `picked`: it is reset, every lower lane with a key waiting gains one."""
+    rank = LANES.index(picked)
+    out: dict[Lane, int] = {}
+    for i, lane in enumerate(LANES):
+        if lane == picked:
+            out[lane] = 0
+        elif i > rank and waiting[lane]:
+            out[lane] = passed_over[lane] + 1
+        else:
+            out[lane] = passed_over[lane]
+    return out
 
 
 class WorkQueue(Generic[K]):
-    def __init__(self, *, settled_burst: int = 4, max_settled: int = 200_000) -> None:
-        self._lanes: dict[Lane, deque[K]] = {"settled": deque(), "other": deque()}
+    def __init__(self, *, burst: int = 4, max_remembered: int = 200_000) -> None:
+        self._lanes: dict[Lane, deque[K]] = {lane: deque() for lane in LANES}
         self._nonempty = asyncio.Event()
-        self._settled_streak = 0
-        self._settled_burst = settled_burst
-        # Keys whose last pass found them settled (insertion-ordered; pruned oldest first past
-        # max_settled, which only costs a forgotten key its priority once).
-        self._settled: dict[K, None] = {}
-        self._max_settled = max_settled
+        self._passed_over: dict[Lane, int] = dict.fromkeys(LANES, 0)
+        self._burst = burst
+        # The lane of every key whose last pass put it in a priority lane (insertion-ordered; pruned
+        # oldest first past max_remembered, which only costs a forgotten key its priority once).
+        self._lane_of: dict[K, Lane] = {}
+        self._max_remembered = max_remembered
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
         self._timers: list[tuple[float, int, K]] = []
@@ -74,7 +95,7 @@ class WorkQueue(Generic[K]):
         return {lane: len(keys) for lane, keys in self._lanes.items()}
 
     def _enqueue(self, key: K) -> None:
-        self._lanes["settled" if key in self._settled else "other"].append(key)
+        self._lanes[self._lane_of.get(key, "new")].append(key)
         self._nonempty.set()
 
     def add(self, key: K) -> None:
@@ -103,32 +124,28 @@ class WorkQueue(Generic[K]):
 
     async def get(self) -> K:
         while True:
-            lane = next_lane(
-                len(self._lanes["settled"]),
-                len(self._lanes["other"]),
-                self._settled_streak,
-                self._settled_burst,
-            )
+            waiting = self.waiting()
+            lane = next_lane(waiting, self._passed_over, self._burst)
             if lane is not None:
                 break
             self._nonempty.clear()
             await self._nonempty.wait()
-        self._settled_streak = self._settled_streak + 1 if lane == "settled" else 0
+        self._passed_over = passed_over_after(lane, waiting, self._passed_over)
         key = self._lanes[lane].popleft()
         self._dirty.discard(key)
         self._processing.add(key)
         return key
 
-    def done(self, key: K, settled: bool = False) -> None:
-        """The key's pass is over; `settled`: it found the key converged (its next pass, a change or a
-        resync, takes the settled lane)."""
+    def done(self, key: K, lane: Lane = "new") -> None:
+        """The key's pass is over; `lane`: what the pass said of it (the module doc), the lane its next
+        pass, a change or a resync, waits in."""
         self._processing.discard(key)
-        self._settled.pop(key, None)
-        if settled:
-            self._settled[key] = None
-            if len(self._settled) > self._max_settled:
-                for old in list(itertools.islice(self._settled, len(self._settled) // 2)):
-                    del self._settled[old]
+        self._lane_of.pop(key, None)
+        if lane != "new":
+            self._lane_of[key] = lane
+            if len(self._lane_of) > self._max_remembered:
+                for old in list(itertools.islice(self._lane_of, len(self._lane_of) // 2)):
+                    del self._lane_of[old]
         if key in self._dirty:
             self._enqueue(key)
 
@@ -151,21 +168,21 @@ class WorkQueue(Generic[K]):
         self._closed = True
         self._timer_wakeup.set()
 
-    async def run_workers(self, handler: Callable[[K], Awaitable[bool | None]], workers: int) -> None:
-        """`handler(key)` returns True when the pass found the key settled (see the module doc)."""
+    async def run_workers(self, handler: Callable[[K], Awaitable[Lane | None]], workers: int) -> None:
+        """`handler(key)` returns the lane the key's next pass waits in (None: "new"; see the module doc)."""
 
         async def worker() -> None:
             while True:
                 key = await self.get()
-                settled = False
+                lane: Lane | None = None
                 try:
-                    settled = await handler(key) is True
+                    lane = await handler(key)
                 except asyncio.CancelledError:
                     raise
                 except Exception:  # the handler owns retries; a bug must not kill the worker
                     log.exception("reconcile handler crashed for %s", key)
                 finally:
-                    self.done(key, settled)
+                    self.done(key, lane or "new")
 
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.run_timers())

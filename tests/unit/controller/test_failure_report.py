@@ -248,7 +248,7 @@ async def test_a_success_forgets_the_failure_so_the_next_one_is_news() -> None:
     rec = Recorder()
     loop, reconciler = failing_loop(rec, QUOTA)
     await loop.handle(KEY)
-    assert await loop.handle(KEY) is True and KEY not in loop.failures
+    assert await loop.handle(KEY) == "settled" and KEY not in loop.failures
     reconciler.errors.append(QUOTA)
     await loop.handle(KEY)
     assert len(rec.events) == 2
@@ -263,7 +263,7 @@ async def test_a_report_that_raises_does_not_break_the_loop() -> None:
             raise ValueError("pass failed")
 
     loop = ReconcileLoop(Raising(), backoff=Backoff(jitter=0.0), resync_seconds=None, on_failure=broken)
-    assert await loop.handle(KEY) is False
+    assert await loop.handle(KEY) == "underway"
     assert loop.failures[KEY] == 1 and loop.queue.pending_delay(KEY) is not None  # retried as before
 
 

@@ -114,13 +114,13 @@ async def test_failures_retry_with_growing_backoff_and_a_success_resets_the_coun
     metrics = Metrics()
     reconciler = Scripted(RuntimeError("one"), RuntimeError("two"), Result(writes=2), Result())
     loop = ReconcileLoop(reconciler, metrics, backoff=Backoff(base=10.0, cap=60.0, jitter=0.0))
-    assert await loop.handle(KEY) is False
+    assert await loop.handle(KEY) == "underway"  # its retry need not wait behind new keys
     assert loop.failures[KEY] == 1 and loop.queue.pending_delay(KEY) == pytest.approx(10.0, abs=0.1)
-    assert await loop.handle(KEY) is False
+    assert await loop.handle(KEY) == "underway"
     assert loop.failures[KEY] == 2 and loop.queue.pending_delay(KEY) == pytest.approx(10.0, abs=0.1)
-    assert await loop.handle(KEY) is False  # wrote: not settled
+    assert await loop.handle(KEY) == "underway"  # wrote: not settled
     assert KEY not in loop.failures
-    assert await loop.handle(KEY) is True  # found as wanted
+    assert await loop.handle(KEY) == "settled"  # found as wanted
     assert [counted(metrics, r) for r in ("error", "changed", "noop")] == [2, 1, 1]
 
 
@@ -142,7 +142,7 @@ async def test_a_final_failure_is_counted_gone_and_not_retried() -> None:
         return "its namespace is being deleted" if "going" in str(exc) else None
 
     loop = ReconcileLoop(Scripted(RuntimeError("namespace going")), metrics, gives_up=gives_up)
-    assert await loop.handle(KEY) is False
+    assert await loop.handle(KEY) == "new"
     assert loop.queue.pending_delay(KEY) is None and KEY not in loop.failures
     assert counted(metrics, "gone") == 1 and counted(metrics, "error") == 0
 
@@ -152,21 +152,21 @@ async def test_requeue_after_resync_and_gone() -> None:
     await resyncing.handle(KEY)
     assert 89 < (resyncing.queue.pending_delay(KEY) or 0) < 111  # jittered resync
     resyncing.queue = type(resyncing.queue)()
-    await resyncing.handle(KEY)
+    assert await resyncing.handle(KEY) == "new"
     assert resyncing.queue.pending_delay(KEY) is None  # gone: no resync
 
     polling = ReconcileLoop(Scripted(Result(requeue_after=5.0), Result()), resync_seconds=None)
-    assert await polling.handle(KEY) is False  # coming back for something: not settled
+    assert await polling.handle(KEY) == "underway"  # coming back for something: not settled
     assert polling.queue.pending_delay(KEY) == pytest.approx(5.0, abs=0.1)
     polling.queue = type(polling.queue)()
-    assert await polling.handle(KEY) is True
+    assert await polling.handle(KEY) == "settled"
     assert polling.queue.pending_delay(KEY) is None  # no resync, nothing asked for
 
 
 async def test_a_problem_is_counted_apart_and_not_settled() -> None:
     metrics = Metrics()
     loop = ReconcileLoop(Scripted(Result(problem="bad spec")), metrics)
-    assert await loop.handle(KEY) is False
+    assert await loop.handle(KEY) == "underway"
     assert counted(metrics, "problem") == 1 and KEY not in loop.failures
 
 

@@ -23,7 +23,7 @@ from pg_operator.api.constants import CLUSTER_LABEL, REPLICATION_USER
 from pg_operator.controller.events import EventRecorder, OncePerMessage
 from pg_operator.controller.kube_api import Api, is_conflict, is_not_found
 from pg_operator.controller.rooms import ClusterPass, Room
-from pg_operator.controller.writes import WriteMemo
+from pg_operator.controller.writes import WriteMemo, all_of
 from pg_operator.orchestration.instances import instance_from_pod, loaded_tls
 from pg_operator.specs import names
 from pg_operator.specs.ca_rotation import (
@@ -134,31 +134,43 @@ class TlsRoom(Room):
         p.wanted.update({("v1", "Secret", ca_name), ("v1", "Secret", server_name)})
         now = self.clock()
         observed_ca = p.snapshot.find("v1", "Secret", ca_name)
-        writes = 0
         brought_ca, user = await self._user_tls(p, now)
         if observed_ca is None:
             if self.memo.pending((p.namespace, "Secret", ca_name, "create"), None, ""):
                 return 0  # created a moment ago; the cache has not shown it yet
-            authority = Authority(brought_ca or new_ca(p.cluster, now))
-            if not await self._create(authority_secret(p.cluster, authority)):
-                return 1
+            # A new CA answers a rotation asked for already: none starts while it is being stored.
+            authority = Authority(brought_ca or new_ca(p.cluster, now),
+                                  rotated_for=objects.annotation(p.body, ROTATE_CA_ANNOTATION) or "")
+            # The leaves need the CA in hand, not stored: both Secrets go in one round trip (a new
+            # cluster's first pass is bound by its round trips). Should the CA Secret turn out to exist
+            # already, the next pass finds the leaf issued by another CA and reissues it.
+            return await all_of([self._store_ca(p, authority),
+                                 self._leaves(p, observed_ca, authority, brought_ca, user, now)])  # fmt: skip
+        self.memo.seen((p.namespace, "Secret", ca_name, "create"))
+        found = authority_from_secret(observed_ca)
+        if found is None:
+            p.report(("CertificateAuthorityInvalid", f"Secret {ca_name} holds no readable ca.crt and "
+                      "ca.key: no certificate can be issued"))
+            return 0
+        return await self._leaves(p, observed_ca, found, brought_ca, user, now)
+
+    async def _store_ca(self, p: ClusterPass, authority: Authority) -> int:
+        ca_name, _ = tls_secret_names(p.cluster)
+        if await self._create(authority_secret(p.cluster, authority)):
             self.memo.wrote((p.namespace, "Secret", ca_name, "create"), None, "")
-            writes += 1
-        else:
-            self.memo.seen((p.namespace, "Secret", ca_name, "create"))
-            found = authority_from_secret(observed_ca)
-            if found is None:
-                p.report(("CertificateAuthorityInvalid", f"Secret {ca_name} holds no readable ca.crt and "
-                          "ca.key: no certificate can be issued"))
-                return 0
-            authority = found
+        return 1
+
+    async def _leaves(self, p: ClusterPass, observed_ca: dict[str, Any] | None, authority: Authority,
+                      brought_ca: KeyPair | None, user: UserServer | None, now: dt.datetime) -> int:
+        """The server Secret (issued, renewed, or rotated to a new CA) and the application's CA."""
+        _, server_name = tls_secret_names(p.cluster)
         observed_server = p.snapshot.find("v1", "Secret", server_name)
         trust = trust_bundle(authority.trust_pem(), user)
         step = plan(authority, objects.annotation(p.body, ROTATE_CA_ANNOTATION), observed_server,
                     self._loaded(p), now, trust_pem=trust, replacement=brought_ca,
                     trust_period=self.ca_trust_period)  # fmt: skip
         if step.start or step.finish:
-            return writes + await self._rotate(p, observed_ca, authority, step, now, brought_ca)
+            return await self._rotate(p, observed_ca, authority, step, now, brought_ca)
         if step.waiting:
             log.info("%s/%s: CA rotation waits for %s", p.namespace, p.name, step.waiting)
         if step.again_in is not None:
@@ -166,8 +178,7 @@ class TlsRoom(Room):
         # Applications keep trusting what the instances may still present until every instance serves
         # what the wanted bundle covers (the server Secret keeps the old CAs until then, and so do they).
         app_trust = trust_while_leaves_change(secret_bytes(observed_server, CA_CERT_KEY), trust)
-        return (writes + await self._server(p, step.leaf_ca, trust, now, user)
-                + await self._app_ca(p, app_trust))
+        return await self._server(p, step.leaf_ca, trust, now, user) + await self._app_ca(p, app_trust)
 
     async def _user_tls(self, p: ClusterPass, now: dt.datetime) -> tuple[KeyPair | None, UserServer | None]:
         """The CA and server certificate the user brings (spec.tls), each None when not asked for or not

@@ -91,11 +91,11 @@ def loops() -> BackupLoops:
 async def test_a_backup_event_wakes_its_backup_now_and_its_cluster_a_second_later() -> None:
     bl = loops()
     bl.on_backup(backup("b-1", "db"), "ADDED")
-    assert bl.backups.queue.waiting()["other"] == 1
+    assert bl.backups.queue.waiting()["new"] == 1
     assert 0.9 < (bl.clusters.queue.pending_delay((NS, "db")) or 0) <= 1.0
     deleted = loops()
     deleted.on_backup(backup("b-1", "db"), "DELETED")
-    assert deleted.backups.queue.waiting()["other"] == 0  # nothing left to do for it
+    assert deleted.backups.queue.waiting()["new"] == 0  # nothing left to do for it
     assert deleted.clusters.queue.pending_delay((NS, "db")) is not None  # its conditions may change
 
 
@@ -116,7 +116,7 @@ async def test_a_scheduled_backup_event_wakes_it_unless_deleted() -> None:
     bl = loops()
     bl.on_scheduled_backup(scheduled("nightly"), "MODIFIED")
     bl.on_scheduled_backup(scheduled("gone"), "DELETED")
-    assert bl.scheduled.queue.waiting()["other"] == 1
+    assert bl.scheduled.queue.waiting()["new"] == 1
 
 
 class Recorded(EventRecorder):
