@@ -82,14 +82,18 @@ METADATA_PAGE = 500
 
 
 def pooled_transport(config: KubeConfig) -> httpx2.AsyncHTTPTransport:
-    """HTTP/1.1 that keeps a connection open for every request in flight: with the default pool (20
-    kept) each burst above it would open, and then close, TLS connections of its own."""
+    """HTTP/2 where the API server offers it (it does, as client-go uses it): every request in flight
+    on one connection. At 1000 new clusters, 64 HTTP/1.1 connections held 2-3 MiB more than one, and
+    finding a free one among them was an eighth of the operator's CPU (the pool probes every idle
+    socket on each request). Should HTTP/2 be refused, the HTTP/1.1 pool keeps a connection for every
+    request in flight: with the default (20 kept), each burst above it would open, and then close, TLS
+    connections of its own."""
     single = config.get()
     if single is None or single.user is None:
         raise SystemExit("the kubeconfig names no current context with a user")
     limits = httpx2.Limits(max_connections=MAX_IN_FLIGHT, max_keepalive_connections=MAX_IN_FLIGHT)
     return httpx2.AsyncHTTPTransport(verify=verify_cluster(single.cluster, single.user, single.abs_file),
-                                     limits=limits)  # fmt: skip
+                                     limits=limits, http2=True)  # fmt: skip
 
 
 def _raise_for_status(resp: Any) -> None:

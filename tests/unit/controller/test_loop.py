@@ -8,7 +8,14 @@ import asyncio
 import pytest
 
 from pg_operator.controller.backoff import Backoff, jittered
-from pg_operator.controller.loop import Outcome, ReconcileLoop, Result, result_label
+from pg_operator.controller.loop import (
+    STATUS_FOLD_MAX,
+    Outcome,
+    ReconcileLoop,
+    Result,
+    result_label,
+    status_fold,
+)
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.reconcile import Outcome as ClusterOutcome
 from pg_operator.controller.workqueue import WorkQueue
@@ -173,3 +180,19 @@ async def test_a_problem_is_counted_apart_and_not_settled() -> None:
 def test_the_cluster_reconcilers_outcome_is_a_loop_outcome() -> None:
     outcome: Outcome = ClusterOutcome(writes=1, phase="Running")
     assert (outcome.writes, outcome.requeue_after, result_label(outcome)) == (1, None, "changed")
+
+
+def test_status_news_is_folded_longer_only_while_a_backlog_waits() -> None:
+    assert status_fold(1.0, queued=0, workers=16) == 1.0  # steady state: as before
+    assert status_fold(1.0, queued=64, workers=16) == 1.0  # four keys a worker: still the floor
+    assert status_fold(1.0, queued=320, workers=16) == 5.0
+    assert status_fold(1.0, queued=1000, workers=16) == STATUS_FOLD_MAX  # capped
+    assert status_fold(2.5, queued=10, workers=0) == 2.5  # no division by zero
+
+
+async def test_a_status_wake_up_during_a_backlog_waits_for_more_news() -> None:
+    loop = ReconcileLoop(Scripted(), workers=2, resync_seconds=None, status_delay=1.0)
+    for i in range(40):
+        loop.wake(("ns", f"c{i}"))
+    loop.wake_soon(KEY)
+    assert loop.queue.pending_delay(KEY) == pytest.approx(5.0, abs=0.1)
