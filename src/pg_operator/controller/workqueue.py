@@ -10,10 +10,10 @@ Semantics (like client-go's workqueue):
 Three lanes instead of one FIFO, by what the key's last pass said (the handler's answer):
 - "settled": it found the key converged. A change to a running cluster must not wait behind a burst of
   hundreds of new clusters, each a dozen writes.
-- "underway": it acted on the key (wrote its children, or met a problem) without converging. Its next
-  pass, most often the one that finds the pods ready and reports Ready, would otherwise wait behind every
-  new cluster's first pass: at 1000 new clusters the Ready count stayed near zero for minutes and then
-  jumped, and the whole burst finished only after a second round over every cluster.
+- "underway": it acted on the key (wrote its children, met a problem, or failed and will be retried)
+  without converging. Its next pass, most often the one that finds the pods ready and reports Ready,
+  would otherwise wait behind every new cluster's first pass: at 1000 new clusters the Ready count
+  stayed near zero for minutes and then jumped.
 - "new": no pass has acted on it yet (nor found it: a wake-up that came before its object, or one for an
   object that is gone).
 Each lane is FIFO and is served before the ones below it, except that a lane whose keys have waited
