@@ -2,7 +2,7 @@
 
 The operator runs in this process (the same `operator.run` as `pg-operator run`, with the admin
 kubeconfig), so its state can be inspected between stages: RSS, the deep size of the read cache by
-kind (observe.Cache), kopf's per-object memories, our wake-up fingerprints, live objects
+kind (observe.Cache), our wake-up fingerprints, live objects
 by type, and (with --tracemalloc) the allocations by source file. Stages are cumulative:
 
     .venv/bin/python bench/profile_operator_memory.py --stages 0,100,300
@@ -103,7 +103,6 @@ def measure(label: str, with_trace: bool) -> dict[str, Any]:
     gc.collect()
     caches = of_type("Cache")
     wakeups = [o for o in gc.get_objects() if isinstance(o, Wakeups)]
-    memories = of_type("ResourceMemories")
     tasks = collections.Counter(
         (t.get_coro().__qualname__ if hasattr(t.get_coro(), "__qualname__") else "?")  # type: ignore[union-attr]
         for t in asyncio.all_tasks()
@@ -126,9 +125,6 @@ def measure(label: str, with_trace: bool) -> dict[str, Any]:
     if wakeups:
         seen = wakeups[0]._seen
         row["wakeups_seen"] = {"entries": len(seen), "kib": round(deep_size(seen) / 1024)}
-    if memories:
-        items = getattr(memories[0], "_items", {})
-        row["kopf_memories"] = {"entries": len(items), "kib": round(deep_size(list(items.values())) / 1024)}
     if with_trace:
         snap = tracemalloc.take_snapshot()
         stats = snap.statistics("filename")

@@ -42,7 +42,7 @@ apt-get install -y -qq --no-install-recommends ca-certificates tini python3 pyth
 step "venv $VENV with pg-operator"
 python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q "$BUILD_CONTEXT"
-"$VENV/bin/python" -c "import pg_operator, kopf, lightkube"
+"$VENV/bin/python" -c "import pg_operator.controller.operator, lightkube, aiohttp"
 [ -x "$VENV/bin/pg-operator" ] || { echo "recipe: $VENV/bin/pg-operator is missing" >&2; exit 1; }
 [ -x "$VENV/bin/pg-operator-pooler" ] || { echo "recipe: $VENV/bin/pg-operator-pooler is missing" >&2; exit 1; }
 

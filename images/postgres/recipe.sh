@@ -89,7 +89,7 @@ python3 -m venv "$VENV"
 # --- Patroni, psycopg and what the entrypoint imports -----------------------------------------------
 step "Patroni $PATRONI_VERSION"
 # The entrypoint imports only pg_operator.instance and pg_operator.api.instance_config (pydantic, PyYAML),
-# so the operator's own dependencies (kopf, lightkube, …) stay out of this image.
+# so the operator's own dependencies (lightkube, aiohttp, …) stay out of this image.
 "$VENV/bin/pip" install -q "patroni[kubernetes]==${PATRONI_VERSION}" "psycopg[binary]>=3.2" \
   "pydantic>=2.10" "pyyaml>=6.0"
 "$VENV/bin/python" -c "import patroni, psycopg"

@@ -1,4 +1,4 @@
-"""Typed reads of raw Kubernetes objects: the dicts the API server, kopf's events and lightkube's
+"""Typed reads of raw Kubernetes objects: the dicts the API server, the informers and lightkube's
 `to_dict()` give. Every field may be missing (a desired object before it exists, a partial watch body,
 a status not yet written), so each reader answers with an empty value instead of raising.
 

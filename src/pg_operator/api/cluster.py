@@ -517,7 +517,7 @@ class PostgresCluster(BaseModel):
 
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> PostgresCluster:
-        """Parse a whole object as kopf or lightkube gives it; ValueError naming the field on bad input."""
+        """Parse a whole object as the API server gives it; ValueError naming the field on bad input."""
         meta = obj.get("metadata")
         if not isinstance(meta, Mapping):
             raise ValueError("metadata: required")

@@ -33,8 +33,6 @@ def setup_logging(fmt: str, level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # kopf reports every watch (re)connection at INFO; keep that for debugging only.
-    logging.getLogger("kopf").setLevel(max(logging.WARNING, root.level))
     # One line per HTTP request from the client library: debug only.
     for name in ("httpx", "httpx2", "httpcore", "aiohttp.access"):
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))

@@ -1,4 +1,5 @@
-"""The operator process: kopf embedded behind a Lease, the watch cache (`cache`, `cache_sync`), the
+"""The operator process: behind a Lease, informers (`informer`) feeding the watch cache (`cache`,
+`cache_sync`, `wakeups`), the
 work loop (`loop`, `workqueue`, `backoff`), the cluster reconcile (`reconcile`) and its capability
 rooms (`rooms/`), the backup reconcilers (`backup_reconcilers/`), writes (`writes`, `diff`,
 `kube_api`), Events, metrics and health endpoints.

@@ -1,15 +1,13 @@
 """The read side: a watch-fed cache of every kind the controller looks at, by cluster.
 
-A reconcile reads a `Snapshot` assembled from this cache and never LISTs the API. kopf's `on.event`
-handlers feed it (`Cache.observe_*`): each event's body is packed and let go at once. (kopf's own
-indexes would do the same job, but with an index registered kopf holds every listed object's worker,
-body and all, until every object of every kind is indexed: 778 MiB at a restart over 1000 clusters.)
-Until the cache has seen everything the first listing holds, nothing may act on it (`cache_sync`).
+A reconcile reads a `Snapshot` assembled from this cache and never LISTs the API. The informers
+(controller/informer.py) feed it through `Wakeups` (`Cache.observe`): each object is packed and let go at
+once. Until every kind's first listing is in (`cache_sync.SyncGate`), nothing may act on it.
 
 The cache holds each object as compact JSON, zlib-compressed against a dictionary of its kind
 (`Packer`), decoded only into the snapshot of the cluster being reconciled: a parsed body costs 4-6 times
 its JSON size in Python objects, and the cache holds every child of every cluster (about 28 objects per
-cluster) for the life of the process. A decoded body is equal to the one kopf handed over, so what a
+cluster) for the life of the process. A decoded body is equal to the one the API server sent, so what a
 reconcile sees is unchanged.
 """
 
@@ -22,21 +20,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pg_operator import objects
-from pg_operator.api.backup import BACKUP_KIND, SCHEDULED_BACKUP_KIND
+from pg_operator.api.backup import BACKUP_KIND, BACKUP_PLURAL, SCHEDULED_BACKUP_KIND, SCHEDULED_BACKUP_PLURAL
 from pg_operator.api.constants import API_VERSION, KIND, PLURAL
-from pg_operator.controller.cache_sync import ListedKind, RelistPruner, SyncGate
+from pg_operator.controller.cache_sync import ListedKind, SyncGate
 from pg_operator.controller.keys import ClusterKey, cluster_key_of_child, cluster_key_of_cluster
 from pg_operator.specs.status import SERVICE_NAME_LABEL, rw_service_name
 
 
 @dataclass(frozen=True)
 class WatchedKind:
-    """A child kind the cache holds by cluster. `handler_id` names its kopf event handler."""
+    """A child kind the cache holds by cluster."""
 
     api_version: str
     kind: str
     plural: str
-    handler_id: str
 
     @property
     def group(self) -> str:
@@ -47,12 +44,8 @@ class WatchedKind:
         return self.api_version.split("/")[-1]
 
 
-def _handler_id(api_version: str, kind: str) -> str:
-    return "wake_" + (api_version.replace("/", "_").replace(".", "_") + "_" + kind).lower()
-
-
 def watched_kind(api_version: str, kind: str, plural: str) -> WatchedKind:
-    return WatchedKind(api_version, kind, plural, _handler_id(api_version, kind))
+    return WatchedKind(api_version, kind, plural)
 
 
 POD = watched_kind("v1", "Pod", "pods")
@@ -246,20 +239,23 @@ class _Store:
 CLUSTER_KIND = (API_VERSION, KIND)
 STORAGE_CLASS_KIND = ("storage.k8s.io/v1", "StorageClass")
 # The backup kinds, for the backup reconcilers: Backups by their cluster (namespace, spec.cluster),
-# ScheduledBackups by (namespace, name). Not listed by the sync gate: a missing backup CRD must not
-# keep the operator from syncing (kopf only warns about it).
+# ScheduledBackups by (namespace, name). Not awaited by the sync gate: a missing backup CRD must not
+# keep the operator from syncing (its informers only warn about it).
 BACKUP_KIND_KEY = (API_VERSION, BACKUP_KIND)
 SCHEDULED_BACKUP_KIND_KEY = (API_VERSION, SCHEDULED_BACKUP_KIND)
 
 
-def listed_kinds(kinds: list[WatchedKind], child_label: str) -> list[ListedKind]:
-    """What the sync gate lists: the clusters, the StorageClasses and every child kind, the children
-    selected on `child_label` as kopf's watches of them are (operator.kopf_settings)."""
-    return [
-        ListedKind(CLUSTER_KIND[0], CLUSTER_KIND[1], PLURAL),
-        ListedKind(STORAGE_CLASS_KIND[0], STORAGE_CLASS_KIND[1], "storageclasses", namespaced=False),
-        *(ListedKind(k.api_version, k.kind, k.plural, label_selector=child_label) for k in kinds),
-    ]
+CLUSTERS = ListedKind(CLUSTER_KIND[0], CLUSTER_KIND[1], PLURAL)
+STORAGE_CLASSES = ListedKind(STORAGE_CLASS_KIND[0], STORAGE_CLASS_KIND[1], "storageclasses", namespaced=False)
+BACKUPS = ListedKind(BACKUP_KIND_KEY[0], BACKUP_KIND_KEY[1], BACKUP_PLURAL)
+SCHEDULED_BACKUPS = ListedKind(API_VERSION, SCHEDULED_BACKUP_KIND, SCHEDULED_BACKUP_PLURAL)
+
+
+def child_kinds(kinds: list[WatchedKind], child_label: str) -> list[ListedKind]:
+    """The child kinds as they are listed and watched: only objects carrying `child_label`, selected by
+    the API server, so every other Pod, Secret, ConfigMap … of the watched namespaces stays out of this
+    process."""
+    return [ListedKind(k.api_version, k.kind, k.plural, label_selector=child_label) for k in kinds]
 
 
 class Cache:
@@ -274,9 +270,8 @@ class Cache:
         self._stores[STORAGE_CLASS_KIND] = _Store()
         self._stores[BACKUP_KIND_KEY] = _Store()
         self._stores[SCHEDULED_BACKUP_KIND_KEY] = _Store()
-        # Told of every object that arrives, until it opens (None: a cache filled by hand, in tests).
+        # Open once every kind's first listing is in (None: a cache filled by hand, in tests).
         self.gate = gate
-        self.pruner: RelistPruner | None = None  # told of relists once synced (operator._lead sets it)
         # False when the operator may not read StorageClasses (a namespaced install): none are watched, so
         # a snapshot never claims to know them (rooms/storage.py skips its check).
         self.storage_classes_readable = True
@@ -286,18 +281,12 @@ class Cache:
         return self.gate is None or self.gate.open
 
     def observe(self, body: Mapping[str, Any], event_type: str | None) -> None:
-        """One watch event (kopf passes None for an object of the initial listing)."""
+        """One watch event (None for an object of a listing)."""
         api_version, kind = str(body.get("apiVersion") or ""), str(body.get("kind") or "")
         store = self._stores.get((api_version, kind))
         uid = _uid(body)
         if store is None or not uid:
             return
-        if self.gate is not None and not self.gate.open:
-            self.gate.saw((api_version, kind), uid)
-        elif self.pruner is not None:
-            if event_type is None:  # a listing after the first: kopf's watch broke and it relists
-                self.pruner.relisted((api_version, kind))
-            self.pruner.saw((api_version, kind), uid)
         if event_type == "DELETED":
             store.remove(uid)
             return
@@ -316,10 +305,15 @@ class Cache:
                 key = None  # only the -rw Service's slices are read; the others are not held
             store.put(uid, key, body)
 
-    def prune(self, kind: tuple[str, str], keep: set[str]) -> list[ClusterKey]:
-        """Drop every object of `kind` whose uid is not in `keep`; the clusters they belonged to."""
-        store = self._stores[kind]
-        dropped = [(uid, key) for key, objects in store.by_key.items() for uid in objects if uid not in keep]
+    def prune(self, kind: tuple[str, str], keep: set[str], namespace: str | None = None) -> list[ClusterKey]:
+        """Drop every object of `kind` (in `namespace`; None: anywhere) whose uid is not in `keep` (what a
+        new listing held): the clusters they belonged to."""
+        store = self._stores.get(kind)
+        if store is None:
+            return []
+        dropped = [(uid, key) for key, objects in store.by_key.items()
+                   if namespace is None or (isinstance(key, tuple) and key[0] == namespace)
+                   for uid in objects if uid not in keep]  # fmt: skip
         for uid, _ in dropped:
             store.remove(uid)
         if kind == STORAGE_CLASS_KIND:
@@ -336,8 +330,8 @@ class Cache:
         found = self._stores[CLUSTER_KIND].values(key)
         if not found:
             return None
-        # Two only while a deleted cluster's DELETED event trails its successor's ADDED (kopf handles
-        # each object in a worker of its own): the newer one is the cluster.
+        # Two only if a deleted cluster's DELETED event were to trail its successor's ADDED: the newer
+        # one is the cluster.
         return max(found, key=_version) if len(found) > 1 else found[0]
 
     def backups(self, key: ClusterKey) -> list[dict[str, Any]]:

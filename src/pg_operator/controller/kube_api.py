@@ -1,19 +1,20 @@
 """Connection to the API server (the way kubectl finds it) and the one write path of the controller.
 
-Every request the controller itself makes goes through `Api`, which counts it by verb for the metrics.
-kopf's watches use their own connection, logged in from the same source (`kopf_login`).
+Every request the controller makes goes through `Api`, which counts it by verb for the metrics; the
+informers' lists and watches (controller/informer.py) go through an `Api` of their own, so a burst of
+writes never holds up the stream of events.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx2
-import kopf
 from lightkube import AsyncClient, KubeConfig, codecs
 from lightkube.config.client_adapter import verify_cluster
 from lightkube.core.exceptions import ApiError
@@ -48,13 +49,6 @@ def load_config() -> KubeConfig:
     if (SERVICE_ACCOUNT_DIR / "token").is_file():
         return KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR)
     raise SystemExit("no kubeconfig ($KUBECONFIG, ~/.kube/config) and no in-cluster service account found")
-
-
-def kopf_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """kopf's login in the same order as `load_config`: kubeconfig first, in-cluster service account next."""
-    if kubeconfig_path() is not None:
-        return kopf.login_with_kubeconfig(**kwargs)
-    return kopf.login_with_service_account(**kwargs)
 
 
 def resource_for(api_version: str, kind: str) -> type[Any]:
@@ -96,10 +90,24 @@ def pooled_transport(config: KubeConfig) -> httpx2.AsyncHTTPTransport:
                                      limits=limits, http2=True)  # fmt: skip
 
 
+class HttpStatusError(RuntimeError):
+    """The API server answered a raw request with an error status (`code`)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 def _raise_for_status(resp: Any) -> None:
     if resp.status_code >= 400:
-        raise RuntimeError(f"{resp.request.method} {resp.request.url.path}: HTTP {resp.status_code}: "
-                           f"{resp.text[:200]}")  # fmt: skip
+        raise HttpStatusError(resp.status_code, f"{resp.request.method} {resp.request.url.path}: "
+                              f"HTTP {resp.status_code}: {resp.text[:200]}")  # fmt: skip
+
+
+# A watch request's own end (the API server closes it after this long) and how long its stream may stay
+# silent before the client gives up on it: bookmarks and events keep a live one busy.
+WATCH_SECONDS = 300
+WATCH_READ_TIMEOUT = WATCH_SECONDS + 30.0
 
 
 class Api:
@@ -138,6 +146,30 @@ class Api:
             if not token:
                 return
             query["continue"] = token
+
+    async def list_page(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
+        """One page of a list, whole objects, as the API server's JSON."""
+        self._count("list")
+        resp = await self._http().get(path, params=dict(params))
+        _raise_for_status(resp)
+        page = resp.json()
+        if not isinstance(page, dict):
+            raise HttpStatusError(resp.status_code, f"GET {path}: not a list")
+        return page
+
+    @contextlib.asynccontextmanager
+    async def watch(self, path: str, params: Mapping[str, str]) -> AsyncIterator[httpx2.Response]:
+        """A watch of the list at `path` (params carry resourceVersion, selectors), as a streamed response
+        whose lines are events. Not among the requests in flight: a watch lasts minutes."""
+        self._count("watch")
+        query = {**params, "watch": "true", "allowWatchBookmarks": "true",
+                 "timeoutSeconds": str(WATCH_SECONDS)}  # fmt: skip
+        timeout = httpx2.Timeout(10.0, read=WATCH_READ_TIMEOUT)
+        async with self._http().stream("GET", path, params=query, timeout=timeout) as resp:
+            if resp.status_code >= 400:
+                await resp.aread()
+                _raise_for_status(resp)
+            yield resp
 
     async def get(self, res: type[Any], name: str, namespace: str | None = None) -> Any:
         self._count("get")

@@ -1,7 +1,8 @@
-"""The operator process: health endpoints, Lease gate, then kopf + the reconcile workers while leader.
+"""The operator process: health endpoints, Lease gate, then the informers and the reconcile workers while
+leader.
 
-Exit codes: 0 after a clean stop (signal), 1 when the Lease was lost or kopf failed — the Deployment
-restarts the pod, which becomes a candidate again.
+Exit codes: 0 after a clean stop (signal), 1 when the Lease was lost or the informers or workers failed —
+the Deployment restarts the pod, which becomes a candidate again.
 """
 
 from __future__ import annotations
@@ -17,19 +18,16 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import kopf
 from lightkube.core.exceptions import ApiError
 
-from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.controller import cache_sync
 from pg_operator.controller.backoff import Backoff
 from pg_operator.controller.backup_reconcilers.loops import BackupLoops
-from pg_operator.controller.cache import STORAGE_CLASS_KIND, Cache, WatchedKind, listed_kinds, watched_kinds
+from pg_operator.controller.cache import Cache, WatchedKind, watched_kinds
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.health import HealthServer, HealthState
 from pg_operator.controller.heap_trim import Trimmer
-from pg_operator.controller.kopf_diffbase import EmptyDiffBase
-from pg_operator.controller.kopf_memories import ForgetfulMemories
+from pg_operator.controller.informer import Informers
 from pg_operator.controller.kube_api import SERVICE_ACCOUNT_DIR, Api, load_config
 from pg_operator.controller.lease import LeaseConfig, LeaseElector, LeaseLost
 from pg_operator.controller.loop import ReconcileLoop
@@ -37,7 +35,7 @@ from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcile import Reconciler, namespace_terminating
 from pg_operator.controller.rooms.storage import STORAGE_CLASSES_UNREADABLE, storage_classes_readable
-from pg_operator.controller.wakeups import Wakeups, build_registry
+from pg_operator.controller.wakeups import Wakeups, feeds
 from pg_operator.specs import MANAGED_KINDS
 
 log = logging.getLogger(__name__)
@@ -80,36 +78,6 @@ class Options:
     resync_seconds: float = 300.0
     backup_retention_seconds: float = 600.0  # how often retention runs besides after each backup
     ca_trust_period_seconds: float = 90.0  # how long a CA rotation trusts both CAs (specs/ca_rotation.py)
-
-
-@dataclass(frozen=True)
-class ChildResources:
-    """Matches the child kinds' resources (by group and plural), for kopf's per-resource settings."""
-
-    names: frozenset[tuple[str, str]]
-
-    def __call__(self, resource: kopf.Resource) -> bool:
-        return (resource.group, resource.plural) in self.names
-
-
-def kopf_settings(kinds: list[WatchedKind] | None = None) -> kopf.OperatorSettings:
-    settings = kopf.OperatorSettings()
-    settings.posting.enabled = False  # our own Events only; kopf's would be writes on every log line
-    settings.scanning.disabled = True  # no CRD watching: the resources are known
-    settings.persistence.diffbase_storage = EmptyDiffBase()  # no change-detecting handlers (kopf_diffbase)
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
-    # What a restart holds at once: kopf lists each kind in one response unless told to page, and each
-    # object's worker keeps its last body while it idles (5 s by default); the cache has packed it already.
-    settings.watching.chunk_size = 100
-    settings.queueing.idle_timeout = 1.0
-    # The child handlers only take objects carrying the cluster label; asking the API server for those
-    # alone keeps every other Pod, Secret, ConfigMap … of the watched namespaces out of this process
-    # (kopf would otherwise parse each one and keep per-object state for it, then drop it).
-    children = kinds if kinds is not None else watched_kinds(MANAGED_KINDS)
-    selector = ChildResources(frozenset((k.group, k.plural) for k in children))
-    settings.watching.label_selectors[selector] = CLUSTER_LABEL
-    return settings
 
 
 async def unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> tuple[bool, T | None]:
@@ -162,13 +130,11 @@ async def run(opts: Options) -> int:
             expiry_margin=min(2.0, opts.lease_duration / 6),
         ),
     )
-    kopf_ready = asyncio.Event()
     kinds = watched_kinds(MANAGED_KINDS)
-    listed = listed_kinds(kinds, CLUSTER_LABEL)
-    gate = cache_sync.SyncGate(k.key for k in listed)  # opens once the cache has seen everything
+    gate = cache_sync.SyncGate()  # opens once the cache has seen everything (told what, once leading)
     state = HealthState()
     state.ready = lambda: (
-        (state.role == "leader" and kopf_ready.is_set() and gate.open)
+        (state.role == "leader" and gate.open)
         or (state.role == "candidate" and elector.last_error is None)
     )
     state.detail = lambda: {
@@ -192,9 +158,6 @@ async def run(opts: Options) -> int:
         if not done:
             return 0
         storage_classes = bool(readable)
-        if not storage_classes:
-            listed = [k for k in listed if k.key != STORAGE_CLASS_KIND]
-            gate = cache_sync.SyncGate(k.key for k in listed)
         state.role = "candidate"
         log.info("candidate %s for lease %s/%s", opts.identity, opts.lease_namespace, opts.lease_name)
         done, _ = await unless_stopped(elector.acquire(), stop)
@@ -203,7 +166,7 @@ async def run(opts: Options) -> int:
         state.role = "leader"
         metrics.leader.set(1)
         log.info("leading as %s; starting the controller", opts.identity)
-        return await _lead(opts, api, elector, metrics, stop, kopf_ready, state, kinds, listed, gate,
+        return await _lead(opts, api, elector, metrics, stop, state, kinds, gate,
                            storage_classes=storage_classes)  # fmt: skip
     finally:
         metrics.leader.set(0)
@@ -225,10 +188,8 @@ async def _lead(
     elector: LeaseElector,
     metrics: Metrics,
     stop: asyncio.Event,
-    kopf_ready: asyncio.Event,
     state: HealthState,
     kinds: list[WatchedKind],
-    listed: list[cache_sync.ListedKind],
     gate: cache_sync.SyncGate,
     *,
     storage_classes: bool = True,
@@ -243,30 +204,13 @@ async def _lead(
                                on_failure=reconciler.report_failure)  # fmt: skip
     backups = BackupLoops(api, cache, metrics, pod_exec, opts.identity,
                           retention_seconds=opts.backup_retention_seconds)  # fmt: skip
-    registry = build_registry(Wakeups(controller, cache, backups), kinds, storage_classes=storage_classes)
-    kopf_stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    kopf_task = asyncio.create_task(
-        kopf.operator(
-            registry=registry,
-            settings=kopf_settings(kinds),
-            standalone=True,
-            clusterwide=not opts.namespaces,
-            namespaces=opts.namespaces,
-            stop_flag=kopf_stop,
-            ready_flag=kopf_ready,
-            memories=ForgetfulMemories(),  # kopf_memories.py: no per-object state kept
-        ),
-        name="kopf",
-    )
-    # kopf installs its own SIGINT/SIGTERM handlers; ours are put back so a signal means a clean stop.
-    await asyncio.sleep(0.5)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    syncing = asyncio.create_task(cache_sync.sync(api, gate, listed, opts.namespaces), name="cache-sync")
-    cache.pruner = cache_sync.RelistPruner(api, listed, opts.namespaces, cache.prune, controller.wake)
-    pruning = asyncio.create_task(cache.pruner.run(), name="cache-prune")
+    wakeups = Wakeups(controller, cache, backups)
+    # A client of its own: the watches' streams never wait behind the reconciles' writes.
+    watch_api = Api(metrics)
+    informers = Informers(watch_api, feeds(wakeups, kinds, storage_classes=storage_classes), opts.namespaces,
+                          wakeups.listed)  # fmt: skip
+    gate.expect(informers.awaited())
+    watching = asyncio.create_task(informers.run(), name="informers")
 
     async def once_synced(work: Coroutine[Any, Any, None]) -> None:
         # Nothing acts on a cache that has not seen everything yet (cache_sync's docstring says why).
@@ -284,21 +228,16 @@ async def _lead(
     holding = asyncio.create_task(elector.hold(), name="lease")
     stopping = asyncio.create_task(stop.wait(), name="stop")
     trimming = asyncio.create_task(Trimmer().run(), name="heap-trim")  # heap_trim.py: RSS back after bursts
-    done, _ = await asyncio.wait({kopf_task, workers, holding, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    done, _ = await asyncio.wait({watching, workers, holding, stopping}, return_when=asyncio.FIRST_COMPLETED)
 
     code = 0
     if holding in done:
         exc = holding.exception()
         log.error("lost leadership, exiting: %s", exc if isinstance(exc, LeaseLost) else repr(exc))
         code = 1
-    elif kopf_task in done:
-        # kopf returns normally after a signal it caught itself; anything else is a failure.
-        failure = kopf_task.exception()
-        if failure is not None:
-            log.error("kopf stopped unexpectedly: %r", failure)
-            code = 1
-        else:
-            log.info("stopping on signal (via kopf)")
+    elif watching in done:
+        log.error("informers stopped unexpectedly: %r", watching.exception())
+        code = 1
     elif workers in done:
         log.error("reconcile workers stopped unexpectedly: %r", workers.exception())
         code = 1
@@ -307,8 +246,6 @@ async def _lead(
 
     # Stop acting first (in-flight reconciles are cancelled), then the watches.
     state.role = "stopping"
-    syncing.cancel()
-    pruning.cancel()
     workers.cancel()
     controller.close()
     backup_workers.cancel()
@@ -318,12 +255,11 @@ async def _lead(
     holding.cancel()
     stopping.cancel()
     trimming.cancel()
-    kopf_stop.set()
-    with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
-        await asyncio.wait_for(kopf_task, timeout=10)
-    for task in (syncing, pruning, workers, holding, trimming):
+    watching.cancel()
+    for task in (workers, holding, trimming, watching):
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
+    await watch_api.close()
     if holding in done:
         elector.is_leader = False  # nothing to release: it is not ours any more
     return code

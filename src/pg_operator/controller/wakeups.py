@@ -1,27 +1,36 @@
-"""The kopf side: event handlers that feed the read cache and wake clusters, in a registry of our own."""
+"""What each watched object means: it goes into the read cache and wakes the cluster it belongs to (or a
+backup reconciler); `feeds` names every kind the informers list and watch, with who takes its objects."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
-import kopf
-
 from pg_operator import objects
-from pg_operator.api.backup import BACKUP_PLURAL, SCHEDULED_BACKUP_PLURAL
-from pg_operator.api.constants import CLUSTER_LABEL, GROUP, PLURAL, ROLE_LABEL, VERSION
+from pg_operator.api.constants import CLUSTER_LABEL, ROLE_LABEL
 from pg_operator.controller.backup_reconcilers.loops import BackupLoops
-from pg_operator.controller.cache import Cache, WatchedKind, routes_rw
+from pg_operator.controller.cache import (
+    BACKUPS,
+    CLUSTERS,
+    SCHEDULED_BACKUPS,
+    STORAGE_CLASSES,
+    Cache,
+    WatchedKind,
+    child_kinds,
+    routes_rw,
+)
+from pg_operator.controller.informer import Feed
 from pg_operator.controller.keys import (
     ClusterKey,
     cluster_key_of_child,
     cluster_key_of_cluster,
     owning_cluster_name,
 )
-from pg_operator.controller.kopf_diffbase import change_detecting_handlers
-from pg_operator.controller.kube_api import kopf_login
 from pg_operator.controller.loop import ReconcileLoop
 from pg_operator.orchestration.instances import loaded_tls, pending_restart_settings
+
+log = logging.getLogger(__name__)
 
 
 def relevance(body: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -76,6 +85,20 @@ class Wakeups:
         # kept for the life of the process (an equal hash for a changed fingerprint would only defer the
         # wake-up to the next event or resync).
         self._seen: dict[str, int] = {}
+
+    def listed(self, feed: Feed, namespace: str | None, uids: set[str], first: bool) -> None:
+        """A complete listing of a kind: what the cache holds of it beyond that listing is gone (deleted
+        while no watch was there to say so), and the clusters it belonged to are woken; the first
+        listing of each kind is what the sync gate waits for."""
+        kind = feed.kind.key
+        woken = self.cache.prune(kind, uids, namespace)
+        if woken:
+            log.info("cache: %s of %d cluster(s) gone while the watch was down; waking them",
+                     feed.kind.name, len(woken))  # fmt: skip
+        for key in woken:
+            self.controller.wake(key)
+        if self.cache.gate is not None:
+            self.cache.gate.listed(kind, namespace)
 
     def on_cluster(self, body: Mapping[str, Any], event_type: str | None) -> None:
         self.cache.observe(body, event_type)
@@ -146,54 +169,16 @@ class Wakeups:
                 self.controller.wake(key)
 
 
-def build_registry(
-    wakeups: Wakeups, kinds: list[WatchedKind], *, storage_classes: bool = True
-) -> kopf.OperatorRegistry:
-    """`storage_classes`: False when the operator may not read them (rooms/storage.py): no watch of them."""
-    registry = kopf.OperatorRegistry()
-    kopf.on.login(registry=registry)(kopf_login)
-    labelled = {CLUSTER_LABEL: kopf.PRESENT}
-
-    # Coroutines, not plain functions: kopf runs a plain handler in its thread pool, a hop to a thread
-    # and back for every watch event (≈ 12 % of the operator's CPU at 150 clusters, profiled).
-    async def cluster_event(body: kopf.Body, type: str | None, **_: Any) -> None:
-        wakeups.on_cluster(body, type)
-
-    async def child_event(body: kopf.Body, type: str | None, **_: Any) -> None:
-        wakeups.on_child(body, type)
-
-    async def storage_class_event(body: kopf.Body, type: str | None, **_: Any) -> None:
-        wakeups.on_storage_class(body, type)
-
-    kopf.on.event(GROUP, VERSION, PLURAL, id="wake_cluster", registry=registry)(cluster_event)
-    for kind in kinds:
-        kopf.on.event(
-            kind.group, kind.version, kind.plural, id=kind.handler_id, labels=labelled, registry=registry
-        )(child_event)
-    if wakeups.backups is not None:
-        # Backups and ScheduledBackups go to the cache and the backup reconcilers only; a missing CRD
-        # leaves kopf warning that the resource is unresolved, the rest of the operator unaffected.
-
-        async def backup_event(body: kopf.Body, type: str | None, **_: Any) -> None:
-            wakeups.on_backup(body, type)
-
-        async def scheduled_backup_event(body: kopf.Body, type: str | None, **_: Any) -> None:
-            wakeups.on_scheduled_backup(body, type)
-
-        kopf.on.event(GROUP, VERSION, BACKUP_PLURAL, id="wake_backup", registry=registry)(backup_event)
-        kopf.on.event(GROUP, VERSION, SCHEDULED_BACKUP_PLURAL, id="wake_scheduledbackup", registry=registry)(
-            scheduled_backup_event
-        )
+def feeds(wakeups: Wakeups, kinds: list[WatchedKind], *, storage_classes: bool = True) -> list[Feed]:
+    """Every kind the informers list and watch: the clusters, their children (those carrying the cluster
+    label), the StorageClasses (`storage_classes`: False when the operator may not read them,
+    rooms/storage.py) and, for the backup reconcilers, Backups and ScheduledBackups, whose CRDs may be
+    missing: the sync gate does not wait for those."""
+    out = [Feed(CLUSTERS, wakeups.on_cluster)]
+    out += [Feed(kind, wakeups.on_child) for kind in child_kinds(kinds, CLUSTER_LABEL)]
     if storage_classes:
-        kopf.on.event("storage.k8s.io", "v1", "storageclasses", id="wake_storageclass", registry=registry)(
-            storage_class_event
-        )
-    # kopf_settings() gives kopf an empty diff base, which only a registry without these can afford.
-    unexpected = change_detecting_handlers(registry)
-    if unexpected:
-        raise RuntimeError(f"handlers {unexpected} need kopf's diff base; the operator's settings drop it")
-    # A kopf index would hold every listed object's worker until all are indexed (cache.py's docstring).
-    indexes = [h.id for h in registry._indexing.get_all_handlers()]
-    if indexes:
-        raise RuntimeError(f"kopf indexes {indexes} are registered; the operator's cache replaces them")
-    return registry
+        out.append(Feed(STORAGE_CLASSES, wakeups.on_storage_class))
+    if wakeups.backups is not None:
+        out.append(Feed(BACKUPS, wakeups.on_backup, awaited=False))
+        out.append(Feed(SCHEDULED_BACKUPS, wakeups.on_scheduled_backup, awaited=False))
+    return out

@@ -10,13 +10,13 @@ import secrets
 import zlib
 from typing import Any
 
-import kopf
 import pytest
 
 from pg_operator.api.constants import CLUSTER_LABEL
-from pg_operator.controller.cache import CLUSTER_KIND, Cache, Packer, listed_kinds, slim, watched_kinds
+from pg_operator.controller.cache import CLUSTER_KIND, Cache, Packer, slim, watched_kinds
 from pg_operator.controller.cache_sync import SyncGate
-from pg_operator.controller.operator import kopf_settings
+from pg_operator.controller.loop import ReconcileLoop, Result
+from pg_operator.controller.wakeups import Wakeups, feeds
 from pg_operator.specs import MANAGED_KINDS
 
 CLUSTER_REF = {
@@ -182,7 +182,7 @@ def test_a_recreated_cluster_survives_its_predecessors_late_deleted_event() -> N
     cache = new_cache()
     old, new = cluster_body(uid="old", rv="5", replicas=1), cluster_body(uid="new", rv="9", replicas=3)
     cache.observe(old, None)
-    cache.observe(new, "ADDED")  # kopf handles each uid in its own worker: the order is not guaranteed
+    cache.observe(new, "ADDED")  # should a DELETED ever trail its successor's ADDED
     assert cache.cluster(("shop", "db")) == new
     cache.observe(old, "DELETED")
     assert cache.cluster(("shop", "db")) == new
@@ -190,17 +190,28 @@ def test_a_recreated_cluster_survives_its_predecessors_late_deleted_event() -> N
     assert cache.cluster(("shop", "db")) is None and cache.cluster_keys() == []
 
 
+class Nothing:
+    async def reconcile(self, key: Any) -> Result:
+        return Result()
+
+
+def wakeups_over(cache: Cache) -> Wakeups:
+    return Wakeups(ReconcileLoop(Nothing()), cache)
+
+
 def test_storage_classes_are_known_only_once_the_cache_has_synced() -> None:
     kinds = watched_kinds(MANAGED_KINDS)
-    listed = listed_kinds(kinds, CLUSTER_LABEL)
-    gate = SyncGate(k.key for k in listed)
+    gate = SyncGate()
     cache = Cache(kinds, gate)
+    wakeups = wakeups_over(cache)
+    every = feeds(wakeups, kinds)
+    gate.expect((f.kind.key, None) for f in every if f.awaited)
     sc = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
           "metadata": {"name": "fast", "uid": "sc1"}}  # fmt: skip
     cache.observe(sc, None)
     assert not cache.synced and not cache.snapshot(("shop", "db")).storage_classes_known
-    for kind in listed:
-        gate.listed(kind.key, {"sc1": ("", "fast")} if kind.kind == "StorageClass" else {})
+    for feed in every:
+        wakeups.listed(feed, None, {"sc1"} if feed.kind.kind == "StorageClass" else set(), True)
     assert cache.synced
     snap = cache.snapshot(("shop", "db"))
     assert snap.storage_classes_known and snap.storage_classes == frozenset({"fast"})
@@ -208,65 +219,47 @@ def test_storage_classes_are_known_only_once_the_cache_has_synced() -> None:
     assert cache.storage_classes() == frozenset()
 
 
-def test_the_gate_lists_what_kopf_watches_with_the_same_selection() -> None:
+def test_the_feeds_watch_every_kind_the_cache_holds_the_children_by_their_label_only() -> None:
     kinds = watched_kinds(MANAGED_KINDS)
-    listed = {k.key: k for k in listed_kinds(kinds, CLUSTER_LABEL)}
-    assert set(listed) == {CLUSTER_KIND, ("storage.k8s.io/v1", "StorageClass")} | {
+    every = {f.kind.key: f for f in feeds(wakeups_over(Cache(kinds)), kinds)}
+    assert set(every) == {CLUSTER_KIND, ("storage.k8s.io/v1", "StorageClass")} | {
         (k.api_version, k.kind) for k in kinds
     }
-    selectors = kopf_settings().watching.label_selectors
-    for kind in listed.values():
-        group, _, version = kind.api_version.rpartition("/")
-        expected = selectors.collect(_resource(group, version, kind.plural, kind.kind))
-        assert ([kind.label_selector] if kind.label_selector else []) == expected, kind
-    assert listed[("apps/v1", "StatefulSet")].path("shop") == "/apis/apps/v1/namespaces/shop/statefulsets"
-    assert listed[("v1", "Pod")].path("shop", "db-0") == "/api/v1/namespaces/shop/pods/db-0"
-    assert listed[("v1", "Pod")].path() == "/api/v1/pods"
-    storage_classes = listed[("storage.k8s.io/v1", "StorageClass")]
-    assert storage_classes.path("shop") == "/apis/storage.k8s.io/v1/storageclasses"  # cluster-scoped
-
-
-def _resource(group: str, version: str, plural: str, kind: str) -> kopf.Resource:
-    return kopf.Resource(group, version, plural, kind=kind, namespaced=True, preferred=True)
-
-
-def test_child_watches_select_labelled_objects_server_side_and_only_those() -> None:
-    settings = kopf_settings()
-    selectors = settings.watching.label_selectors
-    for api_version, kind in [*MANAGED_KINDS, ("v1", "Pod"), ("v1", "PersistentVolumeClaim")]:
-        group, _, version = api_version.rpartition("/")
-        plural = next(k.plural for k in watched_kinds(MANAGED_KINDS) if k.kind == kind)
-        assert selectors.collect(_resource(group, version, plural, kind)) == [CLUSTER_LABEL], kind
+    observed = [("v1", "Pod"), ("v1", "PersistentVolumeClaim"), ("v1", "Secret")]
+    for api_version, kind in [*MANAGED_KINDS, *observed]:
+        assert every[(api_version, kind)].kind.params() == {"labelSelector": CLUSTER_LABEL}, kind
     # The clusters themselves and the StorageClasses are not labelled: they must be seen unfiltered.
-    clusters = _resource("db.example.com", "v1alpha1", "postgresclusters", "PostgresCluster")
-    assert selectors.collect(clusters) == []
-    assert selectors.collect(_resource("storage.k8s.io", "v1", "storageclasses", "StorageClass")) == []
-    assert selectors.collect(_resource("", "v1", "events", "Event")) == []
+    assert every[CLUSTER_KIND].kind.params() == {}
+    assert every[("storage.k8s.io/v1", "StorageClass")].kind.params() == {}
+    assert all(f.awaited for f in every.values())
+    pods = every[("v1", "Pod")].kind
+    assert every[("apps/v1", "StatefulSet")].kind.path("shop") == "/apis/apps/v1/namespaces/shop/statefulsets"
+    assert pods.path("shop", "db-0") == "/api/v1/namespaces/shop/pods/db-0"
+    assert pods.path() == "/api/v1/pods"
+    assert pods.namespaces(["a", "b"]) == ["a", "b"] and pods.namespaces([]) == [None]
+    storage_classes = every[("storage.k8s.io/v1", "StorageClass")].kind
+    assert storage_classes.path("shop") == "/apis/storage.k8s.io/v1/storageclasses"  # cluster-scoped
+    assert storage_classes.namespaces(["a", "b"]) == [None]
+    assert ("storage.k8s.io/v1", "StorageClass") not in {
+        f.kind.key for f in feeds(wakeups_over(Cache(kinds)), kinds, storage_classes=False)
+    }
 
 
-def test_after_the_sync_a_listing_event_is_a_relist_and_prune_drops_what_it_did_not_show() -> None:
+def test_a_relisting_drops_what_it_did_not_show_in_its_namespace_and_wakes_those_clusters() -> None:
     kinds = watched_kinds(MANAGED_KINDS)
-    gate = SyncGate([])  # nothing to wait for: open at once
-    cache = Cache(kinds, gate)
-    relisted: list[Any] = []
-
-    class Pruner:
-        def relisted(self, kind: Any) -> None:
-            relisted.append(kind)
-
-        def saw(self, kind: Any, uid: str) -> None: ...
-
-    cache.pruner = Pruner()  # type: ignore[assignment]
-    cache.observe(pod("db-0"), "ADDED")
-    cache.observe(pod("db-1"), "ADDED")
-    cache.observe(cluster_body(), "ADDED")
-    assert relisted == []
-    cache.observe(pod("db-0"), None)
-    assert relisted == [("v1", "Pod")]
-    assert cache.prune(("v1", "Pod"), {"uid-db-0"}) == [("shop", "db")]
+    cache = Cache(kinds, SyncGate([]))
+    wakeups = wakeups_over(cache)
+    pods = next(f for f in feeds(wakeups, kinds) if f.kind.key == ("v1", "Pod"))
+    other = {**pod("db-0"), "metadata": {**pod("db-0")["metadata"], "namespace": "else", "uid": "uid-else"}}
+    for body in (pod("db-0"), pod("db-1"), other, cluster_body()):
+        cache.observe(body, "ADDED")
+    wakeups.listed(pods, "shop", {"uid-db-0"}, False)
     assert [p["metadata"]["name"] for p in cache.snapshot(("shop", "db")).of_kind("v1", "Pod")] == ["db-0"]
+    assert len(cache.snapshot(("else", "db")).of_kind("v1", "Pod")) == 1  # another namespace's listing
+    assert len(wakeups.controller.queue) == 1  # ("shop", "db"): its pass will see db-1 gone
     assert cache.prune(CLUSTER_KIND, set()) == [("shop", "db")] and cache.cluster_keys() == []
-    assert cache.prune(("v1", "Pod"), {"uid-db-0"}) == []
+    assert cache.prune(("v1", "Pod"), {"uid-db-0"}, "shop") == []
+    assert cache.prune(("v1", "Pod"), set()) == [("else", "db"), ("shop", "db")]
 
 
 def endpoint_slice(service: str, uid: str, *pods: str, ready: bool = True) -> dict[str, Any]:
@@ -291,14 +284,13 @@ def test_the_rw_services_endpoint_slices_are_held_by_cluster_and_the_others_not(
     assert ("discovery.k8s.io/v1", "EndpointSlice", "endpointslices") in {
         (k.api_version, k.kind, k.plural) for k in kinds
     }
-    gate = SyncGate([("discovery.k8s.io/v1", "EndpointSlice")])
+    gate = SyncGate([(("discovery.k8s.io/v1", "EndpointSlice"), None)])
     cache = Cache(kinds, gate)
     for body in (endpoint_slice("db-rw", "e1", "db-0"), endpoint_slice("db-ro", "e2", "db-1"),
                  endpoint_slice("db", "e3", "db-0", "db-1")):  # fmt: skip
         cache.observe(body, None)
-    gate.listed(("discovery.k8s.io/v1", "EndpointSlice"), {"e1": ("shop", "a"), "e2": ("shop", "b"),
-                                                           "e3": ("shop", "c")})  # fmt: skip
-    assert gate.open  # the slices the cache does not hold still count as seen
+    gate.listed(("discovery.k8s.io/v1", "EndpointSlice"))
+    assert gate.open
     held = cache.snapshot(("shop", "db")).of_kind("discovery.k8s.io/v1", "EndpointSlice")
     assert [s["metadata"]["name"] for s in held] == ["db-rw-abcde"]
     cache.observe(endpoint_slice("db-rw", "e1", "db-0"), "DELETED")

@@ -25,7 +25,7 @@ from pg_operator.specs import pvc_resizes
 
 log = logging.getLogger(__name__)
 
-# What the cache does with StorageClasses: list them (cache_sync) and watch them (kopf).
+# What the cache does with StorageClasses: list and watch them (controller/informer.py).
 STORAGE_CLASS_VERBS = ("list", "watch")
 STORAGE_CLASSES_UNREADABLE = (
     "this operator may not list and watch StorageClasses (a namespaced install): spec.storageClassName "

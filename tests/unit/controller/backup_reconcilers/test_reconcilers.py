@@ -19,8 +19,10 @@ from pg_operator.controller.cache import Cache, watched_kinds
 from pg_operator.controller.cache_sync import SyncGate
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.kube_api import Api
+from pg_operator.controller.loop import ReconcileLoop, Result
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.pod_exec import PodExec
+from pg_operator.controller.wakeups import Wakeups, feeds
 from pg_operator.specs import MANAGED_KINDS
 
 NS = "shop"
@@ -75,12 +77,24 @@ def test_backups_are_cached_by_their_cluster_and_scheduled_backups_by_name() -> 
     assert c.snapshot((NS, "db")).children.get((API_VERSION, "Backup")) is None  # not a child kind
 
 
-def test_the_sync_gate_does_not_wait_for_backups() -> None:
-    # A missing backup CRD must not keep the operator from syncing: the gate lists no backup kind.
-    gate = SyncGate([(API_VERSION, "PostgresCluster")])
-    c = Cache(watched_kinds(MANAGED_KINDS), gate)
-    c.observe(backup("b-1", "db"), None)
-    gate.listed((API_VERSION, "PostgresCluster"), {})
+class Idle:
+    async def reconcile(self, key: tuple[str, str]) -> Result:
+        return Result()
+
+
+async def test_the_sync_gate_does_not_wait_for_backups() -> None:
+    # A missing backup CRD must not keep the operator from syncing: its backup kinds are watched, not awaited.
+    kinds = watched_kinds(MANAGED_KINDS)
+    gate = SyncGate()
+    c = Cache(kinds, gate)
+    every = feeds(Wakeups(ReconcileLoop(Idle()), c, loops()), kinds)
+    gate.expect((f.kind.key, None) for f in every if f.awaited)
+    by_kind = {f.kind.kind: f for f in every}
+    assert not by_kind["Backup"].awaited and not by_kind["ScheduledBackup"].awaited
+    by_kind["Backup"].deliver(backup("b-1", "db"), None)
+    for feed in every:
+        if feed.awaited:
+            gate.listed(feed.kind.key)
     assert gate.open and len(c.backups((NS, "db"))) == 1
 
 

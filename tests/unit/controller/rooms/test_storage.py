@@ -15,7 +15,7 @@ from pg_operator.controller.rooms.storage import (
     storage_class_review,
     storage_classes_readable,
 )
-from pg_operator.controller.wakeups import Wakeups, build_registry
+from pg_operator.controller.wakeups import Wakeups, feeds
 from pg_operator.specs import MANAGED_KINDS
 
 
@@ -52,11 +52,10 @@ class Idle:
 def watched_resources(storage_classes: bool) -> set[str]:
     loop: ReconcileLoop[tuple[str, str]] = ReconcileLoop(Idle(), status_delay=1.0)
     kinds = watched_kinds(MANAGED_KINDS)
-    registry = build_registry(Wakeups(loop, Cache(kinds)), kinds, storage_classes=storage_classes)
-    return {str(h.selector.any_name) for h in registry._watching.get_all_handlers() if h.selector}
+    return {f.kind.plural for f in feeds(Wakeups(loop, Cache(kinds)), kinds, storage_classes=storage_classes)}
 
 
-def test_without_the_permission_no_storage_class_watch_is_registered() -> None:
+def test_without_the_permission_no_storage_class_is_listed_or_watched() -> None:
     assert "storageclasses" in watched_resources(True)
     without = watched_resources(False)
     assert "storageclasses" not in without
