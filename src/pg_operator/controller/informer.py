@@ -114,6 +114,15 @@ class Informer:
     def key(self) -> FeedKey:
         return (self.feed.kind.key, self.namespace)
 
+    def _deliver(self, body: dict[str, Any], event_type: str | None) -> None:
+        # One object its taker cannot handle must not stop the kind's watch (and relist it forever).
+        try:
+            self.feed.deliver(body, event_type)
+        except Exception:
+            meta = body.get("metadata") or {}
+            log.exception("%s event of %s %s/%s not taken", event_type or "listing", self.feed.kind.kind,
+                          meta.get("namespace") or "", meta.get("name"))  # fmt: skip
+
     def _where(self) -> str:
         return f"{self.feed.kind.name}" + (f" in {self.namespace}" if self.namespace else "")
 
@@ -150,7 +159,7 @@ class Informer:
                 # A listing's items carry no kind of their own; the cache files them by it.
                 item["apiVersion"], item["kind"] = kind.api_version, kind.kind
                 uids.add(str((item.get("metadata") or {}).get("uid") or ""))
-                self.feed.deliver(item, None)
+                self._deliver(item, None)
             meta = page.get("metadata") or {}
             version = str(meta.get("resourceVersion") or version)
             token = meta.get("continue")
@@ -174,7 +183,7 @@ class Informer:
                         event_type, obj = event_of(line)
                         version = resource_version(obj) or version
                         if event_type != "BOOKMARK":
-                            self.feed.deliver(obj, event_type)
+                            self._deliver(obj, event_type)
             except Gone:
                 return
             except Exception as exc:

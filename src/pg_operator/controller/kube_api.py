@@ -75,19 +75,24 @@ METADATA_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v
 METADATA_PAGE = 500
 
 
-def pooled_transport(config: KubeConfig) -> httpx2.AsyncHTTPTransport:
+def pooled_transport(config: KubeConfig, *, http2: bool = True,
+                     connections: int | None = MAX_IN_FLIGHT) -> httpx2.AsyncHTTPTransport:
     """HTTP/2 where the API server offers it (it does, as client-go uses it): every request in flight
     on one connection. At 1000 new clusters, 64 HTTP/1.1 connections held 2-3 MiB more than one, and
     finding a free one among them was an eighth of the operator's CPU (the pool probes every idle
     socket on each request). Should HTTP/2 be refused, the HTTP/1.1 pool keeps a connection for every
     request in flight: with the default (20 kept), each burst above it would open, and then close, TLS
-    connections of its own."""
+    connections of its own.
+
+    Watches take HTTP/1.1 and a connection each (`http2=False, connections=None`): over one HTTP/2
+    connection the client reads the socket for one stream at a time, and a watch waiting for its next
+    event kept the events of the others from being read (with 21 watches, none arrived)."""
     single = config.get()
     if single is None or single.user is None:
         raise SystemExit("the kubeconfig names no current context with a user")
-    limits = httpx2.Limits(max_connections=MAX_IN_FLIGHT, max_keepalive_connections=MAX_IN_FLIGHT)
+    limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
     return httpx2.AsyncHTTPTransport(verify=verify_cluster(single.cluster, single.user, single.abs_file),
-                                     limits=limits, http2=True)  # fmt: skip
+                                     limits=limits, http2=http2)  # fmt: skip
 
 
 class HttpStatusError(RuntimeError):
@@ -111,11 +116,15 @@ WATCH_READ_TIMEOUT = WATCH_SECONDS + 30.0
 
 
 class Api:
-    """The controller's client: lightkube async, one field manager, requests counted by verb."""
+    """The controller's client: lightkube async, one field manager, requests counted by verb.
+    `for_watches`: the informers' client (pooled_transport says why it differs)."""
 
-    def __init__(self, metrics: Metrics, config: KubeConfig | None = None) -> None:
+    def __init__(self, metrics: Metrics, config: KubeConfig | None = None, *,
+                 for_watches: bool = False) -> None:  # fmt: skip
         config = config or load_config()
-        self.client = AsyncClient(config, field_manager=FIELD_MANAGER, transport=pooled_transport(config))
+        transport = (pooled_transport(config, http2=False, connections=None) if for_watches
+                     else pooled_transport(config))  # fmt: skip
+        self.client = AsyncClient(config, field_manager=FIELD_MANAGER, transport=transport)
         self._metrics = metrics
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
 

@@ -206,7 +206,7 @@ async def _lead(
                           retention_seconds=opts.backup_retention_seconds)  # fmt: skip
     wakeups = Wakeups(controller, cache, backups)
     # A client of its own: the watches' streams never wait behind the reconciles' writes.
-    watch_api = Api(metrics)
+    watch_api = Api(metrics, for_watches=True)
     informers = Informers(watch_api, feeds(wakeups, kinds, storage_classes=storage_classes), opts.namespaces,
                           wakeups.listed)  # fmt: skip
     gate.expect(informers.awaited())

@@ -159,3 +159,17 @@ def test_one_informer_per_namespace_for_namespaced_kinds_and_the_gate_awaits_onl
     assert [(i.feed.kind.kind, i.namespace) for i in informers.informers] == [
         ("Pod", "a"), ("Pod", "b"), ("StorageClass", None), ("Backup", "a"), ("Backup", "b")]
     assert informers.awaited() == [(PODS.key, "a"), (PODS.key, "b"), (classes.key, None)]
+
+
+async def test_an_object_its_taker_fails_on_is_logged_and_the_rest_still_delivered() -> None:
+    taken: list[str] = []
+
+    def deliver(body: dict[str, Any], event_type: str | None) -> None:
+        if body["metadata"]["name"] == "bad":
+            raise KeyError("spec")
+        taken.append(body["metadata"]["name"])
+
+    script = Script(listings=[[{"rv": "1", "items": [pod("bad", "1"), pod("db-0", "1")]}]], watches=[])
+    informer = Informer(script, Feed(PODS, deliver), "shop", lambda f, ns, u, first: None)
+    assert await informer.list_once() == "1"
+    assert taken == ["db-0"] and informer.lists == 1
