@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 # Objects per page of a listing: a restart over 1000 clusters holds one page of whole objects at a time.
 PAGE_SIZE = 100
+# How often a kind the API server does not serve (404: a backup CRD not installed) is asked for again.
+NOT_SERVED_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,12 @@ def event_of(line: bytes) -> tuple[str, dict[str, Any]]:
     return kind, obj
 
 
+def retry_delay(exc: BaseException, failures: int, backoff: Backoff) -> float:
+    """Seconds before listing again after `failures` failures in a row, the last `exc`: a kind that is not
+    served is not asked for every few seconds for the life of the process."""
+    return NOT_SERVED_SECONDS if status_code(exc) == 404 else backoff.delay(failures)
+
+
 def resource_version(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -138,8 +146,8 @@ class Informer:
                 raise
             except Exception as exc:
                 failures += 1
-                delay = self._backoff.delay(failures)
                 code = status_code(exc)
+                delay = retry_delay(exc, failures, self._backoff)
                 # A backup CRD that is not installed answers 404 until it is: said once, then quietly.
                 level = logging.DEBUG if code == 404 and failures > 1 else logging.WARNING
                 log.log(level, "watching %s failed, listing again in %.1fs: %s: %s",

@@ -14,7 +14,17 @@ import pytest
 
 from pg_operator.controller.backoff import Backoff
 from pg_operator.controller.cache_sync import ListedKind
-from pg_operator.controller.informer import Feed, Gone, Informer, Informers, event_of, lines
+from pg_operator.controller.informer import (
+    NOT_SERVED_SECONDS,
+    Feed,
+    Gone,
+    Informer,
+    Informers,
+    event_of,
+    lines,
+    retry_delay,
+)
+from pg_operator.controller.kube_api import HttpStatusError
 
 PODS = ListedKind("v1", "Pod", "pods", label_selector="app.kubernetes.io/instance")
 
@@ -173,3 +183,11 @@ async def test_an_object_its_taker_fails_on_is_logged_and_the_rest_still_deliver
     informer = Informer(script, Feed(PODS, deliver), "shop", lambda f, ns, u, first: None)
     assert await informer.list_once() == "1"
     assert taken == ["db-0"] and informer.lists == 1
+
+
+def test_a_kind_not_served_is_asked_for_again_after_minutes_other_failures_back_off() -> None:
+    backoff = Backoff(base=1.0, cap=30.0, jitter=0.0)
+    missing = HttpStatusError(404, "GET /apis/db.example.com/v1alpha1/backups: HTTP 404")
+    assert retry_delay(missing, 1, backoff) == retry_delay(missing, 9, backoff) == NOT_SERVED_SECONDS >= 300
+    assert [retry_delay(ConnectionError("reset"), n, backoff) for n in (1, 2, 3, 9)] == [1.0, 2.0, 4.0, 30.0]
+    assert retry_delay(HttpStatusError(403, "forbidden"), 1, backoff) == 1.0
