@@ -131,7 +131,7 @@ class Informer:
             log.exception("%s event of %s %s/%s not taken", event_type or "listing", self.feed.kind.kind,
                           meta.get("namespace") or "", meta.get("name"))  # fmt: skip
 
-    def _where(self) -> str:
+    def where(self) -> str:
         return f"{self.feed.kind.name}" + (f" in {self.namespace}" if self.namespace else "")
 
     async def run(self) -> None:
@@ -141,7 +141,7 @@ class Informer:
                 version = await self.list_once()
                 failures = 0
                 await self.watch_from(version)
-                log.info("watch of %s is too old; listing again", self._where())
+                log.info("watch of %s is too old; listing again", self.where())
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -151,7 +151,7 @@ class Informer:
                 # A backup CRD that is not installed answers 404 until it is: said once, then quietly.
                 level = logging.DEBUG if code == 404 and failures > 1 else logging.WARNING
                 log.log(level, "watching %s failed, listing again in %.1fs: %s: %s",
-                        self._where(), delay, type(exc).__name__, exc)  # fmt: skip
+                        self.where(), delay, type(exc).__name__, exc)  # fmt: skip
                 await asyncio.sleep(delay)
 
     async def list_once(self) -> str:
@@ -212,7 +212,7 @@ class Informers:
         return [i.key for i in self.informers if i.feed.awaited]
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(i.run(), name=f"watch {i._where()}") for i in self.informers]
+        tasks = [asyncio.create_task(i.run(), name=f"watch {i.where()}") for i in self.informers]
         try:
             await asyncio.gather(*tasks)
         finally:
