@@ -35,25 +35,13 @@ class WatchedKind:
     kind: str
     plural: str
 
-    @property
-    def group(self) -> str:
-        return self.api_version.split("/")[0] if "/" in self.api_version else ""
 
-    @property
-    def version(self) -> str:
-        return self.api_version.split("/")[-1]
-
-
-def watched_kind(api_version: str, kind: str, plural: str) -> WatchedKind:
-    return WatchedKind(api_version, kind, plural)
-
-
-POD = watched_kind("v1", "Pod", "pods")
-PVC = watched_kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
-SECRET = watched_kind("v1", "Secret", "secrets")
+POD = WatchedKind("v1", "Pod", "pods")
+PVC = WatchedKind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+SECRET = WatchedKind("v1", "Secret", "secrets")
 # The endpointslice controller's slices of the cluster's Services (it copies the Service's labels, the
 # cluster label among them): Ready waits for the -rw Service to route to the primary (specs/status.py).
-ENDPOINT_SLICE = watched_kind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices")
+ENDPOINT_SLICE = WatchedKind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices")
 ENDPOINT_SLICE_KIND = (ENDPOINT_SLICE.api_version, ENDPOINT_SLICE.kind)
 
 # Plurals of the kinds `pg_operator.specs.MANAGED_KINDS` may name.
@@ -84,7 +72,7 @@ def watched_kinds(managed: Iterable[tuple[str, str]]) -> list[WatchedKind]:
             raise ValueError(
                 f"MANAGED_KINDS names {api_version} {kind}, for which the controller has no plural"
             )
-        out[(api_version, kind)] = watched_kind(api_version, kind, plural)
+        out[(api_version, kind)] = WatchedKind(api_version, kind, plural)
     return list(out.values())
 
 
