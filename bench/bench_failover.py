@@ -4,17 +4,20 @@ For each trial, two writers insert through <name>-rw side by side while the prim
 its container's init process, (b) deleted as a pod, (c) switched over on request, (d) SIGKILLed with the
 operator scaled to zero (Patroni alone, with the dynamic settings the operator left it), (e) cut off the
 network inside its pod's netns (iptables DROP, healed once writes have resumed on the new primary:
-Patroni's ttl bounds this one). The writers: `fresh` opens a new connection per attempt; `pooled` keeps
-one connection and opens a new one only when it broke, as an application's pool does, and connects with
-the `<name>-app` Secret's `uri` as it stands (verify-full against its `ca.crt`, its connect timeout,
-keepalives, user timeout and `target_session_attrs=read-write`), only `hostaddr` set to the `-rw`
-ClusterIP. The figure is each writer's longest stretch without an acknowledged commit. Kinds are
+Patroni's ttl bounds this one), (f) SIGKILLed while a synchronous standby's stream is held back (its
+netns drops what the primary sends it for HOLD_S before the kill, until a new leader is chosen), so the
+other standby holds WAL that one lacks, which by chance happens about once in 40 kills under a steady
+write load, (g) SIGKILLed as soon as another replica, SIGKILLed first, is back and streaming (a second
+crash while the cluster re-admits the first). The writers: `fresh` opens a new connection per attempt;
+`pooled` keeps one connection and opens a new one only when it broke, as an application's pool does, and
+connects with the `<name>-app` Secret's `uri` as it stands (verify-full against its `ca.crt`, its connect
+timeout, keepalives, user timeout and `target_session_attrs=read-write`), only `hostaddr` set to the
+`-rw` ClusterIP. The figure is each writer's longest stretch without an acknowledged commit. Kinds are
 interleaved trial by trial (their order rotated every round), so a drift of the shared machine's load
-hits every kind alike.
-The cluster uses synchronous replication, and every acknowledged write is checked after each trial.
-The machine is shared: the JSON carries the load average before and after, overall and per trial.
-With --evidence DIR, a trial whose outage passes --evidence-over seconds leaves the cluster's story of it
-(watches, logs, the writers' errors) in DIR (bench/failover_watch.py).
+hits every kind alike. The cluster uses synchronous replication, and every acknowledged write is checked
+after each trial. The machine is shared: the JSON carries the load average before and after, overall and
+per trial. With --evidence DIR, a trial whose outage passes --evidence-over seconds leaves the cluster's
+story of it (watches, logs, the writers' errors) in DIR (bench/failover_watch.py).
 
   python3 localkube/cluster.py up full && .venv/bin/python bench/bench_failover.py --trials 5
 """
@@ -39,11 +42,23 @@ from localkube.common import Context  # noqa: E402
 from harness.deployed_operator import OPERATOR_NAMESPACE, install_operator  # noqa: E402
 from harness.kube import get_json  # noqa: E402
 from harness.local_cluster import Kube  # noqa: E402
-from harness.pgcluster import Partition, Writer, healthy, kill_container, pod_netns, status  # noqa: E402
+from harness.pgcluster import (  # noqa: E402
+    Partition,
+    StreamHold,
+    Writer,
+    healthy,
+    kill_container,
+    pod_netns,
+    status,
+)
 from harness.waiting import wait_until  # noqa: E402
 
 NS, NAME = "bench-failover", "bench-db"
-KINDS = ("sigkill", "pod_delete", "switchover", "sigkill_patroni_only", "partition")
+KINDS = ("sigkill", "pod_delete", "switchover", "sigkill_patroni_only", "partition", "sigkill_async_ahead",
+         "sigkill_after_rejoin")
+# sigkill_async_ahead holds one synchronous standby's stream back this long before the kill: enough for
+# the primary to send the other standby WAL this one never gets (the writers' in-flight commits).
+HOLD_S = 0.3
 SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}
 WRITERS = ("fresh", "pooled")
 
@@ -100,8 +115,38 @@ def _trial(kube: Kube, how: str, table: str, evidence: Evidence | None,
         timelines = {s.get("timeline") for s in states}
         return len(pods) == 3 and all(ready) and len(timelines) == 1 and None not in timelines
 
+    def leader_name() -> str | None:
+        return (get_json(kube, "configmap", f"{NAME}-leader", "-n", NS)["metadata"].get("annotations")
+                or {}).get("leader")
+
+    def sync_standbys() -> list[str]:
+        sync = get_json(kube, "configmap", f"{NAME}-sync", "-n", NS)["metadata"].get("annotations") or {}
+        return [n.strip() for n in str(sync.get("sync_standby") or "").split(",") if n.strip()]
+
+    def pod_ip(pod: str) -> str:
+        return str(get_json(kube, "pod", pod, "-n", NS)["status"]["podIP"])
+
+    def replica_names(primary: str) -> list[str]:
+        pods = get_json(kube, "pods", "-n", NS, "-l", f"db.example.com/cluster={NAME}")["items"]
+        return sorted(p["metadata"]["name"] for p in pods if p["metadata"]["name"] != primary)
+
+    def container_id(pod: str) -> str:
+        obj = get_json(kube, "pod", pod, "-n", NS)
+        return next(str(c.get("containerID")) for c in obj["status"]["containerStatuses"]
+                    if c["name"] == "postgres")
+
+    def streaming_again(pod: str, before: str) -> bool:
+        """A new container is running and Ready (so its Patroni has published itself since), and Patroni
+        says it streams from the leader."""
+        obj = get_json(kube, "pod", pod, "-n", NS)
+        member = json.loads((obj["metadata"].get("annotations") or {}).get("status") or "{}")
+        new = any(c["name"] == "postgres" and c.get("containerID") not in (None, before) and c.get("ready")
+                  for c in obj["status"].get("containerStatuses") or [])
+        return new and member.get("replication_state") == "streaming"
+
     st = wait_until("a steady cluster", steady, 600, 1)
     old = st["currentPrimary"]
+    extra: dict[str, Any] = {}
     if scale_down:
         scale_operator(kube, 0)
     partition = Partition(pod_netns(kube, NS, old)) if how == "partition" else None
@@ -119,6 +164,27 @@ def _trial(kube: Kube, how: str, table: str, evidence: Evidence | None,
         if partition is not None:
             partition.cut()
         elif how in ("sigkill", "sigkill_patroni_only"):
+            kill_container(kube, NS, old)
+        elif how == "sigkill_async_ahead":
+            held = sync_standbys()[0]
+            hold = StreamHold(pod_netns(kube, NS, held), pod_ip(old))
+            hold.hold()
+            try:
+                time.sleep(HOLD_S)
+                acted_at = time.time()
+                kill_container(kube, NS, old)
+                wait_until("a new leader", lambda: leader_name() not in (None, old), 120, 0.05)
+            finally:
+                hold.release()
+            extra["held"] = held
+        elif how == "sigkill_after_rejoin":
+            other = next(n for n in replica_names(old) if n not in sync_standbys()[:1])
+            before = container_id(other)
+            kill_container(kube, NS, other)
+            started = time.time()
+            wait_until("the first victim to stream again", lambda: streaming_again(other, before), 300, 0.1)
+            extra["rejoined_after_s"] = round(time.time() - started, 2)
+            acted_at = time.time()
             kill_container(kube, NS, old)
         elif how == "pod_delete":
             kube.kubectl("delete", "pod", old, "-n", NS, "--wait=false")
@@ -140,7 +206,8 @@ def _trial(kube: Kube, how: str, table: str, evidence: Evidence | None,
         # Each writer's own outage is over once it has acknowledged more commits.
         for w in writers.values():
             w.wait_for_writes(10, 120)
-    row: dict[str, Any] = {"promoted": None, "load_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+    row: dict[str, Any] = {"promoted": None, "load_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                           **extra}
     for label, w in writers.items():
         row[label] = {"outage_s": round(w.longest_outage, 2), "lost": len(w.missing())}
     if scale_down:

@@ -190,6 +190,25 @@ class Partition:
             _in_netns(self.netns, "iptables", "-w", "-D", *rule)
 
 
+class StreamHold:
+    """Hold back one standby's replication stream: inside the standby's netns, drop what arrives from the
+    primary's address and port 5432, so the primary keeps sending (its walsender does not wait for
+    acknowledgements) but this standby receives nothing more until `release` (TCP retransmits the rest
+    if the primary is still there). With a SIGKILL of the primary in between, the other standby ends
+    up with WAL this one never got."""
+
+    def __init__(self, netns: str, primary_ip: str, port: int = 5432) -> None:
+        self.netns = netns
+        self.rule = ["INPUT", "-s", primary_ip, "-p", "tcp", "--sport", str(port), "-j", "DROP"]
+
+    def hold(self) -> None:
+        _in_netns(self.netns, "iptables", "-w", "-I", *self.rule)
+
+    def release(self) -> None:
+        if Path(self.netns).exists():
+            _in_netns(self.netns, "iptables", "-w", "-D", *self.rule)
+
+
 def sql_in_netns(netns: str, dsn: str, query: str) -> str:
     """Run one statement from inside a network namespace (a partitioned pod's own view); returns the
     first column of the first row, or raises CalledProcessError with the client's error. The DSN (it

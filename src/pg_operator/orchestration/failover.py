@@ -9,15 +9,24 @@ Patroni's Kubernetes DCS (ConfigMaps mode) keeps the key as the `leader` annotat
 `<scope>-leader` ConfigMap; replicas judge its validity by when they last saw it change, so removing
 the annotation (with the observed resourceVersion as precondition, so a holder that renewed in the
 meantime wins) is what makes them race for it at once.
+
+After a promotion the operator also wakes Patroni loops that would otherwise sleep out `loop_wait`
+(plan_nudges). Patroni's loop wakes early for a change of the leader key, not for another member's
+data, which lives in pod annotations: a member that must pg_rewind first waits for the new leader to
+publish the checkpoint after its promotion, and learns of it only on its next loop; and a new leader
+records its synchronous standbys only on its loops, one per `loop_wait`, while its commits may wait
+for a standby that is gone (quorum commit names the previous voters until then).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pg_operator import objects
+from pg_operator.api.constants import ROLE_PRIMARY
 from pg_operator.orchestration.instances import Instance
 
 LEADER_ANNOTATION = "leader"
@@ -82,3 +91,59 @@ def plan_lock_release(configmap: Mapping[str, Any] | None,
         return None
     return LockRelease(holder=holder, resource_version=version,
                        reason=f"the kubelet reports {holder}'s database container as not running")
+
+
+# How long after a leader took the key its members' loops may be woken: a promotion settles within a few
+# loops; past this window a member that still lags is Patroni's business alone.
+NUDGE_WINDOW_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Nudge:
+    member: str
+    reason: str
+
+
+def _acquired(configmap: Mapping[str, Any] | None) -> datetime | None:
+    value = objects.annotation(configmap, "acquireTime")
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
+
+
+def _promoted(configmap: Mapping[str, Any] | None) -> bool:
+    """The key changed hands at least once: its holder was promoted, not bootstrapped."""
+    value = objects.annotation(configmap, "transitions")
+    return bool(value) and value.isdigit() and int(value) > 0
+
+
+def plan_nudges(configmap: Mapping[str, Any] | None, instances: Sequence[Instance],
+                sync_configmap: Mapping[str, Any] | None, now: datetime) -> list[Nudge]:
+    """The members whose Patroni loop to wake now, within NUDGE_WINDOW_SECONDS of a promotion (the leader
+    key changed hands), and only while the new leader's primary runs:
+    - the leader itself, while synchronous replication is on and the `<scope>-sync` key does not yet
+      name it with a standby (its commits may wait on the previous leader's voters until it does);
+    - every other running member not yet on the leader's timeline, once the leader has published the
+      checkpoint after its promotion (then a pg_rewind from it can start at once)."""
+    holder = leader_holder(configmap)
+    acquired = _acquired(configmap)
+    if holder is None or acquired is None or not _promoted(configmap):
+        return []
+    # A few seconds of clock skew between the instance and the operator are allowed for.
+    if not -5 <= (now - acquired).total_seconds() <= NUDGE_WINDOW_SECONDS:
+        return []
+    leader = next((i for i in instances if i.name == holder), None)
+    if (leader is None or leader.role != ROLE_PRIMARY or leader.container_down or leader.terminating
+            or not leader.pod_ip):
+        return []
+    nudges = []
+    if objects.annotation(sync_configmap, "leader") and not sync_standbys(sync_configmap, holder):
+        nudges.append(Nudge(holder, "it has not recorded its synchronous standbys yet"))
+    if leader.timeline is not None and not leader.checkpoint_pending:
+        for inst in instances:
+            if (inst.name != holder and inst.pod_ip and not inst.container_down and not inst.terminating
+                    and (inst.timeline is None or inst.timeline < leader.timeline)):
+                nudges.append(Nudge(inst.name, f"it is not on {holder}'s timeline {leader.timeline} yet, "
+                                               "and a pg_rewind from it can start"))
+    return nudges

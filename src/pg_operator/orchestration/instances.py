@@ -66,6 +66,11 @@ class Instance:
     not_ready_since: datetime | None = None
     # Its Patroni serves HTTPS (the pod template says so; older pods speak HTTP until replaced).
     patroni_https: bool = False
+    # The timeline Patroni publishes the member on (None while its PostgreSQL is not running), and, for
+    # a leader, whether the checkpoint after its promotion is still to be published: until then no
+    # other member can pg_rewind from it.
+    timeline: int | None = None
+    checkpoint_pending: bool = False
 
     @property
     def healthy_replica(self) -> bool:
@@ -187,7 +192,14 @@ def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | No
         not_ready_since=None if pod_ready(pod) else _parse_time(
             (objects.condition(objects.status(pod), "Ready") or {}).get("lastTransitionTime")),
         patroni_https=(meta.get("annotations") or {}).get(PATRONI_TLS_ANNOTATION) == "true",
+        timeline=_published_timeline(meta),
+        checkpoint_pending=patroni_state(meta).get("checkpoint_after_promote") is False,
     )
+
+
+def _published_timeline(meta: Mapping[str, Any]) -> int | None:
+    value = patroni_state(meta).get("timeline")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def instances_from_pods(pods: Sequence[Mapping[str, Any]],

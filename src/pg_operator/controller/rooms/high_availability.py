@@ -20,9 +20,11 @@ progress), never in steady state: an idle cluster costs no request here.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import ssl
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,8 +50,15 @@ from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.controller.rooms.settings_changes import SettingsChanges
 from pg_operator.controller.writes import WriteMemo
 from pg_operator.orchestration import requested_restart as restart_request
-from pg_operator.orchestration.failover import leader_configmap_name, plan_lock_release, sync_configmap_name
+from pg_operator.orchestration.failover import (
+    Nudge,
+    leader_configmap_name,
+    plan_lock_release,
+    plan_nudges,
+    sync_configmap_name,
+)
 from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
+from pg_operator.orchestration.patroni_settings import config_configmap_name, dynamic_config
 from pg_operator.orchestration.requested_switchover import Asked, answered
 from pg_operator.orchestration.rollout import Action, best_candidate, plan_restart, plan_scale, plan_update
 from pg_operator.patroni.client import (
@@ -58,6 +67,7 @@ from pg_operator.patroni.client import (
     PatroniError,
     TrustStore,
     get_cluster,
+    patch_config,
     restart,
     restart_pending,
     switchover,
@@ -79,6 +89,8 @@ CREDENTIALS_RETRY_SECONDS = 2.0
 # A requested switchover Patroni refuses is asked again this often, this many times in all.
 SWITCHOVER_RETRY_SECONDS = 5.0
 SWITCHOVER_ATTEMPTS = 6
+# A member's Patroni loop is woken at most this often after a promotion (orchestration.failover.plan_nudges).
+NUDGE_INTERVAL_SECONDS = 1.0
 
 
 @dataclass
@@ -130,6 +142,7 @@ class HighAvailabilityRoom(Room):
         self._wait_told: dict[tuple[str, str], str] = {}  # the wait last logged
         self._refusals: dict[tuple[str, str], int] = {}  # of the requested switchover, by cluster
         self._asked: dict[tuple[str, str], Asked] = {}  # the requested switchover put to Patroni, by cluster
+        self._nudged: dict[tuple[str, str], dict[str, float]] = {}  # when each member's loop was last woken
         # Requests answered (annotation cleared) that the cache may still show for a moment: a pass right
         # after must not take a stale `auto` for a new request and switch over again.
         self._cleared = WriteMemo()
@@ -153,6 +166,7 @@ class HighAvailabilityRoom(Room):
         self._wait_told.pop(key, None)
         self._refusals.pop(key, None)
         self._asked.pop(key, None)
+        self._nudged.pop(key, None)
 
     async def act(self, p: ClusterPass) -> None:
         if p.statefulset is None:
@@ -179,6 +193,7 @@ class HighAvailabilityRoom(Room):
         instances = instances_from_pods(pods)
         result.writes += await self._adopt_patroni_configmaps(p)
         result.writes += await self._fast_failover(p, instances)
+        await self._nudge_loops(p, instances)
         result.writes += await self._ensure_dynamic_config(p, instances)
 
         requested = objects.annotation(p.body, SWITCHOVER_ANNOTATION)
@@ -427,6 +442,44 @@ class HighAvailabilityRoom(Room):
             p.body, "Warning", "FailoverStarted",
             f"{release.reason}: released its leader key so a replica takes over without waiting for the ttl")
         return 1 + int(recorded)
+
+    async def _nudge_loops(self, p: ClusterPass, instances: list[Instance]) -> None:
+        """Wake the Patroni loops a promotion leaves waiting (orchestration.failover.plan_nudges) with a
+        PATCH /config that changes nothing: Patroni wakes the loop of the member that receives it and,
+        the configuration being unchanged, writes nothing."""
+        cluster, snapshot = p.cluster, p.snapshot
+        nudges = plan_nudges(snapshot.find("v1", "ConfigMap", leader_configmap_name(cluster.name)), instances,
+                             snapshot.find("v1", "ConfigMap", sync_configmap_name(cluster.name)),
+                             datetime.now(UTC))
+        key = (p.namespace, p.name)
+        if not nudges:
+            self._nudged.pop(key, None)
+            return
+        loop_wait = (dynamic_config(snapshot.find("v1", "ConfigMap", config_configmap_name(cluster.name)))
+                     or {}).get("loop_wait")
+        if not isinstance(loop_wait, int):
+            return
+        p.again_in(NUDGE_INTERVAL_SECONDS)
+        last = self._nudged.setdefault(key, {})
+        now = time.monotonic()
+        due = [n for n in nudges if n.member not in last or now - last[n.member] >= NUDGE_INTERVAL_SECONDS]
+        for n in due:
+            last[n.member] = now
+        auth = patroni_auth(snapshot, cluster)
+        by_name = {i.name: i for i in instances}
+
+        async def nudge(n: Nudge) -> None:
+            endpoint = self.endpoint(p, by_name[n.member])
+            if endpoint is None:
+                return
+            try:
+                await patch_config(self.session(), endpoint, {"loop_wait": loop_wait}, auth)
+            except PatroniError as exc:
+                log.info("%s/%s: could not wake %s's Patroni loop: %s", p.namespace, p.name, n.member, exc)
+            else:
+                log.info("%s/%s: woke %s's Patroni loop: %s", p.namespace, p.name, n.member, n.reason)
+
+        await asyncio.gather(*(nudge(n) for n in due))
 
     async def _ensure_dynamic_config(self, p: ClusterPass, instances: list[Instance]) -> int:
         """Keep Patroni's dynamic configuration as the spec says, sending only values PostgreSQL

@@ -1,0 +1,79 @@
+"""After a promotion the operator wakes the Patroni loops that would sleep out loop_wait: the new leader
+until it has recorded a synchronous standby, and members off its timeline once they can pg_rewind."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from harness.pods import instance_pod
+from pg_operator.orchestration.failover import NUDGE_WINDOW_SECONDS, plan_nudges
+from pg_operator.orchestration.instances import instances_from_pods
+
+NOW = datetime(2026, 12, 4, 21, 0, tzinfo=UTC)
+
+
+def member(name: str, role: str = "replica", ip: str = "10.0.0.1", container: str = "running",
+           **published: Any) -> dict[str, Any]:
+    pod = instance_pod(name, role, container=container)
+    pod["status"]["podIP"] = ip
+    pod["metadata"]["annotations"] = {"status": json.dumps(published)}
+    return pod
+
+
+def leader_cm(holder: str, transitions: int = 1, age_s: float = 3) -> dict[str, Any]:
+    acquired = (NOW - timedelta(seconds=age_s)).isoformat()
+    return {"metadata": {"name": "db-leader", "annotations": {
+        "leader": holder, "acquireTime": acquired, "transitions": str(transitions)}}}
+
+
+def sync_cm(leader: str, standbys: str = "") -> dict[str, Any]:
+    return {"metadata": {"name": "db-sync", "annotations": {"leader": leader, "sync_standby": standbys}}}
+
+
+def names(pods: list[dict[str, Any]], leader: dict[str, Any], sync: dict[str, Any] | None) -> list[str]:
+    return [n.member for n in plan_nudges(leader, instances_from_pods(pods), sync, NOW)]
+
+
+def test_a_member_that_must_rewind_is_woken_once_the_leader_published_its_checkpoint() -> None:
+    pods = [member("db-0", container="terminated"),
+            member("db-1", "primary", timeline=2, state="running"),
+            member("db-2", timeline=1, state="running")]
+    assert names(pods, leader_cm("db-1"), sync_cm("db-1", "db-0")) == ["db-2"]
+    # Until the checkpoint is published a rewind cannot start: nobody to wake.
+    pods[1] = member("db-1", "primary", timeline=2, state="running", checkpoint_after_promote=False)
+    assert names(pods, leader_cm("db-1"), sync_cm("db-1", "db-0")) == []
+
+
+def test_a_stopped_member_without_a_timeline_is_woken_and_one_on_the_timeline_is_not() -> None:
+    pods = [member("db-0", state="stopped"),
+            member("db-1", "primary", timeline=3, state="running"),
+            member("db-2", timeline=3, state="streaming")]
+    assert names(pods, leader_cm("db-1"), None) == ["db-0"]
+
+
+def test_the_new_leader_is_woken_until_it_records_a_synchronous_standby() -> None:
+    pods = [member("db-0", container="terminated"),
+            member("db-1", "primary", timeline=2, state="running"),
+            member("db-2", timeline=2, state="streaming")]
+    assert names(pods, leader_cm("db-1"), sync_cm("db-0", "db-1")) == ["db-1"]  # still the old leader's
+    assert names(pods, leader_cm("db-1"), sync_cm("db-1")) == ["db-1"]  # its own, no standby yet
+    assert names(pods, leader_cm("db-1"), sync_cm("db-1", "db-2")) == []
+    assert names(pods, leader_cm("db-1"), {"metadata": {"name": "db-sync", "annotations": {}}}) == []
+
+
+def test_nothing_outside_the_window_after_a_promotion_or_after_a_bootstrap() -> None:
+    pods = [member("db-0", state="stopped"),
+            member("db-1", "primary", timeline=2, state="running")]
+    assert names(pods, leader_cm("db-1", age_s=NUDGE_WINDOW_SECONDS + 1), sync_cm("db-1")) == []
+    assert names(pods, leader_cm("db-1", transitions=0), sync_cm("db-1")) == []
+    assert names(pods, leader_cm("db-1", age_s=-60), sync_cm("db-1")) == []
+
+
+def test_nothing_while_the_leader_is_down_or_not_yet_labelled_primary() -> None:
+    pods = [member("db-0", state="stopped"),
+            member("db-1", "primary", container="terminated", timeline=2, state="running")]
+    assert names(pods, leader_cm("db-1"), sync_cm("db-1")) == []
+    pods[1] = member("db-1", "replica", timeline=2, state="running")
+    assert names(pods, leader_cm("db-1"), sync_cm("db-1")) == []
