@@ -269,7 +269,8 @@ def rotate_credentials(leader: Instance, replica: Instance, su: str, api: Patron
     def streams_again() -> bool:
         with leader.connect("postgres", su) as conn:
             return conn.execute("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
-                                " AND sync_state = 'sync' AND application_name = %s AND backend_start > %s",
+                                " AND sync_state IN ('sync', 'quorum') AND application_name = %s"
+                                " AND backend_start > %s",
                                 (replica.name, ended[0] if ended else None)).fetchone() == (1,)  # fmt: skip
 
     wait_until("the replica to stream again after the rotation", streams_again, timeout=60)
@@ -305,7 +306,7 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
     (replica,) = [i for i in instances if i.name != holder]
     assert kube.kubectl("get", "endpoints", "-n", ns, "-o", "name").stdout.strip() == ""  # ConfigMaps mode
 
-    # --- the replica streams from the leader (and is the synchronous standby) --------------------------
+    # --- the replica streams from the leader (and is a synchronous standby: quorum commit) -------------
     def streaming() -> list[tuple[Any, ...]]:
         with leader.connect("postgres", su) as conn:
             return conn.execute(
@@ -316,10 +317,11 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
 
     wait_until("the replica to stream", streaming, timeout=120)
     wait_until(
-        "the replica to become the synchronous standby", lambda: streaming()[0][2] == "sync", timeout=60
+        "the replica to become a quorum standby", lambda: streaming()[0][2] == "quorum", timeout=60
     )
 
-    # Patroni lets only the members named in <scope>-sync take over from a synchronous primary.
+    # Patroni lets only the members named in <scope>-sync (the quorum's voters) take over from a
+    # synchronous primary.
     def sync_key_names(name: str) -> bool:
         res = kube.kubectl(
             "get", "configmap", f"{cluster}-sync", "-n", ns, "-o", "jsonpath={.metadata.annotations}"

@@ -174,7 +174,10 @@ class Synchronous(SpecModel):
         0,
         ge=0,
         le=MAX_SYNC_STANDBYS,
-        description="Standbys that must confirm each commit (0: asynchronous replication). Below replicas.",
+        description=(
+            "Standbys that must confirm each commit, any of the replicas (quorum commit; 0: asynchronous "
+            "replication). Below replicas."
+        ),
     )
     data_durability: Literal["required", "preferred"] = Field(
         "required",

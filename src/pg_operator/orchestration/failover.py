@@ -57,9 +57,10 @@ def sync_configmap_name(scope: str) -> str:
 
 
 def sync_standbys(sync_configmap: Mapping[str, Any] | None, leader: str) -> frozenset[str] | None:
-    """The synchronous standbys Patroni recorded for `leader` in its `<scope>-sync` key: None when the
-    key does not name this leader (asynchronous replication), an empty set when synchronous mode is
-    active for it but no standby is recorded yet (right after bootstrap: then Patroni promotes nobody)."""
+    """The synchronous standbys Patroni recorded for `leader` in its `<scope>-sync` key (in quorum mode the
+    quorum's voters, each a candidate): None when the key does not name this leader (asynchronous
+    replication), an empty set when synchronous mode is active for it but no standby is recorded yet
+    (right after bootstrap: then Patroni promotes nobody)."""
     annotations = objects.annotations(sync_configmap)
     if annotations.get("leader") != leader:
         return None

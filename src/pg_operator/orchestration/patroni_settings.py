@@ -1,7 +1,7 @@
 """Patroni settings the operator keeps in Patroni's dynamic configuration (the `<scope>-config` key).
 
 `primary_start_timeout: 0` makes a primary whose PostgreSQL or whole container crashed hand over to a
-healthy replica (in synchronous mode: only to the recorded synchronous standby) instead of recovering
+healthy replica (in synchronous mode: only to one of the recorded quorum voters) instead of recovering
 in place. Without it, a primary whose container the kubelet restarts quickly takes its own leader key
 back (the key still names it), and whether the cluster fails over depends on who is quicker: the
 operator releasing the key, or the restarted Patroni renewing it. With it, the restarted Patroni
@@ -47,11 +47,22 @@ BASE_PARAMETERS: Mapping[str, str | int] = {
 
 def synchronous_settings(number: int, data_durability: str) -> dict[str, Any]:
     """`spec.synchronous` in Patroni's words. number 0 = asynchronous; "required" makes writes wait while
-    fewer synchronous standbys are available (strict), "preferred" falls back to asynchronous."""
+    fewer synchronous standbys are available (strict), "preferred" falls back to asynchronous.
+
+    Quorum commit (`synchronous_standby_names = 'ANY n (every replica)'`), not one named standby: a
+    commit waits for the first n replicas to confirm, whichever they are, so one slow or failed replica
+    stalls nothing while another confirms; and after a crash every voter is a candidate and the most
+    advanced one is promoted, so no other replica was ahead of the new timeline and none has to rewind
+    before commits can be confirmed again (with one named standby, an asynchronous replica that had
+    received more WAL than it must pg_rewind first, which held strict mode's commits for ~9 s:
+    bench/results-failover.md, cause 5). The guarantee is the same: n replicas hold every commit.
+    Quorum's own gap, a new leader that names only the previous voters (the dead primary among them)
+    until its next loop, is closed by the operator waking that loop (orchestration.failover.plan_nudges;
+    cause 6)."""
     if number == 0:
         return {"synchronous_mode": False, "synchronous_mode_strict": False}
     return {
-        "synchronous_mode": True,
+        "synchronous_mode": "quorum",
         "synchronous_node_count": number,
         "synchronous_mode_strict": data_durability == "required",
     }

@@ -196,11 +196,11 @@ def test_cidr_is_normalised_and_bad_cidr_is_named() -> None:
         ({"number": 0, "dataDurability": "required"}, {"synchronous_mode": False}),
         (
             {"number": 1, "dataDurability": "required"},
-            {"synchronous_mode": True, "synchronous_node_count": 1, "synchronous_mode_strict": True},
+            {"synchronous_mode": "quorum", "synchronous_node_count": 1, "synchronous_mode_strict": True},
         ),
         (
             {"number": 2, "dataDurability": "preferred"},
-            {"synchronous_mode": True, "synchronous_node_count": 2, "synchronous_mode_strict": False},
+            {"synchronous_mode": "quorum", "synchronous_node_count": 2, "synchronous_mode_strict": False},
         ),
     ],
 )

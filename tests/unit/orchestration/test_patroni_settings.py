@@ -19,7 +19,7 @@ from pg_operator.specs.configmap import dynamic_settings
 
 BOOTSTRAPPED: dict[str, Any] = {
     "ttl": 20, "loop_wait": 2, "retry_timeout": 5, "primary_start_timeout": 0,
-    "synchronous_mode": True, "synchronous_node_count": 1, "synchronous_mode_strict": True,
+    "synchronous_mode": "quorum", "synchronous_node_count": 1, "synchronous_mode_strict": True,
     "maximum_lag_on_failover": 1048576, "failsafe_mode": True,
     "postgresql": {"use_pg_rewind": True, "use_slots": True,
                    "parameters": {"wal_level": "replica", "max_wal_senders": 10, "max_replication_slots": 10,
@@ -55,6 +55,12 @@ def test_numbers_and_their_strings_are_the_same_setting() -> None:
     assert dynamic_config_patch(config_cm(held), desired({"work_mem": "4MB"})) is None
 
 
+def test_a_cluster_bootstrapped_with_one_named_standby_moves_to_quorum_commit() -> None:
+    before = {**BOOTSTRAPPED, "synchronous_mode": True}
+    patch = dynamic_config_patch(config_cm(before), desired({"work_mem": "4MB"}))
+    assert patch == {"synchronous_mode": "quorum"}
+
+
 def test_synchronous_replication_changes() -> None:
     assert dynamic_config_patch(config_cm(BOOTSTRAPPED), desired({"work_mem": "4MB"}, 0)) == {
         "synchronous_mode": False, "synchronous_mode_strict": False}
@@ -79,7 +85,7 @@ def test_desired_settings_from_the_cluster_spec() -> None:
     assert settings["postgresql"]["parameters"] == {
         "wal_level": "replica", "max_wal_senders": 10, "max_replication_slots": 10,
         "wal_retrieve_retry_interval": "1s", "shared_buffers": "256MB"}
-    assert settings["synchronous_mode"] is True and settings["synchronous_mode_strict"] is False
+    assert settings["synchronous_mode"] == "quorum" and settings["synchronous_mode_strict"] is False
     assert settings["primary_start_timeout"] == 0 and {"ttl", "loop_wait", "retry_timeout"} <= set(settings)
 
 
