@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from pg_operator import objects
-from pg_operator.api.constants import ROLE_PRIMARY
+from pg_operator.api.constants import ROLE_PRIMARY, ROLE_REPLICA
 from pg_operator.orchestration.instances import Instance
 
 LEADER_ANNOTATION = "leader"
@@ -124,7 +124,8 @@ def plan_nudges(configmap: Mapping[str, Any] | None, instances: Sequence[Instanc
     """The members whose Patroni loop to wake now, within NUDGE_WINDOW_SECONDS of a promotion (the leader
     key changed hands), and only while the new leader's primary runs:
     - the leader itself, while synchronous replication is on and the `<scope>-sync` key does not yet
-      name it with a standby (its commits may wait on the previous leader's voters until it does);
+      name it with every running replica as a voter (quorum commit: until it does, its commits may wait
+      on the previous leader's voters, the dead primary among them, while a replica already streams);
     - every other running member not yet on the leader's timeline, once the leader has published the
       checkpoint after its promotion (then a pg_rewind from it can start at once)."""
     holder = leader_holder(configmap)
@@ -139,8 +140,15 @@ def plan_nudges(configmap: Mapping[str, Any] | None, instances: Sequence[Instanc
             or not leader.pod_ip):
         return []
     nudges = []
-    if objects.annotation(sync_configmap, "leader") and not sync_standbys(sync_configmap, holder):
-        nudges.append(Nudge(holder, "it has not recorded its synchronous standbys yet"))
+    if objects.annotation(sync_configmap, "leader"):
+        voters = sync_standbys(sync_configmap, holder)
+        running = (i for i in instances if i.name != holder and i.role == ROLE_REPLICA
+                   and not i.container_down and not i.terminating and i.state in ("running", "streaming"))
+        missing = sorted(i.name for i in running if i.name not in (voters or ()))
+        if not voters:
+            nudges.append(Nudge(holder, "it has not recorded its synchronous standbys yet"))
+        elif missing:
+            nudges.append(Nudge(holder, f"its synchronous standbys do not include {', '.join(missing)} yet"))
     if leader.timeline is not None and not leader.checkpoint_pending:
         for inst in instances:
             if (inst.name != holder and inst.pod_ip and not inst.container_down and not inst.terminating

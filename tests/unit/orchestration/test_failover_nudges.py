@@ -40,10 +40,10 @@ def test_a_member_that_must_rewind_is_woken_once_the_leader_published_its_checkp
     pods = [member("db-0", container="terminated"),
             member("db-1", "primary", timeline=2, state="running"),
             member("db-2", timeline=1, state="running")]
-    assert names(pods, leader_cm("db-1"), sync_cm("db-1", "db-0")) == ["db-2"]
+    assert names(pods, leader_cm("db-1"), sync_cm("db-1", "db-2")) == ["db-2"]
     # Until the checkpoint is published a rewind cannot start: nobody to wake.
     pods[1] = member("db-1", "primary", timeline=2, state="running", checkpoint_after_promote=False)
-    assert names(pods, leader_cm("db-1"), sync_cm("db-1", "db-0")) == []
+    assert names(pods, leader_cm("db-1"), sync_cm("db-1", "db-2")) == []
 
 
 def test_a_stopped_member_without_a_timeline_is_woken_and_one_on_the_timeline_is_not() -> None:
@@ -53,14 +53,20 @@ def test_a_stopped_member_without_a_timeline_is_woken_and_one_on_the_timeline_is
     assert names(pods, leader_cm("db-1"), None) == ["db-0"]
 
 
-def test_the_new_leader_is_woken_until_it_records_a_synchronous_standby() -> None:
+def test_the_new_leader_is_woken_until_every_running_replica_is_a_voter() -> None:
     pods = [member("db-0", container="terminated"),
             member("db-1", "primary", timeline=2, state="running"),
-            member("db-2", timeline=2, state="streaming")]
+            member("db-2", timeline=2, state="running")]
     assert names(pods, leader_cm("db-1"), sync_cm("db-0", "db-1")) == ["db-1"]  # still the old leader's
     assert names(pods, leader_cm("db-1"), sync_cm("db-1")) == ["db-1"]  # its own, no standby yet
-    assert names(pods, leader_cm("db-1"), sync_cm("db-1", "db-2")) == []
+    # Its own, but naming only the dead primary while db-2 runs: commits wait on db-0.
+    nudges = plan_nudges(leader_cm("db-1"), instances_from_pods(pods), sync_cm("db-1", "db-0"), NOW)
+    assert [(n.member, "db-2" in n.reason) for n in nudges] == [("db-1", True)]
+    assert names(pods, leader_cm("db-1"), sync_cm("db-1", "db-0,db-2")) == []
     assert names(pods, leader_cm("db-1"), {"metadata": {"name": "db-sync", "annotations": {}}}) == []
+    # A replica that does not run (it rewinds, or crashed) is not waited for.
+    pods[2] = member("db-2", state="stopped")
+    assert "db-1" not in names(pods, leader_cm("db-1"), sync_cm("db-1", "db-0"))
 
 
 def test_nothing_outside_the_window_after_a_promotion_or_after_a_bootstrap() -> None:
