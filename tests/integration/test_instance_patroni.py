@@ -56,7 +56,15 @@ from harness.patroni_instance import (
 )
 from harness.waiting import wait_until
 from pg_operator.api.instance_config import InstanceConfig
-from pg_operator.patroni.client import Endpoint, PatroniAuth, PatroniError, get_cluster, switchover
+from pg_operator.controller.rooms.high_availability import WAKE_PATCH
+from pg_operator.patroni.client import (
+    Endpoint,
+    PatroniAuth,
+    PatroniError,
+    get_cluster,
+    patch_config,
+    switchover,
+)
 from pg_operator.scram import scram_sha256_verifier
 
 
@@ -403,6 +411,24 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
     # --- rotated Secrets: each Patroni reloads them from its mount, nothing restarts ----------------------
     api = rotate_credentials(leader, replica, su, api)
     wait_until(f"{cluster}-sync to name the replica again", lambda: sync_key_names(replica.name), timeout=30)
+
+    # --- the operator's wake-up after a promotion: Patroni accepts it and writes nothing ------------------
+    def config_key() -> tuple[str, str]:
+        res = kube.kubectl("get", "configmap", f"{cluster}-config", "-n", ns, "-o", "json")
+        meta = json.loads(res.stdout)["metadata"]
+        return meta["resourceVersion"], meta["annotations"]["config"]
+
+    async def wake(auth: PatroniAuth | None) -> None:
+        async with aiohttp.ClientSession() as session:
+            for inst in (leader, replica):
+                member = patroni_endpoint(inst.api_port, (inst.root / "tls" / "ca.crt").read_bytes())
+                await patch_config(session, member, WAKE_PATCH, auth)
+
+    before = config_key()
+    with pytest.raises(PatroniError, match="HTTP 401"):
+        asyncio.run(wake(None))
+    asyncio.run(wake(api))
+    assert config_key() == before and "pg_operator_wake" not in before[1]
 
     # --- failover: SIGKILL the leader's Patroni and PostgreSQL ---------------------------------------------
     killed_at = time.monotonic()

@@ -3,6 +3,10 @@ per reconcile pass.
 
 - Fast failover: when the kubelet reports the primary's database container dead, release its leader
   key so a replica takes over now rather than after Patroni's ttl (orchestration.failover).
+- After a promotion, wake the Patroni loops that would otherwise sleep out loop_wait: the new leader's
+  until every running replica is one of its quorum voters, and a member's that must pg_rewind once the
+  leader published its checkpoint (orchestration.failover.plan_nudges; a PATCH /config that changes
+  nothing, within a minute of the promotion only).
 - Scale-down never removes the primary: the StatefulSet keeps its size until a switchover moved the
   primary to a surviving ordinal (orchestration.rollout.plan_scale).
 - Rolling image changes: replicas first, then a switchover, then the old primary; a stalled instance
@@ -15,7 +19,7 @@ per reconcile pass.
 - Patroni's own ConfigMaps get an owner reference so deleting the cluster removes them too.
 
 Patroni's REST API is asked only when a decision needs its view (a rollout or switchover in
-progress), never in steady state: an idle cluster costs no request here.
+progress, a promotion's first minute), never in steady state: an idle cluster costs no request here.
 """
 
 from __future__ import annotations
@@ -58,7 +62,6 @@ from pg_operator.orchestration.failover import (
     sync_configmap_name,
 )
 from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
-from pg_operator.orchestration.patroni_settings import config_configmap_name, dynamic_config
 from pg_operator.orchestration.requested_switchover import Asked, answered
 from pg_operator.orchestration.rollout import Action, best_candidate, plan_restart, plan_scale, plan_update
 from pg_operator.patroni.client import (
@@ -91,6 +94,9 @@ SWITCHOVER_RETRY_SECONDS = 5.0
 SWITCHOVER_ATTEMPTS = 6
 # A member's Patroni loop is woken at most this often after a promotion (orchestration.failover.plan_nudges).
 NUDGE_INTERVAL_SECONDS = 1.0
+# The removal of a key nobody sets: Patroni finds nothing changed, writes nothing, and wakes its loop. Any
+# real key would risk writing back a value the operator's cache holds while a change is under way.
+WAKE_PATCH = {"pg_operator_wake": None}
 
 
 @dataclass
@@ -455,10 +461,6 @@ class HighAvailabilityRoom(Room):
         if not nudges:
             self._nudged.pop(key, None)
             return
-        loop_wait = (dynamic_config(snapshot.find("v1", "ConfigMap", config_configmap_name(cluster.name)))
-                     or {}).get("loop_wait")
-        if not isinstance(loop_wait, int):
-            return
         p.again_in(NUDGE_INTERVAL_SECONDS)
         last = self._nudged.setdefault(key, {})
         now = time.monotonic()
@@ -473,7 +475,7 @@ class HighAvailabilityRoom(Room):
             if endpoint is None:
                 return
             try:
-                await patch_config(self.session(), endpoint, {"loop_wait": loop_wait}, auth)
+                await patch_config(self.session(), endpoint, WAKE_PATCH, auth)
             except PatroniError as exc:
                 log.info("%s/%s: could not wake %s's Patroni loop: %s", p.namespace, p.name, n.member, exc)
             else:
