@@ -184,6 +184,7 @@ def _trial(kube: Kube, how: str, table: str, evidence: Evidence | None,
             started = time.time()
             wait_until("the first victim to stream again", lambda: streaming_again(other, before), 300, 0.1)
             extra["rejoined_after_s"] = round(time.time() - started, 2)
+            extra["voter_at_kill"] = other in sync_standbys()
             acted_at = time.time()
             kill_container(kube, NS, old)
         elif how == "pod_delete":

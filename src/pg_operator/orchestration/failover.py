@@ -10,12 +10,11 @@ Patroni's Kubernetes DCS (ConfigMaps mode) keeps the key as the `leader` annotat
 the annotation (with the observed resourceVersion as precondition, so a holder that renewed in the
 meantime wins) is what makes them race for it at once.
 
-After a promotion the operator also wakes Patroni loops that would otherwise sleep out `loop_wait`
-(plan_nudges). Patroni's loop wakes early for a change of the leader key, not for another member's
-data, which lives in pod annotations: a member that must pg_rewind first waits for the new leader to
-publish the checkpoint after its promotion, and learns of it only on its next loop; and a new leader
-records its synchronous standbys only on its loops, one per `loop_wait`, while its commits may wait
-for a standby that is gone (quorum commit names the previous voters until then).
+The operator also wakes Patroni loops that would otherwise sleep out `loop_wait` (plan_nudges).
+Patroni's loop wakes early for a change of the leader key, not for another member's data, which lives
+in pod annotations: a member that must pg_rewind first waits for a new leader to publish the checkpoint
+after its promotion, and learns of it only on its next loop; and a leader adds a replica that started
+streaming to its quorum voters only on its next loop.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from pg_operator import objects
-from pg_operator.api.constants import ROLE_PRIMARY, ROLE_REPLICA
+from pg_operator.api.constants import ROLE_PRIMARY
 from pg_operator.orchestration.instances import Instance
 
 LEADER_ANNOTATION = "leader"
@@ -121,35 +120,34 @@ def _promoted(configmap: Mapping[str, Any] | None) -> bool:
 
 def plan_nudges(configmap: Mapping[str, Any] | None, instances: Sequence[Instance],
                 sync_configmap: Mapping[str, Any] | None, now: datetime) -> list[Nudge]:
-    """The members whose Patroni loop to wake now, within NUDGE_WINDOW_SECONDS of a promotion (the leader
-    key changed hands), and only while the new leader's primary runs:
-    - the leader itself, while synchronous replication is on and the `<scope>-sync` key does not yet
-      name it with every running replica as a voter (quorum commit: until it does, its commits may wait
-      on the previous leader's voters, the dead primary among them, while a replica already streams);
-    - every other running member not yet on the leader's timeline, once the leader has published the
-      checkpoint after its promotion (then a pg_rewind from it can start at once)."""
+    """The members whose Patroni loop to wake now, while the leader key's holder runs as primary:
+    - the leader itself, with synchronous replication on, while a replica publishes that it streams on
+      the leader's timeline but the `<scope>-sync` key does not count it as a voter: quorum commit adds
+      a voter one loop after it streams, and a crash of the primary before then leaves the new leader
+      waiting on the previous voters, the dead primary among them, for a loop (Patroni then holds quorum
+      changes back for loop_wait after a promotion, so this can only be shortened before the crash);
+    - within NUDGE_WINDOW_SECONDS of a promotion (the key changed hands), every other running member not
+      yet on the leader's timeline, once the leader has published the checkpoint after its promotion
+      (then a pg_rewind from it can start at once)."""
     holder = leader_holder(configmap)
-    acquired = _acquired(configmap)
-    if holder is None or acquired is None or not _promoted(configmap):
-        return []
-    # A few seconds of clock skew between the instance and the operator are allowed for.
-    if not -5 <= (now - acquired).total_seconds() <= NUDGE_WINDOW_SECONDS:
-        return []
     leader = next((i for i in instances if i.name == holder), None)
-    if (leader is None or leader.role != ROLE_PRIMARY or leader.container_down or leader.terminating
-            or not leader.pod_ip):
+    if (holder is None or leader is None or leader.role != ROLE_PRIMARY or leader.container_down
+            or leader.terminating or not leader.pod_ip or leader.timeline is None):
         return []
     nudges = []
     if objects.annotation(sync_configmap, "leader"):
-        voters = sync_standbys(sync_configmap, holder)
-        running = (i for i in instances if i.name != holder and i.role == ROLE_REPLICA
-                   and not i.container_down and not i.terminating and i.state in ("running", "streaming"))
-        missing = sorted(i.name for i in running if i.name not in (voters or ()))
-        if not voters:
-            nudges.append(Nudge(holder, "it has not recorded its synchronous standbys yet"))
-        elif missing:
-            nudges.append(Nudge(holder, f"its synchronous standbys do not include {', '.join(missing)} yet"))
-    if leader.timeline is not None and not leader.checkpoint_pending:
+        voters = sync_standbys(sync_configmap, holder) or frozenset()
+        outside = sorted(i.name for i in instances if i.name != holder and i.streaming
+                         and not i.container_down and not i.terminating and i.timeline == leader.timeline
+                         and i.name not in voters)
+        if outside:
+            nudges.append(Nudge(holder, f"{', '.join(outside)} streams from it but is not a synchronous "
+                                        "standby yet"))
+    acquired = _acquired(configmap)
+    # A few seconds of clock skew between the instance and the operator are allowed for.
+    recent = (acquired is not None and _promoted(configmap)
+              and -5 <= (now - acquired).total_seconds() <= NUDGE_WINDOW_SECONDS)
+    if recent and not leader.checkpoint_pending:
         for inst in instances:
             if (inst.name != holder and inst.pod_ip and not inst.container_down and not inst.terminating
                     and (inst.timeline is None or inst.timeline < leader.timeline)):

@@ -71,6 +71,8 @@ class Instance:
     # other member can pg_rewind from it.
     timeline: int | None = None
     checkpoint_pending: bool = False
+    # Patroni says the member's WAL receiver streams from its upstream (`replication_state`).
+    streaming: bool = False
 
     @property
     def healthy_replica(self) -> bool:
@@ -194,6 +196,7 @@ def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | No
         patroni_https=(meta.get("annotations") or {}).get(PATRONI_TLS_ANNOTATION) == "true",
         timeline=_published_timeline(meta),
         checkpoint_pending=patroni_state(meta).get("checkpoint_after_promote") is False,
+        streaming=patroni_state(meta).get("replication_state") == "streaming",
     )
 
 

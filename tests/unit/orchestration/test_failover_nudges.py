@@ -49,29 +49,38 @@ def test_a_member_that_must_rewind_is_woken_once_the_leader_published_its_checkp
 def test_a_stopped_member_without_a_timeline_is_woken_and_one_on_the_timeline_is_not() -> None:
     pods = [member("db-0", state="stopped"),
             member("db-1", "primary", timeline=3, state="running"),
-            member("db-2", timeline=3, state="streaming")]
-    assert names(pods, leader_cm("db-1"), None) == ["db-0"]
+            member("db-2", timeline=3, state="running", replication_state="streaming")]
+    assert names(pods, leader_cm("db-1"), sync_cm("db-1", "db-2")) == ["db-0"]
 
 
-def test_the_new_leader_is_woken_until_every_running_replica_is_a_voter() -> None:
-    pods = [member("db-0", container="terminated"),
+def test_the_leader_is_woken_while_a_streaming_replica_is_not_a_voter() -> None:
+    streaming = {"timeline": 2, "state": "running", "replication_state": "streaming"}
+    pods = [member("db-0", **streaming),
             member("db-1", "primary", timeline=2, state="running"),
-            member("db-2", timeline=2, state="running")]
-    assert names(pods, leader_cm("db-1"), sync_cm("db-0", "db-1")) == ["db-1"]  # still the old leader's
-    assert names(pods, leader_cm("db-1"), sync_cm("db-1")) == ["db-1"]  # its own, no standby yet
-    # Its own, but naming only the dead primary while db-2 runs: commits wait on db-0.
+            member("db-2", **streaming)]
     nudges = plan_nudges(leader_cm("db-1"), instances_from_pods(pods), sync_cm("db-1", "db-0"), NOW)
     assert [(n.member, "db-2" in n.reason) for n in nudges] == [("db-1", True)]
     assert names(pods, leader_cm("db-1"), sync_cm("db-1", "db-0,db-2")) == []
+    # Recorded for the previous leader: neither counts yet.
+    assert names(pods, leader_cm("db-1"), sync_cm("db-0", "db-1,db-2")) == ["db-1"]
+    # Not only after a promotion: a replica that came back and streams is made a voter at once.
+    assert names(pods, leader_cm("db-1", transitions=0, age_s=3600), sync_cm("db-1", "db-0")) == ["db-1"]
+    # Asynchronous replication has no voters to add.
     assert names(pods, leader_cm("db-1"), {"metadata": {"name": "db-sync", "annotations": {}}}) == []
-    # A replica that does not run (it rewinds, or crashed) is not waited for.
-    pods[2] = member("db-2", state="stopped")
-    assert "db-1" not in names(pods, leader_cm("db-1"), sync_cm("db-1", "db-0"))
+    assert names(pods, leader_cm("db-1"), None) == []
 
 
-def test_nothing_outside_the_window_after_a_promotion_or_after_a_bootstrap() -> None:
+def test_a_replica_that_does_not_stream_on_the_leaders_timeline_is_not_waited_for() -> None:
+    pods = [member("db-0", timeline=1, state="running", replication_state="streaming"),  # must rewind
+            member("db-1", "primary", timeline=2, state="running"),
+            member("db-2", timeline=2, state="running", replication_state="in archive recovery")]
+    assert names(pods, leader_cm("db-1", age_s=NUDGE_WINDOW_SECONDS + 1), sync_cm("db-1")) == []
+
+
+def test_rewinds_are_woken_only_within_the_window_after_a_promotion() -> None:
     pods = [member("db-0", state="stopped"),
             member("db-1", "primary", timeline=2, state="running")]
+    assert names(pods, leader_cm("db-1"), sync_cm("db-1")) == ["db-0"]
     assert names(pods, leader_cm("db-1", age_s=NUDGE_WINDOW_SECONDS + 1), sync_cm("db-1")) == []
     assert names(pods, leader_cm("db-1", transitions=0), sync_cm("db-1")) == []
     assert names(pods, leader_cm("db-1", age_s=-60), sync_cm("db-1")) == []
@@ -79,7 +88,8 @@ def test_nothing_outside_the_window_after_a_promotion_or_after_a_bootstrap() -> 
 
 def test_nothing_while_the_leader_is_down_or_not_yet_labelled_primary() -> None:
     pods = [member("db-0", state="stopped"),
-            member("db-1", "primary", container="terminated", timeline=2, state="running")]
+            member("db-1", "primary", container="terminated", timeline=2, state="running"),
+            member("db-2", timeline=2, state="running", replication_state="streaming")]
     assert names(pods, leader_cm("db-1"), sync_cm("db-1")) == []
     pods[1] = member("db-1", "replica", timeline=2, state="running")
     assert names(pods, leader_cm("db-1"), sync_cm("db-1")) == []

@@ -3,10 +3,10 @@ per reconcile pass.
 
 - Fast failover: when the kubelet reports the primary's database container dead, release its leader
   key so a replica takes over now rather than after Patroni's ttl (orchestration.failover).
-- After a promotion, wake the Patroni loops that would otherwise sleep out loop_wait: the new leader's
-  until every running replica is one of its quorum voters, and a member's that must pg_rewind once the
-  leader published its checkpoint (orchestration.failover.plan_nudges; a PATCH /config that changes
-  nothing, within a minute of the promotion only).
+- Wake the Patroni loops that would otherwise sleep out loop_wait: the leader's while a replica streams
+  from it but is not yet one of its quorum voters, and after a promotion a member's that must pg_rewind
+  once the leader published its checkpoint (orchestration.failover.plan_nudges; a PATCH /config that
+  changes nothing, at most once a second and ten times in a row per member).
 - Scale-down never removes the primary: the StatefulSet keeps its size until a switchover moved the
   primary to a surviving ordinal (orchestration.rollout.plan_scale).
 - Rolling image changes: replicas first, then a switchover, then the old primary; a stalled instance
@@ -19,7 +19,7 @@ per reconcile pass.
 - Patroni's own ConfigMaps get an owner reference so deleting the cluster removes them too.
 
 Patroni's REST API is asked only when a decision needs its view (a rollout or switchover in
-progress, a promotion's first minute), never in steady state: an idle cluster costs no request here.
+progress, a promotion or a replica's return), never in steady state: an idle cluster costs no request here.
 """
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ SWITCHOVER_RETRY_SECONDS = 5.0
 SWITCHOVER_ATTEMPTS = 6
 # A member's Patroni loop is woken at most this often after a promotion (orchestration.failover.plan_nudges).
 NUDGE_INTERVAL_SECONDS = 1.0
+NUDGES_PER_EPISODE = 10
 # The removal of a key nobody sets: Patroni finds nothing changed, writes nothing, and wakes its loop. Any
 # real key would risk writing back a value the operator's cache holds while a change is under way.
 WAKE_PATCH = {"pg_operator_wake": None}
@@ -148,7 +149,8 @@ class HighAvailabilityRoom(Room):
         self._wait_told: dict[tuple[str, str], str] = {}  # the wait last logged
         self._refusals: dict[tuple[str, str], int] = {}  # of the requested switchover, by cluster
         self._asked: dict[tuple[str, str], Asked] = {}  # the requested switchover put to Patroni, by cluster
-        self._nudged: dict[tuple[str, str], dict[str, float]] = {}  # when each member's loop was last woken
+        # Per cluster and member: when its loop was last woken, and how often in this episode.
+        self._nudged: dict[tuple[str, str], dict[str, tuple[float, int]]] = {}
         # Requests answered (annotation cleared) that the cache may still show for a moment: a pass right
         # after must not take a stale `auto` for a new request and switch over again.
         self._cleared = WriteMemo()
@@ -461,12 +463,18 @@ class HighAvailabilityRoom(Room):
         if not nudges:
             self._nudged.pop(key, None)
             return
-        p.again_in(NUDGE_INTERVAL_SECONDS)
-        last = self._nudged.setdefault(key, {})
+        # One episode per member: it ends when the member is no longer planned; within one, a member is
+        # woken at most NUDGES_PER_EPISODE times (a condition Patroni does not act on stays Patroni's).
+        episodes = self._nudged[key] = {n.member: self._nudged.get(key, {}).get(n.member, (-1.0, 0))
+                                        for n in nudges}
         now = time.monotonic()
-        due = [n for n in nudges if n.member not in last or now - last[n.member] >= NUDGE_INTERVAL_SECONDS]
+        due = [n for n in nudges if episodes[n.member][1] < NUDGES_PER_EPISODE
+               and (episodes[n.member][1] == 0 or now - episodes[n.member][0] >= NUDGE_INTERVAL_SECONDS)]
+        if not due and all(count >= NUDGES_PER_EPISODE for _, count in episodes.values()):
+            return
+        p.again_in(NUDGE_INTERVAL_SECONDS)
         for n in due:
-            last[n.member] = now
+            episodes[n.member] = (now, episodes[n.member][1] + 1)
         auth = patroni_auth(snapshot, cluster)
         by_name = {i.name: i for i in instances}
 
