@@ -130,6 +130,10 @@ def _trial(kube: Kube, how: str, table: str, evidence: Evidence | None,
         pods = get_json(kube, "pods", "-n", NS, "-l", f"db.example.com/cluster={NAME}")["items"]
         return sorted(p["metadata"]["name"] for p in pods if p["metadata"]["name"] != primary)
 
+    def restarts(pod: str) -> int:
+        obj = get_json(kube, "pod", pod, "-n", NS)
+        return sum(int(c.get("restartCount") or 0) for c in obj["status"].get("containerStatuses") or [])
+
     def container_id(pod: str) -> str:
         obj = get_json(kube, "pod", pod, "-n", NS)
         return next(str(c.get("containerID")) for c in obj["status"]["containerStatuses"]
@@ -178,11 +182,13 @@ def _trial(kube: Kube, how: str, table: str, evidence: Evidence | None,
                 hold.release()
             extra["held"] = held
         elif how == "sigkill_after_rejoin":
-            other = next(n for n in replica_names(old) if n not in sync_standbys()[:1])
+            # The replica the kubelet restarted least often: its restart back-off is the shortest.
+            other = min(replica_names(old), key=restarts)
             before = container_id(other)
             kill_container(kube, NS, other)
             started = time.time()
-            wait_until("the first victim to stream again", lambda: streaming_again(other, before), 300, 0.1)
+            # The kubelet's back-off reaches 5 minutes for a container killed again and again.
+            wait_until("the first victim to stream again", lambda: streaming_again(other, before), 600, 0.1)
             extra["rejoined_after_s"] = round(time.time() - started, 2)
             extra["voter_at_kill"] = other in sync_standbys()
             acted_at = time.time()
@@ -268,7 +274,7 @@ def main() -> int:
     results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     watch = Watch(kube, NS, NAME) if args.evidence else None
     evidence = Evidence(args.evidence, args.evidence_over, watch) if watch is not None else None
-    interrupted = False
+    interrupted, aborted = False, ""
     try:
         for i in range(args.trials):
             for how in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
@@ -277,6 +283,10 @@ def main() -> int:
     except KeyboardInterrupt:
         # Stopped by hand (a deadline): report the trials that finished, and say so.
         interrupted = True
+    except AssertionError as exc:
+        # A trial whose cluster did not get where it must (a wait timed out): report the trials that
+        # finished and why the run ended, and fail.
+        aborted = str(exc)
     finally:
         if watch is not None:
             watch.stop()
@@ -285,6 +295,8 @@ def main() -> int:
     out: dict[str, Any] = {"bench": "failover", "trials": args.trials, "apply_to_ready_s": round(ready_s, 1)}
     if interrupted:
         out["interrupted"] = True
+    if aborted:
+        out["aborted"] = aborted
     for how, rows in results.items():
         if not rows:
             continue
@@ -302,7 +314,7 @@ def main() -> int:
     out["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
     out["cpus"] = os.cpu_count()
     print(json.dumps(out))
-    return 0
+    return 1 if aborted else 0
 
 
 if __name__ == "__main__":
