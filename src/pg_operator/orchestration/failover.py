@@ -93,8 +93,8 @@ def plan_lock_release(configmap: Mapping[str, Any] | None,
                        reason=f"the kubelet reports {holder}'s database container as not running")
 
 
-# How long after a leader took the key its members' loops may be woken: a promotion settles within a few
-# loops; past this window a member that still lags is Patroni's business alone.
+# How long after a promotion a member off the leader's timeline is woken for its pg_rewind: a promotion
+# settles within a few loops; past this window a member that still lags is Patroni's business alone.
 NUDGE_WINDOW_SECONDS = 60.0
 
 

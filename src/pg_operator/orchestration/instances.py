@@ -163,7 +163,10 @@ def pod_role(pod: Mapping[str, Any]) -> str:
 def pending_restart_settings(meta: Mapping[str, Any]) -> tuple[str, ...] | None:
     """The settings waiting for a restart of this member (`pending_restart`, `pending_restart_reason`
     in Patroni's member data); None when nothing waits."""
-    state = patroni_state(meta)
+    return _pending_restart(patroni_state(meta))
+
+
+def _pending_restart(state: Mapping[str, Any]) -> tuple[str, ...] | None:
     if state.get("pending_restart") is not True:
         return None
     reason = state.get("pending_restart_reason")
@@ -172,6 +175,7 @@ def pending_restart_settings(meta: Mapping[str, Any]) -> tuple[str, ...] | None:
 
 def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | None = None) -> Instance:
     meta = objects.meta(pod)
+    published = patroni_state(meta)  # parsed once: every pass reads every pod
     name = objects.name(pod)
     role = pod_role(pod)
     status = _container(pod, "status")
@@ -189,19 +193,19 @@ def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | No
         container_down=down,
         pod_ip=str(objects.status(pod).get("podIP") or ""),
         member=(members or {}).get(name),
-        pending_restart=pending_restart_settings(meta),
-        state=str(patroni_state(meta).get("state") or ""),
+        pending_restart=_pending_restart(published),
+        state=str(published.get("state") or ""),
         not_ready_since=None if pod_ready(pod) else _parse_time(
             (objects.condition(objects.status(pod), "Ready") or {}).get("lastTransitionTime")),
         patroni_https=(meta.get("annotations") or {}).get(PATRONI_TLS_ANNOTATION) == "true",
-        timeline=_published_timeline(meta),
-        checkpoint_pending=patroni_state(meta).get("checkpoint_after_promote") is False,
-        streaming=patroni_state(meta).get("replication_state") == "streaming",
+        timeline=_timeline(published),
+        checkpoint_pending=published.get("checkpoint_after_promote") is False,
+        streaming=published.get("replication_state") == "streaming",
     )
 
 
-def _published_timeline(meta: Mapping[str, Any]) -> int | None:
-    value = patroni_state(meta).get("timeline")
+def _timeline(published: Mapping[str, Any]) -> int | None:
+    value = published.get("timeline")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 

@@ -92,7 +92,8 @@ CREDENTIALS_RETRY_SECONDS = 2.0
 # A requested switchover Patroni refuses is asked again this often, this many times in all.
 SWITCHOVER_RETRY_SECONDS = 5.0
 SWITCHOVER_ATTEMPTS = 6
-# A member's Patroni loop is woken at most this often after a promotion (orchestration.failover.plan_nudges).
+# A member's Patroni loop is woken at most this often, and this many times in a row
+# (orchestration.failover.plan_nudges).
 NUDGE_INTERVAL_SECONDS = 1.0
 NUDGES_PER_EPISODE = 10
 # The removal of a key nobody sets: Patroni finds nothing changed, writes nothing, and wakes its loop. Any
@@ -452,7 +453,7 @@ class HighAvailabilityRoom(Room):
         return 1 + int(recorded)
 
     async def _nudge_loops(self, p: ClusterPass, instances: list[Instance]) -> None:
-        """Wake the Patroni loops a promotion leaves waiting (orchestration.failover.plan_nudges) with a
+        """Wake the Patroni loops that would sleep out loop_wait (orchestration.failover.plan_nudges) with a
         PATCH /config that changes nothing: Patroni wakes the loop of the member that receives it and,
         the configuration being unchanged, writes nothing."""
         cluster, snapshot = p.cluster, p.snapshot
