@@ -15,27 +15,32 @@ from harness.local_cluster import Kube
 from harness.pgcluster import (
     SYNC_NAME,
     SYNC_NAMESPACE,
+    StreamHold,
     Writer,
     healthy,
     kill_container,
+    pod_netns,
     secret,
     status,
 )
 from harness.waiting import wait_until
+from pg_operator.api.constants import PATRONI_PORT
 
 # The e2e tier's synchronous cluster (its session fixture `sync_cluster`; the settings module shares it).
 NS, NAME = SYNC_NAMESPACE, SYNC_NAME
 
 
-def sync_standby(kube: Kube, primary: str) -> str:
-    """The synchronous standby Patroni recorded (it may take a moment after a change of primary)."""
-    def recorded() -> str:
+def sync_standbys(kube: Kube, primary: str) -> list[str]:
+    """The synchronous standbys Patroni recorded for `primary`, its quorum voters (it may take a moment
+    after a change of primary)."""
+    def recorded() -> list[str]:
         meta = get_json(kube, "configmap", f"{NAME}-sync", "-n", NS)["metadata"]
         annotations = meta.get("annotations") or {}
-        name = str(annotations.get("sync_standby") or "")
-        return name if name and name != primary else ""
+        if annotations.get("leader") != primary:
+            return []
+        return sorted(n.strip() for n in str(annotations.get("sync_standby") or "").split(",") if n.strip())
 
-    return str(wait_until("Patroni to record a synchronous standby", recorded, 120, 1))
+    return list(wait_until("Patroni to record its synchronous standbys", recorded, 120, 1))
 
 
 def events(kube: Kube, reason: str) -> list[str]:
@@ -56,7 +61,7 @@ def restarts(kube: Kube, pod: str) -> int:
 def test_primary_container_killed_a_sync_standby_takes_over_and_nothing_acknowledged_is_lost(
         sync_cluster: Kube) -> None:
     old = wait_until("healthy", lambda: healthy(sync_cluster, NS, NAME, 3), 300)["currentPrimary"]
-    standby = sync_standby(sync_cluster, old)
+    standbys = sync_standbys(sync_cluster, old)
     restarts_before = restarts(sync_cluster, old)
 
     def handover_configured() -> bool:
@@ -77,7 +82,7 @@ def test_primary_container_killed_a_sync_standby_takes_over_and_nothing_acknowle
     # the operator releases its key while the container is down, or the restarted Patroni hands over
     # itself (primary_start_timeout 0, kept by the operator in Patroni's dynamic configuration).
     assert restarts(sync_cluster, old) > restarts_before, "the container was not restarted in place"
-    assert new == standby, f"{new} was promoted, not the synchronous standby {standby}"
+    assert new in standbys, f"{new} was promoted, not one of the synchronous standbys {standbys}"
     instances = {i["name"]: i for i in st["instances"]}
     assert instances[old]["role"] == "replica", f"the old primary did not rejoin as a replica: {instances}"
 
@@ -105,8 +110,8 @@ def test_primary_pod_deleted_a_replica_takes_over(sync_cluster: Kube) -> None:
 def test_planned_switchover_to_a_chosen_replica(sync_cluster: Kube) -> None:
     st = wait_until("healthy", lambda: healthy(sync_cluster, NS, NAME, 3), 300)
     old = st["currentPrimary"]
-    # With synchronous replication Patroni switches over only to the synchronous standby it recorded.
-    target = sync_standby(sync_cluster, old)
+    # With synchronous replication Patroni switches over only to a synchronous standby it recorded.
+    target = sync_standbys(sync_cluster, old)[0]
     with Writer(sync_cluster, NS, NAME, "switchover_writes") as writer:
         writer.wait_for_writes(20, 60)
         started = time.monotonic()
@@ -124,24 +129,32 @@ def test_planned_switchover_to_a_chosen_replica(sync_cluster: Kube) -> None:
 
 def test_a_switchover_patroni_refuses_is_answered_not_retried_forever(sync_cluster: Kube) -> None:
     st = wait_until("healthy", lambda: healthy(sync_cluster, NS, NAME, 3), 300)
-    standby = sync_standby(sync_cluster, st["currentPrimary"])
-    other = next(i["name"] for i in st["instances"] if i["role"] == "replica" and i["name"] != standby)
-    sync_cluster.kubectl("annotate", "pgc", NAME, "-n", NS, f"db.example.com/switchover-to={other}")
+    primary = st["currentPrimary"]
+    target = sync_standbys(sync_cluster, primary)[0]
+    # The primary's Patroni cannot reach the target's REST API (its probes from the node still can):
+    # Patroni refuses a switchover to a candidate it cannot check, every time it is asked.
+    primary_ip = get_json(sync_cluster, "pod", primary, "-n", NS)["status"]["podIP"]
+    blocked = StreamHold(pod_netns(sync_cluster, NS, target), primary_ip, PATRONI_PORT, to_this_pod=True)
+    blocked.hold()
+    try:
+        sync_cluster.kubectl("annotate", "pgc", NAME, "-n", NS, f"db.example.com/switchover-to={target}")
 
-    def answered() -> bool:
-        annotations = get_json(sync_cluster, "pgc", NAME, "-n", NS)["metadata"].get("annotations") or {}
-        return "db.example.com/switchover-to" not in annotations
+        def answered() -> bool:
+            annotations = get_json(sync_cluster, "pgc", NAME, "-n", NS)["metadata"].get("annotations") or {}
+            return "db.example.com/switchover-to" not in annotations
 
-    wait_until("the request to be answered", answered, 120, 1)
-    assert any("sync" in m for m in events(sync_cluster, "SwitchoverRefused")), "no Event says why"
-    assert status(sync_cluster, NS, NAME)["currentPrimary"] == st["currentPrimary"]
+        wait_until("the request to be answered", answered, 180, 1)
+    finally:
+        blocked.release()
+    assert events(sync_cluster, "SwitchoverRefused"), "no Event says why"
+    assert status(sync_cluster, NS, NAME)["currentPrimary"] == primary
 
 
 def test_a_replica_that_lost_its_disk_rejoins_from_the_primary(sync_cluster: Kube) -> None:
     st = wait_until("healthy", lambda: healthy(sync_cluster, NS, NAME, 3), 300)
     primary = st["currentPrimary"]
-    standby = sync_standby(sync_cluster, primary)
-    victim = next(i["name"] for i in st["instances"] if i["role"] == "replica" and i["name"] != standby)
+    # With quorum commit the other voter confirms commits while this one rebuilds.
+    victim = next(i["name"] for i in st["instances"] if i["role"] == "replica")
     claim = f"data-{victim}"
     old_claim = get_json(sync_cluster, "pvc", claim, "-n", NS)["metadata"]["uid"]
     old_pod = get_json(sync_cluster, "pod", victim, "-n", NS)["metadata"]["uid"]

@@ -48,8 +48,10 @@ def annotations(kube: Kube, configmap: str) -> dict[str, str]:
 def test_partitioned_primary_is_replaced_stops_taking_writes_and_rejoins(cluster: Kube) -> None:
     st = wait_until("healthy", lambda: healthy(cluster, NS, NAME, 3), 300)
     old = st["currentPrimary"]
-    standby = wait_until("a recorded synchronous standby",
-                         lambda: annotations(cluster, f"{NAME}-sync").get("sync_standby", ""), 120)
+    # Quorum commit: every recorded voter is a candidate.
+    recorded = wait_until("a recorded synchronous standby",
+                          lambda: annotations(cluster, f"{NAME}-sync").get("sync_standby", ""), 120)
+    standbys = str(recorded).split(",")
     assert json.loads(annotations(cluster, f"{NAME}-config")["config"]).get("failsafe_mode") is True
     pod_ip = get_json(cluster, "pod", old, "-n", NS)["status"]["podIP"]
     app = secret(cluster, NS, f"{NAME}-app")
@@ -84,7 +86,7 @@ def test_partitioned_primary_is_replaced_stops_taking_writes_and_rejoins(cluster
                 time.sleep(0.5)
             assert promoted_after is not None, "no replica took over the partitioned primary's role"
             assert stopped_after is not None, "the partitioned primary kept accepting writes"
-            assert figures["new_primary"] == standby, f"promoted {figures['new_primary']}, not {standby}"
+            assert figures["new_primary"] in standbys, f"promoted {figures['new_primary']}, not of {standbys}"
             # Writes through -rw resume on the new primary while the old one is still cut off.
             writer.wait_for_writes(20, 120)
             with pytest.raises(subprocess.CalledProcessError) as refused:

@@ -197,9 +197,12 @@ class StreamHold:
     if the primary is still there). With a SIGKILL of the primary in between, the other standby ends
     up with WAL this one never got."""
 
-    def __init__(self, netns: str, primary_ip: str, port: int = 5432) -> None:
+    def __init__(self, netns: str, primary_ip: str, port: int = 5432, *, to_this_pod: bool = False) -> None:
+        # to_this_pod: drop what the primary sends to this pod's `port` instead (its requests to a server
+        # here, such as Patroni's REST API), not what comes from the primary's `port`.
         self.netns = netns
-        self.rule = ["INPUT", "-s", primary_ip, "-p", "tcp", "--sport", str(port), "-j", "DROP"]
+        match = "--dport" if to_this_pod else "--sport"
+        self.rule = ["INPUT", "-s", primary_ip, "-p", "tcp", match, str(port), "-j", "DROP"]
 
     def hold(self) -> None:
         _in_netns(self.netns, "iptables", "-w", "-I", *self.rule)
