@@ -243,6 +243,9 @@ class HighAvailabilityRoom(Room):
             planned = restart_request.with_requested_restart(planned, pods, token) if token else planned
             action = plan_restart(planned, cluster.spec.replicas, now=datetime.now(UTC))
             result.writes += await self._act(p, planned, action, result)
+            # A restarted member streaming again changes no watched object: look again soon rather than
+            # at the next resync minutes later.
+            p.again_in(SWITCHOVER_RETRY_SECONDS)
         return result
 
     async def _requested_switchover(self, p: ClusterPass, pods: list[dict[str, Any]], requested: str,
