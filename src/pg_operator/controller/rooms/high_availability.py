@@ -92,6 +92,8 @@ CREDENTIALS_RETRY_SECONDS = 2.0
 # A requested switchover Patroni refuses is asked again this often, this many times in all.
 SWITCHOVER_RETRY_SECONDS = 5.0
 SWITCHOVER_ATTEMPTS = 6
+# While a restart rollout runs, how often it looks again whether the restarted member is back.
+RESTART_RECHECK_SECONDS = 5.0
 # A member's Patroni loop is woken at most this often, and this many times in a row
 # (orchestration.failover.plan_nudges).
 NUDGE_INTERVAL_SECONDS = 1.0
@@ -243,9 +245,10 @@ class HighAvailabilityRoom(Room):
             planned = restart_request.with_requested_restart(planned, pods, token) if token else planned
             action = plan_restart(planned, cluster.spec.replicas, now=datetime.now(UTC))
             result.writes += await self._act(p, planned, action, result)
-            # A restarted member streaming again changes no watched object: look again soon rather than
-            # at the next resync minutes later.
-            p.again_in(SWITCHOVER_RETRY_SECONDS)
+            if action.kind != "halt":
+                # A restarted member streaming again changes no watched object: look again soon rather
+                # than at the next resync minutes later (a halted rollout waits for its instance's events).
+                p.again_in(RESTART_RECHECK_SECONDS)
         return result
 
     async def _requested_switchover(self, p: ClusterPass, pods: list[dict[str, Any]], requested: str,
