@@ -38,10 +38,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         result.sections.append(("cluster state at the failure", report(kube)))
 
 
-# The operator's periodic retention pass every 20 s (default 10 min) for the retention module; it runs only
-# for clusters with a retention policy, so the rest of the tier is not touched by it. A CA rotation trusts
-# both CAs for 20 s (default 90 s): the tests' writers re-read the app Secret's ca.crt every few seconds.
-OPERATOR_ARGS = ("--backup-retention-interval=20s", "--ca-trust-period=20s")
+# A CA rotation trusts both CAs for 20 s (default 90 s): the tests' writers re-read the app Secret's ca.crt
+# every few seconds.
+OPERATOR_ARGS = ("--ca-trust-period=20s",)
 
 
 @pytest.fixture(scope="session")

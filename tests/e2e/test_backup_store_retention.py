@@ -1,8 +1,8 @@
 """Retention on real pods (full profile) against a real S3 server (moto, authentication on): a cluster
 with `retention: {keepLast: 2}` takes three Backups; the operator's retention pass removes the oldest
 base backup and the WAL only it needed, deletes its Backup object, keeps the WAL the other two need (a
-point-in-time restore replays it), and its periodic pass (run every 20 s here through the operator's
-`--backup-retention-interval` flag) applies a tightened policy without a new backup.
+point-in-time restore replays it), and a tightened policy is applied at once, without a new backup
+(retention runs when its outcome can change, never on a timer of its own).
 """
 
 from __future__ import annotations
@@ -11,14 +11,12 @@ import datetime as dt
 import json
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from harness.deployed_operator import OPERATOR_NAMESPACE
 from harness.e2e_backup import Moto, archived_after_switch, backup_cluster, get_backup, rows, s3, wait_backup
-from harness.kube import apply_objects, events, get_json
+from harness.kube import apply_objects, events
 from harness.local_cluster import Kube
 from harness.objects import backup
 from harness.pgcluster import connect_app, status, wait_serving
@@ -26,35 +24,7 @@ from harness.waiting import wait_until
 from pg_operator.backup.barman import ObjectStore, backup_list_argv
 
 NAME = "ret-db"
-INTERVAL_FLAG = "--backup-retention-interval=20s"
 SEGMENT = re.compile(r"/wals/[0-9A-F]{16}/([0-9A-F]{24})(\.[0-9A-F]{8}\.backup)?(\.gz)?$")
-
-
-def operator_args(kube: Kube) -> list[str]:
-    deployment = get_json(kube, "deployment", "pg-operator", "-n", OPERATOR_NAMESPACE)
-    return list(deployment["spec"]["template"]["spec"]["containers"][0].get("args") or [])
-
-
-def set_operator_args(kube: Kube, args: list[str]) -> None:
-    patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args}]
-    kube.kubectl("-n", OPERATOR_NAMESPACE, "patch", "deployment", "pg-operator", "--type=json",
-                 "-p", json.dumps(patch))  # fmt: skip
-    kube.kubectl("-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment/pg-operator",
-                 "--timeout=300s", timeout=320)  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def short_retention(operator: Kube) -> Iterator[None]:
-    """The operator runs its periodic retention pass every 20 s (default 10 min) for this module: the
-    tier installs it so (tests/e2e/conftest.py); an operator installed otherwise is changed and back."""
-    before = operator_args(operator)
-    if INTERVAL_FLAG in before:
-        yield
-        return
-    set_operator_args(operator, [a for a in before if not a.startswith("--backup-retention-interval")]
-                      + [INTERVAL_FLAG])  # fmt: skip
-    yield
-    set_operator_args(operator, before)
 
 
 def segments(keys: list[str]) -> set[str]:
@@ -93,7 +63,7 @@ def listed_in_pod(kube: Kube, ns: str, moto: Moto) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def history(operator: Kube, ns: str, moto: Moto, short_retention: None) -> dict[str, Any]:
+def history(operator: Kube, ns: str, moto: Moto) -> dict[str, Any]:
     """Three Backups one after the other, rows written between them, and the store as it was before the
     third (nothing for retention to remove yet)."""
     spec = {"s3": s3(moto), "archiveTimeout": "10s", "retention": {"keepLast": 2}}
@@ -170,20 +140,20 @@ def test_a_point_in_time_restore_replays_the_kept_wal(
     assert rows(operator, ns, "ret-restored") == list(range(1, 151))
 
 
-def test_the_periodic_pass_applies_a_tightened_policy(
+def test_a_tightened_policy_is_applied_at_once(
     operator: Kube, ns: str, moto: Moto, history: dict[str, Any]
 ) -> None:
     _, second, third = history["backups"]
     patch = {"spec": {"backup": {"retention": {"keepLast": 1}}}}
     operator.kubectl("patch", "pgc", NAME, "-n", ns, "--type=merge", "-p", json.dumps(patch))
     started = time.monotonic()
-    # No backup completes now: the pass that applies it is a periodic one. With the default interval
-    # (10 min after the pass that followed the third backup, a minute or two ago) it would not come in time.
+    # No backup completes now, and keepLast has no timer: the policy's change is what runs retention.
     base = f"e2e/{NAME}/base/"
-    wait_until("the periodic retention pass", lambda: store_ids(moto, base) == {third["backupID"]}, 150, 3)
+    wait_until("retention after the policy change", lambda: store_ids(moto, base) == {third["backupID"]},
+               150, 3)  # fmt: skip
     wait_until("the Backup object of the second backup to go",
                lambda: not backup_exists(operator, ns, "ret-2"), 120, 2)  # fmt: skip
-    print(json.dumps({"measure": "periodic retention after a policy change",
+    print(json.dumps({"measure": "retention after a policy change",
                       "seconds": round(time.monotonic() - started, 1)}), flush=True)  # fmt: skip
     assert get_backup(operator, ns, "ret-3")["status"]["phase"] == "Completed"
     assert not {s for s in segments(moto.keys(f"e2e/{NAME}/")) if s < third["beginWal"]}

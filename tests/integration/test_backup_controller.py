@@ -3,7 +3,8 @@ authentication, on loopback), where no process has to run in a pod: ScheduledBac
 their schedule, a Backup that cannot run fails with a reason, and the object-store finalizer of
 `onDelete: delete` (store emptied, other clusters' objects untouched, finalizer released), of `keep`
 (nothing touched, no finalizer), of an unreachable store and of bad credentials (a condition and an
-Event, retried; released by hand with the annotation)."""
+Event, retried; released by hand with the annotation), and the store prefix's ownership asked of the
+store on events only (a claim, a spec.backup change, a Backup's start), never by a steady cluster."""
 
 from __future__ import annotations
 
@@ -17,12 +18,19 @@ import pytest
 
 from harness.kube import apply, condition, events, get_json, get_or_none, make_namespace
 from harness.net import free_port
-from harness.objects import cluster, s3_credentials_secret, scheduled_backup
+from harness.objects import backup, cluster, s3_credentials_secret, scheduled_backup
 from harness.operator_process import OperatorEnv, OperatorProcess, OperatorSpec
 from harness.s3 import S3Server, s3_server
 from harness.waiting import wait_until
+from pg_operator.api.constants import ROLE_LABEL
 from pg_operator.backup.store_cleanup import FINALIZER, RELEASE_ANNOTATION
-from pg_operator.backup.store_ownership import MARKER_NAME, marker_body, owner_of
+from pg_operator.backup.store_ownership import (
+    MARKER_NAME,
+    REASON_OWNED_ELSEWHERE,
+    Owner,
+    marker_body,
+    owner_of,
+)
 
 BUCKET = "it-backups"
 # The backup kinds exist before the operator starts (it resolves its resources once, at start).
@@ -120,6 +128,76 @@ def test_scheduled_backup_creates_backups_on_its_schedule(
                  "-p", json.dumps({"spec": {"suspend": True}}))  # fmt: skip
     time.sleep(max(0.0, 62 - time.time() % 60))  # past the next whole minute
     assert len(backups()) == 2
+    kube.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+# --- who owns the store prefix, asked on events --------------------------------------------------------
+
+
+def store_requests(s3: S3Server, name: str) -> int:
+    """Requests moto logged for one cluster's prefix (its marker read or written, its prefix listed)."""
+    listed, named = f"it%2F{name}%2F".encode(), f"/it/{name}/".encode()
+    with s3.log.open("rb") as f:
+        return sum(1 for line in f if b'HTTP/1.1"' in line and (listed in line or named in line))
+
+
+def test_ownership_is_asked_of_the_store_on_events_never_by_a_steady_cluster(
+    operator: OperatorProcess, operator_env: OperatorEnv, s3: S3Server
+) -> None:
+    kube = operator_env.kube
+    ns = make_namespace(kube, "owned")
+    name = "steady-db"
+    apply(kube, secret(ns, s3))
+    apply(kube, cluster(name, ns, replicas=1, backup=backup_spec(s3.endpoint, "keep")))
+    marker = f"it/{name}/{MARKER_NAME}"
+    wait_until("the cluster to claim its empty prefix", lambda: marker in s3.keys(BUCKET, f"it/{name}/"), 60)
+    claimed = store_requests(s3, name)
+    assert claimed >= 2, claimed  # the prefix inspected, the marker created (and read back)
+
+    # Steady: the cluster's backup pass comes every 30 s (and on every change of its pods or status);
+    # none of them asks the store again. (On kwok no pod can be exec'd into, so the archiving probe
+    # fails and the pass comes back: it would ask if a kept verdict were not trusted.)
+    time.sleep(75)
+    assert store_requests(s3, name) == claimed
+
+    # A change of spec.backup: the prefix is inspected again, and found its own (no second claim).
+    kube.kubectl("patch", "postgrescluster", name, "-n", ns, "--type=merge",
+                 "-p", json.dumps({"spec": {"backup": {"archiveTimeout": "120s"}}}))  # fmt: skip
+    wait_until("the store asked after the spec change", lambda: store_requests(s3, name) > claimed, 60)
+    time.sleep(5)
+    changed = store_requests(s3, name)
+    reasons = [e["reason"] for e in events(kube, ns, "PostgresCluster", name)]
+    assert reasons.count("StorePrefixClaimed") == 1, reasons
+
+    # Another cluster's marker put in place of ours by hand: the kept verdict does not see it, but a
+    # Backup asks the store afresh before it writes anything, and is refused; the cluster's archiving
+    # condition follows (a verdict that is not "ours" is never kept).
+    other = Owner("elsewhere", name, "uid-elsewhere")
+    s3.client().put_object(Bucket=BUCKET, Key=marker, Body=marker_body(other, how="claimed",
+                                                                       now=datetime.now(UTC)))  # fmt: skip
+    time.sleep(35)
+    assert store_requests(s3, name) == changed + 1  # only the test's own write
+    # A Backup runs on a ready instance whose role Patroni labelled; kwok runs no Patroni, so the test
+    # labels the pod as Patroni would.
+    pod = f"{name}-0"
+    wait_until("the instance pod", lambda: get_or_none(kube, "pod", pod, "-n", ns), 60)
+    kube.kubectl("label", "pod", pod, "-n", ns, f"{ROLE_LABEL}=primary", "--overwrite")
+    apply(kube, backup("steady-1", ns, name))
+
+    def backup_status() -> dict[str, Any]:
+        return dict(get_json(kube, "backups.db.example.com", "steady-1", "-n", ns).get("status") or {})
+
+    wait_until("the Backup to be refused", lambda: backup_status().get("phase") == "Failed", 60)
+    assert backup_status()["error"].startswith(f"{REASON_OWNED_ELSEWHERE}: "), backup_status()
+    assert "elsewhere/steady-db" in backup_status()["error"]
+
+    def archiving() -> dict[str, Any]:
+        return condition(cluster_obj(kube, ns, name), "ContinuousArchiving")
+
+    wait_until("the archiving condition to say the prefix is another's",
+               lambda: archiving().get("reason") == REASON_OWNED_ELSEWHERE, 60)  # fmt: skip
+    assert archiving()["status"] == "False"
+    assert "Traceback" not in operator.log_text()
     kube.kubectl("delete", "namespace", ns, "--wait=false")
 
 

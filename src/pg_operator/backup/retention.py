@@ -88,6 +88,21 @@ def obsolete_backups(backups: Sequence[BackupRecord], policy: RetentionPolicy, n
     return [b.backup_id for b in ordered]
 
 
+def next_change(
+    backups: Sequence[BackupRecord], policy: RetentionPolicy, now: dt.datetime
+) -> dt.datetime | None:
+    """The first moment after `now` when `obsolete_backups` of the same catalog can answer differently,
+    None when only a new backup (or another policy) can change it. keepLast counts backups, so time alone
+    changes nothing. A recovery window's answer changes only when the window's start passes the end of
+    a completed backup: a second after its end plus the window (the start must lie after the end)."""
+    window = policy.window
+    if window is None:
+        return None
+    step = dt.timedelta(seconds=1)
+    moments = [b.end_time + window + step for b in backups if b.completed and b.end_time is not None]
+    return min((m for m in moments if m > now), default=None)
+
+
 def retired_backup_objects(
     backup_objects: Sequence[Mapping[str, Any]],
     remaining: Sequence[BackupRecord],

@@ -88,12 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--resync-seconds", type=float, default=300.0, help="periodic resync interval (jittered)"
     )
     run.add_argument(
-        "--backup-retention-interval",
+        "--backup-retention-retry",
         type=_duration,
         default=600.0,
         metavar="DURATION",
-        help="how often each cluster's backup retention runs besides after every completed backup: "
-        "seconds, or a number with s/m/h (default 10m)",
+        help="how long a cluster's failed backup retention waits before it is tried again (retention "
+        "otherwise runs only when its outcome can change): seconds, or a number with s/m/h (default 10m)",
     )
     run.add_argument(
         "--ca-trust-period",
@@ -136,7 +136,7 @@ def _run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         workers=args.workers,
         resync_seconds=args.resync_seconds,
-        backup_retention_seconds=args.backup_retention_interval,
+        backup_retention_seconds=args.backup_retention_retry,
         ca_trust_period_seconds=args.ca_trust_period,
     )
     try:

@@ -76,7 +76,7 @@ class Options:
     metrics_port: int = 8081
     workers: int = 16
     resync_seconds: float = 300.0
-    backup_retention_seconds: float = 600.0  # how often retention runs besides after each backup
+    backup_retention_seconds: float = 600.0  # how long a failed retention waits before it is tried again
     ca_trust_period_seconds: float = 90.0  # how long a CA rotation trusts both CAs (specs/ca_rotation.py)
 
 

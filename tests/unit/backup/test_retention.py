@@ -9,6 +9,7 @@ import pytest
 from pg_operator.backup.retention import (
     BackupRecord,
     RetentionPolicy,
+    next_change,
     obsolete_backups,
     retired_backup_objects,
 )
@@ -38,6 +39,31 @@ def test_recovery_window_keeps_the_base_of_the_windows_start() -> None:
     ]
     assert obsolete_backups(backups, RetentionPolicy(recovery_window="1m"), NOW) == []
     assert obsolete_backups(backups, RetentionPolicy(recovery_window="2w"), NOW) == [backups[0].backup_id]
+
+
+def test_a_window_changes_its_answer_only_when_its_start_passes_a_backups_end() -> None:
+    backups = [done(d) for d in (1, 10, 20, 25, 30)]
+    policy = RetentionPolicy(recovery_window="7d")
+    upcoming = next_change(backups, policy, NOW)
+    # A second after the 25th's end (03:10) plus 7 days: the window's start has passed that backup's end.
+    assert upcoming == dt.datetime(2027, 1, 1, 3, 10, 1, tzinfo=dt.UTC)
+    # Proved on the decision itself: the same answer up to that moment, another one from it on.
+    same = obsolete_backups(backups, policy, NOW)
+    assert obsolete_backups(backups, policy, upcoming - dt.timedelta(seconds=1)) == same
+    assert obsolete_backups(backups, policy, upcoming) != same
+    # Failed and running backups never set the moment; with every backup behind the window, none does.
+    running = BackupRecord("20261231T110000", None, "STARTED")
+    failed = BackupRecord("20261230T090000", dt.datetime(2026, 12, 30, 9, 5, tzinfo=dt.UTC), "FAILED")
+    assert next_change([done(1), failed, running], policy, NOW) is None
+    assert next_change([], policy, NOW) is None
+
+
+def test_a_count_never_changes_its_answer_with_time() -> None:
+    backups = [done(d) for d in (1, 10, 20, 25, 30)]
+    policy = RetentionPolicy(keep_last=2)
+    assert next_change(backups, policy, NOW) is None
+    later = NOW + dt.timedelta(days=400)
+    assert obsolete_backups(backups, policy, later) == obsolete_backups(backups, policy, NOW)
 
 
 def test_the_newest_is_never_deleted() -> None:
@@ -152,16 +178,16 @@ def test_nothing_is_retired_when_the_store_lists_no_completed_backup() -> None:
     assert retired(objects, [BackupRecord("20261203T030000", None, "STARTED")]) == []
 
 
-def test_the_operator_flag_sets_the_retention_interval() -> None:
+def test_the_operator_flag_sets_how_long_a_failed_retention_waits() -> None:
     from pg_operator.cli.main import build_parser
 
-    def interval(*argv: str) -> float:
-        return float(build_parser().parse_args(["run", *argv]).backup_retention_interval)
+    def retry(*argv: str) -> float:
+        return float(build_parser().parse_args(["run", *argv]).backup_retention_retry)
 
-    assert interval() == 600.0
-    assert interval("--backup-retention-interval", "90s") == 90.0
-    assert interval("--backup-retention-interval", "2m") == 120.0
-    assert interval("--backup-retention-interval", "45") == 45.0
+    assert retry() == 600.0
+    assert retry("--backup-retention-retry", "90s") == 90.0
+    assert retry("--backup-retention-retry", "2m") == 120.0
+    assert retry("--backup-retention-retry", "45") == 45.0
     for bad in ("0", "-5s", "ten", "8d"):
         with pytest.raises(SystemExit):
-            build_parser().parse_args(["run", "--backup-retention-interval", bad])
+            build_parser().parse_args(["run", "--backup-retention-retry", bad])

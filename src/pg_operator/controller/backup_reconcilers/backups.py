@@ -156,9 +156,10 @@ class BackupReconciler:
         self, cluster: Mapping[str, Any], config: BackupConfiguration, store: ObjectStore
     ) -> tuple[str, str] | None:
         """(reason, message) when the base backup must not be written to the store: the prefix is not
-        the cluster's, or the store cannot say (classified like barman's own failure would be)."""
+        the cluster's, or the store cannot say (classified like barman's own failure would be). Asked
+        of the store afresh: a kept verdict is not trusted with a base backup's writes."""
         try:
-            verdict = await self.ownership.check(cluster, config, store)
+            verdict = await self.ownership.check(cluster, config, store, fresh=True)
         except StoreError as exc:
             failure = classify(1, str(exc))
             return failure.reason, failure.message

@@ -34,9 +34,11 @@ from pg_operator.backup.archive_health import (
 )
 from pg_operator.backup.archive_report import ArchiveReport, parse_report, settled
 from pg_operator.backup.barman import ObjectStore, backup_list_argv
-from pg_operator.backup.catalog import parse_time
+from pg_operator.backup.catalog import parse_time, records
 from pg_operator.backup.failures import Failure, classify
+from pg_operator.backup.from_spec import retention_policy
 from pg_operator.backup.placement import primary_pod
+from pg_operator.backup.retention import RetentionPolicy, next_change
 from pg_operator.backup.store_cleanup import decide_finalizer
 from pg_operator.backup.store_ownership import Verdict
 from pg_operator.controller.backoff import Backoff
@@ -93,7 +95,10 @@ class ClusterBackupReconciler:
         self.writes = ClusterWrites(api, clock)
         self.finalizer = StoreFinalizer(api, self.writes, notices, backoff, ownership)
         self.retention = Retention(api, cache, pod_exec, notices, clock)
-        self._retention_at: dict[ClusterKey, float] = {}
+        # Per cluster with a retention policy: the policy retention last ran for, and when it is due again
+        # (a timestamp; None: only once a backup completes or the policy changes).
+        self._retention_next: dict[ClusterKey, tuple[RetentionPolicy, float | None]] = {}
+        self._failing: set[ClusterKey] = set()  # clusters whose primary reports archiving failing
         self._probes: dict[ClusterKey, Probe] = {}
         self._gates: dict[ClusterKey, GateState] = {}  # the last gate written, per cluster
         # From the primary's report: the last gate write ((pod, gate), monotonic time) and the last time
@@ -103,12 +108,13 @@ class ClusterBackupReconciler:
 
     def retention_due(self, key: ClusterKey) -> None:
         """A backup of the cluster completed: retention runs on its next pass."""
-        self._retention_at.pop(key, None)
+        self._retention_next.pop(key, None)
 
     def _forget(self, key: ClusterKey) -> None:
         self.metrics.forget_archive(key)
         self._probes.pop(key, None)
-        self._retention_at.pop(key, None)
+        self._retention_next.pop(key, None)
+        self._failing.discard(key)
         self._gates.pop(key, None)
         self._gate_writes.pop(key, None)
         self._store_asked.pop(key, None)
@@ -144,6 +150,7 @@ class ClusterBackupReconciler:
         report = next((parse_report(objects.meta(p).get("annotations")) for p in pods
                        if objects.name(p) == primary), None)  # fmt: skip
         store = store_of(body, config)
+        self._doubt_ownership(key, report)
         verdict, owner_failure = await self._ownership(key, body, config, store)
         gate: GateState | None = None if verdict is None else "archive" if verdict.ours else "discard"
         if report is not None and primary is not None:
@@ -185,6 +192,17 @@ class ClusterBackupReconciler:
             self.notices.reset(key, "Warning")
             await self.notices.post(body, "Normal", "ArchivingResumed", archiving.message)
         return again(self.archive_check_seconds)
+
+    def _doubt_ownership(self, key: ClusterKey, report: ArchiveReport | None) -> None:
+        """The store's marker is read again when the primary's archiving starts failing: another cluster's
+        WAL in the prefix is one reason barman-cloud-wal-archive refuses a segment."""
+        failing = report is not None and report.stats.failing
+        if failing and key not in self._failing:
+            self.ownership.forget(key)
+        if failing:
+            self._failing.add(key)
+        else:
+            self._failing.discard(key)
 
     async def _ownership(
         self, key: ClusterKey, body: dict[str, Any], config: BackupConfiguration, store: ObjectStore
@@ -276,21 +294,30 @@ class ClusterBackupReconciler:
         """The store listed from the primary (its failure says why archiving fails), then retention when
         due (attempted now: a failing store is not listed on every wake-up for it)."""
         namespace, name = key
-        if due_retention:
-            self._retention_at[key] = self.clock().timestamp()
+        policy = retention_policy(config.retention) if config.retention is not None else None
+        now = self.clock()
+        if due_retention and policy is not None:
+            # Until it succeeds, retention is tried again after retention_seconds (a failing store is not
+            # listed on every wake-up for it).
+            self._retention_next[key] = (policy, now.timestamp() + self.retention_seconds)
         listing, store_failure = await self._list_backups(namespace, primary, store)
-        if listing is not None and due_retention and config.retention is not None:
+        if listing is not None and due_retention and policy is not None:
             body = self.cache.cluster(key) or {"metadata": {"name": name, "namespace": namespace}}
             if await self.retention.enforce(body, primary, store, config, listing):
-                self._retention_at[key] = self.clock().timestamp()
+                upcoming = next_change(records(listing), policy, now)
+                self._retention_next[key] = (policy, None if upcoming is None else upcoming.timestamp())
         return store_failure
 
     def _due_retention(self, key: ClusterKey, config: BackupConfiguration, gate: GateState | None) -> bool:
-        return (
-            gate == "archive"
-            and config.retention is not None
-            and (self.clock().timestamp() - self._retention_at.get(key, 0.0) >= self.retention_seconds)
-        )
+        """Retention runs when what it would delete may have changed, never on a timer of its own: on the
+        first pass (after the operator starts), after a backup completes (retention_due), when the policy
+        changes, when a recovery window passes the end of a listed backup, and again after a failure."""
+        if gate != "archive" or config.retention is None:
+            return False
+        known = self._retention_next.get(key)
+        if known is None or known[0] != retention_policy(config.retention):
+            return True
+        return known[1] is not None and self.clock().timestamp() >= known[1]
 
     async def _archiving(
         self,

@@ -2,17 +2,24 @@
 credentials read for the call), decided by backup.store_ownership: the marker is read, an empty prefix
 is claimed (conditional create) and a prefix the cluster's records prove it wrote is adopted.
 
-Shared by the cluster's backup pass (archiving and retention) and the Backup reconciler (a base backup):
-a verdict of "ours" is kept for OWNED_SECONDS per cluster uid and store, so a steady cluster costs one
-read of its credentials Secret and of the store's marker every six hours (at 1000 clusters, ten minutes
-cost 1.2 API requests and 2.4 store requests a second: bench/results-backup-steady.md); any other verdict
-is asked again on the next pass. A marker taken away by hand is noticed within that time."""
+Shared by the cluster's backup pass (archiving and retention) and the Backup reconciler (a base backup).
+A verdict of "ours" is kept, per cluster uid, store and `spec.backup`, until something gives a reason to
+doubt it, so a steady cluster costs no request at all (bench/results-backup-steady.md). It is asked again:
+- when a base backup starts (the Backup reconciler asks with `fresh=True`): a scheduled cluster has its
+  marker read once per backup, right before it writes to the prefix;
+- when `spec.backup` changes (another store, path or credentials);
+- when the cluster's archiving starts failing (`forget`): another cluster's WAL in the prefix makes
+  barman-cloud-wal-archive refuse our segments;
+- after the operator restarts (the verdicts live in memory).
+A marker taken away by hand is noticed at the next of these. Any verdict other than "ours" is asked
+again on the next pass."""
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import logging
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -44,9 +51,6 @@ from pg_operator.controller.kube_api import Api
 
 log = logging.getLogger(__name__)
 
-OWNED_SECONDS = 6 * 3600.0
-
-
 def _read_marker(data: bytes | None) -> tuple[Owner | None, str | None]:
     if data is None:
         return None, None
@@ -57,7 +61,15 @@ def _read_marker(data: bytes | None) -> tuple[Owner | None, str | None]:
 
 
 def _identity(cluster: Mapping[str, Any], store: ObjectStore) -> tuple[str, ...]:
-    return (str(objects.meta(cluster).get("uid") or ""), store.endpoint_url or "", store.bucket, store.prefix)
+    """What an owned verdict holds for: the cluster's uid, the store, and its `spec.backup` as written."""
+    written = json.dumps(objects.spec(cluster).get("backup"), sort_keys=True, default=str)
+    return (
+        str(objects.meta(cluster).get("uid") or ""),
+        store.endpoint_url or "",
+        store.bucket,
+        store.prefix,
+        hashlib.sha256(written.encode()).hexdigest(),
+    )
 
 
 class StoreOwnership:
@@ -65,24 +77,28 @@ class StoreOwnership:
         self.api = api
         self.cache = cache
         self.clock = clock
-        self._owned: dict[ClusterKey, tuple[tuple[str, ...], float]] = {}
+        self._owned: dict[ClusterKey, tuple[str, ...]] = {}  # the identity each owned verdict holds for
 
     def forget(self, key: ClusterKey) -> None:
+        """The cluster's next check asks the store again."""
         self._owned.pop(key, None)
 
     async def check(
-        self, cluster: Mapping[str, Any], config: BackupConfiguration, store: ObjectStore
+        self,
+        cluster: Mapping[str, Any],
+        config: BackupConfiguration,
+        store: ObjectStore,
+        *,
+        fresh: bool = False,
     ) -> Verdict:
         """The verdict for archiving and base backups; a claim or adoption is written before it returns.
-        Raises StoreError when the store (or the credentials Secret) cannot answer."""
+        `fresh` asks the store even when an owned verdict is kept. Raises StoreError when the store (or
+        the credentials Secret) cannot answer."""
         key = (objects.namespace(cluster), objects.name(cluster))
         me = owner_of(cluster)
         identity = _identity(cluster, store)
-        cached = self._owned.get(key)
-        if cached is not None and cached[0] == identity and time.monotonic() - cached[1] < OWNED_SECONDS:
-            return Verdict(
-                "owned", "StorePrefixOwned", "store prefix owned by this cluster (checked recently)"
-            )
+        if not fresh and self._owned.get(key) == identity:
+            return Verdict("owned", "StorePrefixOwned", "store prefix owned by this cluster (checked before)")
         if not me.uid:
             raise StoreError("the cluster has no uid yet")
         access = await store_access(self.api, me.namespace, config, store)
@@ -107,7 +123,7 @@ class StoreOwnership:
                     None if marker is not None else "the marker vanished right after it was written"),
                     has_objects=True)  # fmt: skip
         if verdict.ours:
-            self._owned[key] = (identity, time.monotonic())
+            self._owned[key] = identity
         else:
             self._owned.pop(key, None)
         return verdict
