@@ -150,13 +150,13 @@ class ClusterBackupReconciler:
         report = next((parse_report(objects.meta(p).get("annotations")) for p in pods
                        if objects.name(p) == primary), None)  # fmt: skip
         store = store_of(body, config)
-        self._doubt_ownership(key, report)
         verdict, owner_failure = await self._ownership(key, body, config, store)
         gate: GateState | None = None if verdict is None else "archive" if verdict.ours else "discard"
         if report is not None and primary is not None:
             stats, store_failure = await self._reported(key, primary, store, config, gate, report)
         else:  # an instance of an older image, or none published yet: ask the primary itself
             stats, store_failure = await self._archiving(key, primary, store, config, gate)
+        self._doubt_ownership(key, stats)
         previous = (objects.status(body).get(BACKUP_STATUS_KEY) or {}).get("archiving")
         if stats is not None:
             stats = settled(stats, primary, previous)
@@ -193,10 +193,10 @@ class ClusterBackupReconciler:
             await self.notices.post(body, "Normal", "ArchivingResumed", archiving.message)
         return again(self.archive_check_seconds)
 
-    def _doubt_ownership(self, key: ClusterKey, report: ArchiveReport | None) -> None:
-        """The store's marker is read again when the primary's archiving starts failing: another cluster's
-        WAL in the prefix is one reason barman-cloud-wal-archive refuses a segment."""
-        failing = report is not None and report.stats.failing
+    def _doubt_ownership(self, key: ClusterKey, stats: ArchiverStats | None) -> None:
+        """The store's marker is read again on the pass after the primary's archiving starts failing:
+        another cluster's WAL in the prefix is one reason barman-cloud-wal-archive refuses a segment."""
+        failing = stats is not None and stats.failing
         if failing and key not in self._failing:
             self.ownership.forget(key)
         if failing:
