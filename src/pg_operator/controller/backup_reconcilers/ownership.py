@@ -51,6 +51,7 @@ from pg_operator.controller.kube_api import Api
 
 log = logging.getLogger(__name__)
 
+
 def _read_marker(data: bytes | None) -> tuple[Owner | None, str | None]:
     if data is None:
         return None, None
