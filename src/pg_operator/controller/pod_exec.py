@@ -26,11 +26,14 @@ from lightkube.config.kubeconfig import SingleConfig
 
 from pg_operator.api.constants import SUPERUSER
 from pg_operator.controller.metrics import Metrics
+from pg_operator.privileged_sql import PINNED_OPTIONS
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
-# psql in the instance's container, as the superuser over the Unix socket (peer authentication).
+# psql in the instance's container, as the superuser over the Unix socket (peer authentication), its
+# search path, role and read-only default pinned for every connection it opens (privileged_sql.py).
 SOCKET_DIR = "/var/run/postgresql"
-PSQL = ["psql", "-h", SOCKET_DIR, "-U", SUPERUSER, "-d", "postgres", "-AtX", "-v", "ON_ERROR_STOP=1"]
+PSQL_ARGV = ["psql", "-h", SOCKET_DIR, "-U", SUPERUSER, "-d", "postgres", "-AtX", "-v", "ON_ERROR_STOP=1"]
+PSQL = ["env", f"PGOPTIONS={PINNED_OPTIONS}", *PSQL_ARGV]
 STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
 CLOSE = 255  # v5: a message [255, channel] closes that stream (stdin's end of file)
 STDIN_CHUNK = 32 * 1024

@@ -52,7 +52,7 @@ from pg_operator.controller.backup_reconcilers.store import (
 )
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.kube_api import Api, PostgresClusterResource
-from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
+from pg_operator.controller.pod_exec import PSQL_ARGV, ExecError, PodExec
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.controller.rooms.high_availability import HighAvailabilityRoom, patroni_auth
 from pg_operator.images import BUILT_VERSIONS, default_image
@@ -317,7 +317,9 @@ class MajorUpgradeRoom(Room):
         if p.cluster.spec.backup is not None and not state.get("paused") and not state.get("archived"):
             # The old major's archive must be current (and working) before writes stop: what it lacks
             # then, no restore to a time before the upgrade could ever replay.
-            psql = " ".join(PSQL)
+            # Word-split by the script (`$PSQL -c …`), so without the pinning env (the script's
+            # sessions stay in the `postgres` database, which no tenant owns).
+            psql = " ".join(PSQL_ARGV)
             res = await self._exec(p, primary.name, mu.archive_current_script(psql, ARCHIVE_WAIT_SECONDS),
                                    ARCHIVE_WAIT_SECONDS + 30)  # fmt: skip
             if res is None or res[0] != 0:
@@ -368,7 +370,7 @@ class MajorUpgradeRoom(Room):
         state["checkpoint"] = checkpoint
         script = mu.upgrade_script(layout, state["from"], state["to"],
                                    require_archived=p.cluster.spec.backup is not None)  # fmt: skip
-        replica_stop = mur.stop_replica_script(layout, state["from"], state["to"], checkpoint, " ".join(PSQL),
+        replica_stop = mur.stop_replica_script(layout, state["from"], state["to"], checkpoint, " ".join(PSQL_ARGV),
                                                REPLICA_CATCH_UP_SECONDS)  # fmt: skip
         res, *replica_stops = await asyncio.gather(
             self._exec(p, primary.name, script, 3600),

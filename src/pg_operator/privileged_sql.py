@@ -1,0 +1,29 @@
+"""How a privileged session (the superuser's, over the instance's Unix socket) is opened so that nothing a
+tenant controls is resolved or applied in it. A leaf: imports nothing of pg_operator.
+
+A tenant owns the databases declared for it, owns `public` in them (PostgreSQL 15+) and may
+`ALTER DATABASE … SET` any user-settable parameter there: `search_path` (so an unqualified function,
+operator or table name resolves to the tenant's object, which then runs as the superuser), `role` (so the
+superuser's session acts as the tenant), `default_transaction_read_only` (so every write fails). Options
+in the startup packet outrank the database's settings, and they hold for every connection of the process
+(psql's `\\connect` included), so the session's argv carries them in `PGOPTIONS`; the SQL a script sends
+sets them again after each connection, so a script run any other way is pinned too. Names the scripts call
+are schema-qualified besides; operators resolve through the pinned path (`pg_temp` is never searched for
+functions or operators, and only this session can create objects in it).
+"""
+
+from __future__ import annotations
+
+# Startup options of every privileged session (backend syntax: `--name=value`, separated by spaces).
+PINNED_OPTIONS = "--search_path=pg_catalog,pg_temp --role=none --default_transaction_read_only=off"
+# The same, as statements: first in every script and after each `\connect`.
+PINNED_SQL = (
+    "SET ROLE NONE;\n"
+    "SET search_path = pg_catalog, pg_temp;\n"
+    "SET default_transaction_read_only = off;\n"
+)
+
+
+def pinned_env() -> dict[str, str]:
+    """The environment a privileged psql or libpq client runs with."""
+    return {"PGOPTIONS": PINNED_OPTIONS}
