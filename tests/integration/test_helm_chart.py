@@ -223,13 +223,18 @@ IN_WATCHED = [
     ("delete", "statefulsets.apps"),
     ("patch", "postgresclusters.db.example.com"),
     ("patch", "postgresclusters.db.example.com:status"),
-    ("update", "backups.db.example.com:finalizers"),
+    ("update", "postgresclusters.db.example.com:finalizers"),
     ("create", "roles.rbac.authorization.k8s.io"),
 ]
 NOT_IN_WATCHED = [
     ("update", "secrets"),
     ("update", "postgresclusters.db.example.com"),
     ("create", "leases.coordination.k8s.io"),
+    # Verbs nothing in the operator sends (docs/security.md).
+    ("update", "pods"),
+    ("update", "configmaps"),
+    ("patch", "events"),
+    ("update", "backups.db.example.com:finalizers"),
 ]
 NOT_ELSEWHERE = [("create", "pods:exec"), ("get", "secrets"), ("list", "pods")]
 NOT_CLUSTER_WIDE = [("list", "secrets"), ("create", "pods:exec"), ("list", "postgresclusters.db.example.com"),

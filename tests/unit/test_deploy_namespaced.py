@@ -77,3 +77,51 @@ def test_each_watched_namespace_component_names_its_namespace_in_the_args_and_th
              "value": f"--namespace={rbac['namespace']}"}
         ], entry  # fmt: skip
         assert rbac["resources"] == ["../../base"], entry
+
+
+# --- Least privilege: the ClusterRole is the table of docs/security.md, and grants nothing unused -------
+
+SECURITY_DOC = REPO / "docs" / "security.md"
+# Verbs the operator's code never sends (it writes by server-side apply and merge patches, posts Events
+# with create only, and reads everything but a few objects through its watch cache).
+UNUSED = [
+    ("", "pods", "update"),
+    ("", "configmaps", "update"),
+    ("", "events", "patch"),
+    ("", "persistentvolumeclaims", "get"),
+    ("db.example.com", "postgresclusters", "get"),
+    ("db.example.com", "backups", "patch"),
+    ("db.example.com", "scheduledbackups", "create"),
+    ("db.example.com", "backups/finalizers", "update"),
+    ("storage.k8s.io", "storageclasses", "get"),
+    ("discovery.k8s.io", "endpointslices", "get"),
+]
+
+
+def documented_rules() -> set[tuple[str, str, str, tuple[str, ...]]]:
+    """The grants docs/security.md's table under "What the operator may do" lists: one row per group and
+    resources, `core` for the core group."""
+    section = SECURITY_DOC.read_text().split("## What the operator may do", 1)[1].split("\n## ", 1)[0]
+    grants = set()
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or not cells[2].startswith("`"):
+            continue
+        group = "" if cells[0] == "core" else cells[0].strip("`")
+        resources = [r.strip().strip("`") for r in cells[1].split(",")]
+        verbs = [v.strip().strip("`") for v in cells[2].split(",")]
+        grants |= {(group, r, v, ()) for r in resources for v in verbs}
+    assert grants, "docs/security.md has no table of the operator's grants"
+    return grants
+
+
+def test_the_cluster_role_is_the_documented_table() -> None:
+    cluster_role = one(DEPLOY / "operator" / "rbac.yaml", "ClusterRole")
+    assert rule_set(cluster_role["rules"]) == documented_rules()
+
+
+def test_no_verb_nothing_uses_is_granted() -> None:
+    for path, kind in ((DEPLOY / "operator" / "rbac.yaml", "ClusterRole"),
+                       (NAMESPACED / "watch" / "base" / "role.yaml", "Role")):  # fmt: skip
+        granted = {(group, resource, verb) for group, resource, verb, _ in rule_set(one(path, kind)["rules"])}
+        assert granted & set(UNUSED) == set(), f"{path.name}: {sorted(granted & set(UNUSED))}"
