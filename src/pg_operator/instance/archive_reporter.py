@@ -2,6 +2,10 @@
 annotation: a thread of the instance entrypoint that reads pg_stat_archiver and the archive gate's file
 every few seconds and patches its own pod when the report changes.
 
+The report is read in a session of its own role (`pgop_monitor`, a member of pg_monitor: enough for
+pg_stat_archiver and the archive status directory), logged in directly over the Unix socket with the
+search path pinned (session_roles): never as the superuser.
+
 The patch goes to the API server with the pod's service account, which may patch exactly its cluster's
 member pods (Patroni patches the same pod's labels and status annotation). A standby, or a primary
 without archive_mode, publishes nothing and removes a report left by an earlier container. Failures are
@@ -22,19 +26,21 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import tuple_row
 
 from pg_operator.backup import archive_report as r
 from pg_operator.backup.archive_gate import gate_path
 from pg_operator.backup.archive_health import ARCHIVER_QUERY, parse_archiver_line
+from pg_operator.instance import session_roles
 from pg_operator.instance.metrics import MONITOR_ROLE
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 APPLICATION_NAME = "pg-operator-archive-report"
 PATCH_TIMEOUT_SECONDS = 10.0
 # One row: whether this instance archives at all (a primary with archive_mode on), then pg_stat_archiver.
-ARCHIVES_SQL = "SELECT NOT pg_is_in_recovery() AND current_setting('archive_mode') <> 'off'"
+ARCHIVES_SQL = (
+    "SELECT NOT pg_catalog.pg_is_in_recovery() AND pg_catalog.current_setting('archive_mode') <> 'off'"
+)
 
 
 def _log(message: str) -> None:
@@ -74,10 +80,9 @@ class PodPatcher:
 
 
 class ArchiveReporter:
-    def __init__(self, *, socket_dir: str, pg_port: int, login_user: str, patcher: PodPatcher) -> None:
+    def __init__(self, *, socket_dir: str, pg_port: int, patcher: PodPatcher) -> None:
         self.socket_dir = socket_dir
         self.pg_port = pg_port
-        self.login_user = login_user
         self.patcher = patcher
         self.gate_file = Path(gate_path(socket_dir))
         self._conn: psycopg.Connection[Any] | None = None
@@ -86,23 +91,19 @@ class ArchiveReporter:
         self._publishing: bool | None = None  # None: not known yet (a report may be left on the pod)
         self._logged: set[str] = set()
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def session(self) -> psycopg.Connection[Any]:
+        """The reporter's one kept session, opened again after an error."""
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(
-                host=self.socket_dir, port=self.pg_port, dbname="postgres", user=self.login_user,
-                application_name=APPLICATION_NAME, connect_timeout=5, autocommit=True, row_factory=tuple_row,
+            self._conn = session_roles.connect(
+                socket_dir=self.socket_dir, pg_port=self.pg_port, user=MONITOR_ROLE,
+                application_name=APPLICATION_NAME, autocommit=True, row_factory=tuple_row,
             )  # fmt: skip
             self._conn.execute("SET statement_timeout = 5000")
-            # Logged in through the superuser's peer map: read as the monitoring role where it exists
-            # (pg_monitor may read pg_stat_archiver and the archive status directory).
-            role = sql.Identifier(MONITOR_ROLE)
-            if self._conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (MONITOR_ROLE,)).fetchone():
-                self._conn.execute(sql.SQL("SET SESSION AUTHORIZATION {}").format(role))
         return self._conn
 
-    def _read(self) -> r.ArchiveReport | None:
+    def read(self) -> r.ArchiveReport | None:
         """The report now, or None when this instance archives nothing (a standby, archive_mode off)."""
-        conn = self._connect()
+        conn = self.session()
         row = conn.execute(ARCHIVES_SQL).fetchone()
         if not row or not row[0]:
             return None
@@ -118,7 +119,7 @@ class ArchiveReporter:
 
     def once(self) -> None:
         try:
-            report = self._read()
+            report = self.read()
         except (psycopg.Error, OSError, ValueError) as e:
             if self._conn is not None:
                 self._conn.close()
@@ -162,9 +163,8 @@ class ArchiveReporter:
                 self._logged.discard("unexpected")
 
 
-def start(*, socket_dir: str, pg_port: int, login_user: str, namespace: str, pod: str) -> threading.Thread:
-    reporter = ArchiveReporter(socket_dir=socket_dir, pg_port=pg_port, login_user=login_user,
-                               patcher=PodPatcher(namespace, pod))  # fmt: skip
+def start(*, socket_dir: str, pg_port: int, namespace: str, pod: str) -> threading.Thread:
+    reporter = ArchiveReporter(socket_dir=socket_dir, pg_port=pg_port, patcher=PodPatcher(namespace, pod))
     thread = threading.Thread(target=reporter.run_forever, name="archive-report", daemon=True)
     thread.start()
     return thread

@@ -226,6 +226,7 @@ def run(env: Mapping[str, str]) -> int:
     path = Path(pod.run_dir, PATRONI_CONFIG_NAME)
     write_private(path, yaml.safe_dump(config, sort_keys=False))
     _log(f"{version}; member {pod.pod_name} of {pod.namespace}/{pod.cluster}; starting Patroni with {path}")
+    start_monitor_role_keeper(pod)
     start_metrics(pod, env)
     start_archive_report(pod, env)
     patroni = subprocess.Popen([sys.executable, "-m", "patroni", str(path)])
@@ -278,9 +279,9 @@ def start_metrics(pod: PodEnvironment, env: Mapping[str, str]) -> None:
     if port:
         tls = tls_files(pod.run_dir)
         pg_port = int(read_instance_settings(pod.config_file)["postgresql"]["port"])
-        superuser = read_credentials(pod.secrets_dir)["superuser"].username  # the socket's peer map's role
+        # Its own role, through its own peer map (patroni_config.pg_hba), never the superuser.
         metrics_server.start(
-            socket_dir=pod.run_dir, pg_port=pg_port, login_user=superuser,
+            socket_dir=pod.run_dir, pg_port=pg_port, login_user=metrics.MONITOR_ROLE,
             listen_host=pod.listen_host, port=port, cert=tls.cert, key=tls.key,
         )  # fmt: skip
 
@@ -293,9 +294,18 @@ def start_archive_report(pod: PodEnvironment, env: Mapping[str, str]) -> None:
     from pg_operator.instance import archive_reporter
 
     pg_port = int(read_instance_settings(pod.config_file)["postgresql"]["port"])
-    superuser = read_credentials(pod.secrets_dir)["superuser"].username
-    archive_reporter.start(socket_dir=pod.run_dir, pg_port=pg_port, login_user=superuser,
-                           namespace=pod.namespace, pod=pod.pod_name)  # fmt: skip
+    archive_reporter.start(socket_dir=pod.run_dir, pg_port=pg_port, namespace=pod.namespace, pod=pod.pod_name)
+
+
+def start_monitor_role_keeper(pod: PodEnvironment) -> None:
+    """The monitoring role the archive reporter and /metrics log in as, created on the primary of a
+    cluster bootstrapped before it existed (post_bootstrap creates it on new ones); a thread that ends
+    once the role is there (instance/session_roles.py)."""
+    from pg_operator.instance import session_roles
+
+    pg_port = int(read_instance_settings(pod.config_file)["postgresql"]["port"])
+    superuser = read_credentials(pod.secrets_dir)["superuser"].username  # the socket's peer map's role
+    session_roles.start_keeper(socket_dir=pod.run_dir, pg_port=pg_port, superuser=superuser)
 
 
 def post_bootstrap(env: Mapping[str, str], dsn: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from pg_operator.api import postgresql as api_postgresql
 from pg_operator.backup import instance_hook
 from pg_operator.instance.inputs import Credentials, PodEnvironment, TlsFiles
+from pg_operator.instance.metrics import MONITOR_ROLE
 from pg_operator.orchestration import patroni_settings
 from pg_operator.tls_files import LOADED_TAG
 
@@ -39,6 +40,11 @@ OPERATOR_OWNED_PARAMETERS = frozenset(api_postgresql.OPERATOR_OWNED_PARAMETERS)
 # The peer map that lets the OS user PostgreSQL runs as (and only it) connect over the Unix socket as the
 # superuser — Patroni's own connections, `kubectl exec … psql`.
 LOCAL_IDENT_MAP = "pgop_local"
+# The same OS user's map to the monitoring role only, for the entrypoint's own sessions (the archive
+# reporter, /metrics): a map of its own, so neither line lends the other its role.
+MONITOR_IDENT_MAP = "pgop_monitor_local"
+# The only database that role may log in to; it reads every database's statistics from there.
+MONITOR_DATABASE = "postgres"
 
 # Patroni's default limit for a replica to stay a failover candidate; /readiness reuses it, so a replica
 # is ready only while streaming and at most this far behind.
@@ -140,24 +146,34 @@ def allowed_networks(cidrs: Any) -> list[str]:
 
 
 def pg_hba(*, superuser: str, replication: str, networks: list[str]) -> list[str]:
-    """Unix socket: the superuser through the peer map. TCP, TLS only:
+    """Unix socket: the superuser through its peer map; the monitoring role through its own, to the
+    `postgres` database only. TCP, TLS only:
     - the replication role by its client certificate only (the cluster's CA issued it, so where it
       connects from does not matter), for replication and for pg_rewind's reads of `postgres`;
     - the superuser from the pod itself only (loopback), never over the network;
+    - the monitoring role never (it has no password; refused by name rather than left to fail scram);
     - every other role with scram-sha-256 from the allowed networks.
     A connection without TLS is rejected by name; nothing else matches, so everything else is refused."""
-    repl, su = _hba_name(replication), _hba_name(superuser)
-    lines = [f"local all {su} peer map={LOCAL_IDENT_MAP}"]
+    repl, su, mon = _hba_name(replication), _hba_name(superuser), _hba_name(MONITOR_ROLE)
+    lines = [f"local all {su} peer map={LOCAL_IDENT_MAP}",
+             f"local {MONITOR_DATABASE} {mon} peer map={MONITOR_IDENT_MAP}"]  # fmt: skip
     # `all` does not match replication connections: both kinds are named. Patroni also asks its own
     # PostgreSQL for the timeline over a loopback replication connection (an old primary rejoining).
     lines += [f"hostssl replication {repl} all cert", f"hostssl postgres {repl} all cert",
               f"hostssl all {repl} all reject"]  # fmt: skip
     lines += [f"hostssl all {su} {loopback} scram-sha-256" for loopback in ("127.0.0.1/32", "::1/128")]
-    lines.append(f"hostssl all {su} all reject")
+    lines += [f"hostssl all {su} all reject", f"hostssl all {mon} all reject"]
     lines += [f"hostssl all all {network} scram-sha-256" for network in networks]
     for everywhere in ("0.0.0.0/0", "::/0"):
         lines += [f"hostnossl all all {everywhere} reject", f"hostnossl replication all {everywhere} reject"]
     return lines
+
+
+def pg_ident(*, os_user: str, superuser: str) -> list[str]:
+    """The peer maps of pg_hba's two socket lines: the OS user PostgreSQL runs as, and no other, to the
+    superuser and to the monitoring role."""
+    return [f"{LOCAL_IDENT_MAP} {os_user} {_hba_name(superuser)}",
+            f"{MONITOR_IDENT_MAP} {os_user} {_hba_name(MONITOR_ROLE)}"]  # fmt: skip
 
 
 # Replicas and pg_rewind check the primary's certificate against the cluster's CA and the member's name
@@ -340,7 +356,7 @@ def render_patroni_config(
             "pg_hba": pg_hba(
                 superuser=superuser.username, replication=replication.username, networks=networks
             ),
-            "pg_ident": [f"{LOCAL_IDENT_MAP} {os_user} {_hba_name(superuser.username)}"],
+            "pg_ident": pg_ident(os_user=os_user, superuser=superuser.username),
             "create_replica_methods": ["basebackup"],
             "basebackup": [{"checkpoint": "fast"}],
             # An old primary that pg_rewind cannot bring back is re-cloned instead of staying broken.

@@ -6,6 +6,10 @@ Patroni 4 has no bootstrap.users; it calls `bootstrap.post_bootstrap` with a sup
 role's passwords itself; the application owner's is ours to set. After a restore the catalog is the
 source's: the owner may exist with the source's password (it gets this cluster's), and the database may
 exist with its data (it is kept as it is, owner included; only a missing one is created, empty).
+
+The restored catalog is the source's too, tenants' objects and settings included (a database's
+`search_path`, functions and operators in schemas they own): this superuser session pins its search path
+in the startup packet (session_roles) and qualifies the catalog names it reads.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import psycopg
 from psycopg import sql
 
 from pg_operator.instance.inputs import Credentials
-from pg_operator.instance.metrics_server import ensure_monitor_role
+from pg_operator.instance.session_roles import PINNED_SEARCH_PATH, ensure_monitor_role_in
 from pg_operator.scram import scram_sha256_verifier
 
 # Keep the role statements out of every log, whatever the user configured.
@@ -47,7 +51,7 @@ def create_app_owner_and_database(
     An existing database is given to the owner after initdb (it can only be a retried bootstrap's), but
     left as restored after a restore: its owner and privileges are the source's data."""
     verifier = scram_sha256_verifier(owner.password)
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True, options=PINNED_SEARCH_PATH) as conn:
         for statement in _QUIET:
             conn.execute(statement)
         role = sql.Identifier(owner.username)
@@ -61,5 +65,6 @@ def create_app_owner_and_database(
             conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(database), role))
         elif not restored:
             conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(database), role))
-        ensure_monitor_role(conn)  # the /metrics endpoint's role (docs/monitoring.md)
+        # The role of the archive reporter and /metrics (docs/monitoring.md).
+        ensure_monitor_role_in(conn)
     return Outcome(role_created=role_created, database_created=database_created)

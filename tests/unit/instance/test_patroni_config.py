@@ -162,12 +162,14 @@ def test_pg_hba_tls_only_replication_by_certificate_superuser_not_over_the_netwo
     hba = render(instance)["postgresql"]["pg_hba"]
     assert hba == [
         f'local all "postgres" peer map={pc.LOCAL_IDENT_MAP}',
+        f'local postgres "pgop_monitor" peer map={pc.MONITOR_IDENT_MAP}',
         'hostssl replication "replicator" all cert',
         'hostssl postgres "replicator" all cert',
         'hostssl all "replicator" all reject',
         'hostssl all "postgres" 127.0.0.1/32 scram-sha-256',
         'hostssl all "postgres" ::1/128 scram-sha-256',
         'hostssl all "postgres" all reject',
+        'hostssl all "pgop_monitor" all reject',
         "hostssl all all 10.244.0.0/16 scram-sha-256",
         "hostssl all all fd00:10:244::/56 scram-sha-256",
         "hostnossl all all 0.0.0.0/0 reject",
@@ -178,7 +180,15 @@ def test_pg_hba_tls_only_replication_by_certificate_superuser_not_over_the_netwo
     assert not any(("trust" in line or "md5" in line) for line in hba)
     assert all(line.endswith("reject") for line in hba if "0.0.0.0/0" in line or "::/0" in line)
     ident = render()["postgresql"]["pg_ident"]
-    assert ident == [f'{pc.LOCAL_IDENT_MAP} postgres "postgres"']
+    assert ident == [f'{pc.LOCAL_IDENT_MAP} postgres "postgres"',
+                     f'{pc.MONITOR_IDENT_MAP} postgres "pgop_monitor"']
+    # Each socket line has its own map, and the monitoring role's reaches one database only.
+    local = [line.split() for line in hba if line.startswith("local ")]
+    assert [(db, role, method[-1]) for _, db, role, *method in local] == [
+        ("all", '"postgres"', f"map={pc.LOCAL_IDENT_MAP}"),
+        ("postgres", '"pgop_monitor"', f"map={pc.MONITOR_IDENT_MAP}"),
+    ]
+    assert pc.LOCAL_IDENT_MAP != pc.MONITOR_IDENT_MAP
 
 
 def test_cidr_is_normalised_and_bad_cidr_is_named() -> None:
