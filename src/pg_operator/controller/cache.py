@@ -14,6 +14,7 @@ reconcile sees is unchanged.
 from __future__ import annotations
 
 import json
+import logging
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -22,10 +23,13 @@ from typing import Any
 from pg_operator import objects
 from pg_operator.api.backup import BACKUP_KIND, BACKUP_PLURAL, SCHEDULED_BACKUP_KIND, SCHEDULED_BACKUP_PLURAL
 from pg_operator.api.constants import API_VERSION, KIND, PLURAL
+from pg_operator.controller.cache_admission import Admissions, Holding, SecretReads, stub
 from pg_operator.controller.cache_sync import ListedKind, SyncGate
 from pg_operator.controller.keys import ClusterKey, cluster_key_of_child, cluster_key_of_cluster
+from pg_operator.orchestration.instance_pods import instance_pods
 from pg_operator.specs.status import SERVICE_NAME_LABEL, rw_service_name
 
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class WatchedKind:
@@ -43,6 +47,8 @@ SECRET = WatchedKind("v1", "Secret", "secrets")
 # cluster label among them): Ready waits for the -rw Service to route to the primary (specs/status.py).
 ENDPOINT_SLICE = WatchedKind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices")
 ENDPOINT_SLICE_KIND = (ENDPOINT_SLICE.api_version, ENDPOINT_SLICE.kind)
+SECRET_KIND = (SECRET.api_version, SECRET.kind)
+POD_KIND = (POD.api_version, POD.kind)
 
 # Plurals of the kinds `pg_operator.specs.MANAGED_KINDS` may name.
 PLURALS: dict[tuple[str, str], str] = {
@@ -167,6 +173,9 @@ class Snapshot:
     children: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
     storage_classes: frozenset[str] = frozenset()
     storage_classes_known: bool = False
+    # Pods carrying the cluster's label that are none of its instances (orchestration/instance_pods.py):
+    # never among the Pods above; named here for a Warning.
+    foreign_pods: tuple[str, ...] = ()
 
     def of_kind(self, api_version: str, kind: str) -> list[dict[str, Any]]:
         return self.children.get((api_version, kind), [])
@@ -216,6 +225,9 @@ class _Store:
         if not objects:
             self.by_key.pop(key, None)
 
+    def holds(self, uid: str) -> bool:
+        return uid in self._key_of
+
     def values(self, key: Any) -> list[dict[str, Any]]:
         """The objects filed under `key`, decoded."""
         return [self.packer.unpack(p) for p in self.by_key.get(key, {}).values()]
@@ -239,11 +251,17 @@ BACKUPS = ListedKind(API_VERSION, BACKUP_KIND, BACKUP_PLURAL)
 SCHEDULED_BACKUPS = ListedKind(API_VERSION, SCHEDULED_BACKUP_KIND, SCHEDULED_BACKUP_PLURAL)
 
 
+# Secrets per page of a listing: a tenant's labelled Secrets may be up to 1 MiB each, and a page is read
+# whole before the cache drops what it does not keep.
+SECRET_PAGE_SIZE = 20
+
+
 def child_kinds(kinds: list[WatchedKind], child_label: str) -> list[ListedKind]:
     """The child kinds as they are listed and watched: only objects carrying `child_label`, selected by
     the API server, so every other Pod, Secret, ConfigMap … of the watched namespaces stays out of this
     process."""
-    return [ListedKind(k.api_version, k.kind, k.plural, label_selector=child_label) for k in kinds]
+    return [ListedKind(k.api_version, k.kind, k.plural, label_selector=child_label,
+                       page_size=SECRET_PAGE_SIZE if k == SECRET else None) for k in kinds]  # fmt: skip
 
 
 class Cache:
@@ -263,24 +281,37 @@ class Cache:
         # False when the operator may not read StorageClasses (a namespaced install): none are watched, so
         # a snapshot never claims to know them (rooms/storage.py skips its check).
         self.storage_classes_readable = True
+        # What is kept of the labelled Secrets, ConfigMaps, Pods and PVCs (cache_admission.py).
+        self.admissions = Admissions()
 
     @property
     def synced(self) -> bool:
         return self.gate is None or self.gate.open
 
-    def observe(self, body: Mapping[str, Any], event_type: str | None) -> None:
-        """One watch event (None for an object of a listing)."""
+    def observe(self, body: Mapping[str, Any], event_type: str | None) -> bool:
+        """One watch event (None for an object of a listing). False when the object is none of the
+        cache's: a labelled object a reconcile does not read (cache_admission.py), an unwatched kind."""
         api_version, kind = str(body.get("apiVersion") or ""), str(body.get("kind") or "")
         store = self._stores.get((api_version, kind))
         uid = _uid(body)
         if store is None or not uid:
-            return
+            return False
         if event_type == "DELETED":
+            held = store.holds(uid)
             store.remove(uid)
-            return
+            if (api_version, kind) == CLUSTER_KIND:
+                self.admissions.cluster_gone(cluster_key_of_cluster(body))
+            else:
+                self.admissions.forget(body, cluster_key_of_child(body))
+            return held
         if (api_version, kind) == CLUSTER_KIND:
-            store.put(uid, cluster_key_of_cluster(body), body)
-        elif (api_version, kind) == STORAGE_CLASS_KIND:
+            key = cluster_key_of_cluster(body)
+            store.put(uid, key, body)
+            reads = self.admissions.cluster_seen(body, key)
+            if reads is not None:
+                self._refile_secrets(key, reads)
+            return True
+        if (api_version, kind) == STORAGE_CLASS_KIND:
             store.put(uid, objects.name(body), body)
         elif (api_version, kind) == BACKUP_KIND_KEY:
             cluster = str((body.get("spec") or {}).get("cluster") or "")
@@ -288,10 +319,52 @@ class Cache:
         elif (api_version, kind) == SCHEDULED_BACKUP_KIND_KEY:
             store.put(uid, cluster_key_of_cluster(body), body)
         else:
-            key = cluster_key_of_child(body)
-            if key is not None and (api_version, kind) == ENDPOINT_SLICE_KIND and not routes_rw(body, key):
-                key = None  # only the -rw Service's slices are read; the others are not held
-            store.put(uid, key, body)
+            return self._observe_child(store, uid, body)
+        return True
+
+    def _observe_child(self, store: _Store, uid: str, body: Mapping[str, Any]) -> bool:
+        key = cluster_key_of_child(body)
+        if key is not None and body.get("kind") == ENDPOINT_SLICE.kind and not routes_rw(body, key):
+            key = None  # only the -rw Service's slices are read; the others are not held
+        held = self.admissions.judge(body, key) if key is not None else Holding.DROPPED
+        if held is Holding.DROPPED:
+            store.put(uid, None, body)  # and gone if it was held before
+            return False
+        store.put(uid, key, stub(body) if held is Holding.STUB else body)
+        return True
+
+    def _refile_secrets(self, key: ClusterKey, reads: SecretReads) -> None:
+        """The cluster now reads other Secrets: those held that it no longer reads become stubs or go;
+        those it reads that were left out are to be read by name (`take_unread`)."""
+        store = self._stores.get(SECRET_KIND)
+        if store is None:
+            return
+        whole, stubbed = set(), set()
+        for uid, packed in list(store.by_key.get(key, {}).items()):
+            body = store.packer.unpack(packed)
+            name = objects.name(body)
+            if uid in self.admissions.stubs:
+                stubbed.add(name)
+                continue
+            held = self.admissions.judge(body, key)
+            if held is Holding.WHOLE:
+                whole.add(name)
+            elif held is Holding.STUB:
+                store.put(uid, key, stub(body))
+                stubbed.add(name)
+            else:
+                store.put(uid, None, body)
+        self.admissions.secrets_refiled(key, reads, whole, stubbed)
+
+    def take_unread(self, key: ClusterKey) -> frozenset[str]:
+        """The Secrets the cluster came to read that the cache left out: to be read by name, once."""
+        return self.admissions.take_unread(key)
+
+    def holds_whole(self, body: Mapping[str, Any]) -> bool:
+        """Whether the cache holds this object (by uid) whole, not as a stub."""
+        store = self._stores.get((str(body.get("apiVersion") or ""), str(body.get("kind") or "")))
+        uid = _uid(body)
+        return store is not None and store.holds(uid) and uid not in self.admissions.stubs
 
     def prune(self, kind: tuple[str, str], keep: set[str], namespace: str | None = None) -> list[ClusterKey]:
         """Drop every object of `kind` (in `namespace`; None: anywhere) whose uid is not in `keep` (what a
@@ -338,6 +411,17 @@ class Cache:
         return len(self._stores[(api_version, kind)])
 
     def snapshot(self, key: ClusterKey) -> Snapshot:
+        cluster = self.cluster(key)
         children = {(k.api_version, k.kind): self._unpacked((k.api_version, k.kind), key) for k in self.kinds}
+        foreign = self.admissions.foreign_pods(key)
+        if POD_KIND in children:
+            # Only the pods the cluster's own StatefulSet controls are its instances: every room, the
+            # status and each exec or Patroni call read them here (orchestration/instance_pods.py).
+            statefulset = next((s for s in children.get(("apps/v1", "StatefulSet"), ())
+                                if objects.name(s) == key[1]), None)  # fmt: skip
+            split = instance_pods(children[POD_KIND], statefulset, objects.uid(cluster))
+            children[POD_KIND] = list(split.ours)
+            foreign.update(split.foreign)
         known = self.synced and self.storage_classes_readable
-        return Snapshot(self.cluster(key), children, self.storage_classes() if known else frozenset(), known)
+        return Snapshot(cluster, children, self.storage_classes() if known else frozenset(), known,
+                        tuple(sorted(foreign)))

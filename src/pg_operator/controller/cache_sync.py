@@ -28,6 +28,9 @@ class ListedKind:
     plural: str
     namespaced: bool = True
     label_selector: str | None = None  # a label key that must be present, or None for every object
+    # Objects per page of a listing (None: the informer's default). Secrets come in smaller pages: a
+    # tenant's labelled Secrets may be large, and a page is held whole while it is read.
+    page_size: int | None = None
 
     @property
     def key(self) -> KindKey:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pg_operator.controller.backoff import Backoff
-from pg_operator.controller.cache_sync import FeedKey, ListedKind
+from pg_operator.controller.cache_sync import FeedKey, KindKey, ListedKind
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,9 @@ class Feed:
     kind: ListedKind
     deliver: Callable[[dict[str, Any], str | None], None]
     awaited: bool = True
+    # A kind whose first listing must be complete before this one is listed: the cache judges a labelled
+    # Secret by what its cluster reads, so Secrets are listed once the clusters are in.
+    after: KindKey | None = None
 
 
 class Listed(Protocol):
@@ -117,6 +120,8 @@ class Informer:
         self._listed = listed
         self._backoff = backoff or Backoff(cap=30.0)
         self.lists = 0  # complete listings so far
+        # Set by `Informers` when this feed waits for another kind's first listing.
+        self.preceded_by: asyncio.Event | None = None
 
     @property
     def key(self) -> FeedKey:
@@ -135,6 +140,8 @@ class Informer:
         return f"{self.feed.kind.name}" + (f" in {self.namespace}" if self.namespace else "")
 
     async def run(self) -> None:
+        if self.preceded_by is not None:
+            await self.preceded_by.wait()
         failures = 0
         while True:
             try:
@@ -158,7 +165,7 @@ class Informer:
         """Deliver every object of one listing; its resourceVersion, to watch from."""
         kind = self.feed.kind
         path = kind.path(self.namespace)
-        query = {**kind.params(), "limit": str(PAGE_SIZE)}
+        query = {**kind.params(), "limit": str(kind.page_size or PAGE_SIZE)}
         uids: set[str] = set()
         version = ""
         while True:
@@ -204,8 +211,26 @@ class Informers:
     """Every feed's informers, one per namespace it is watched in; `listed` is told of every listing."""
 
     def __init__(self, api: Stream, feeds: list[Feed], namespaces: list[str], listed: Listed) -> None:
-        self.informers = [Informer(api, feed, namespace, listed)
+        self._listed = listed
+        self.informers = [Informer(api, feed, namespace, self._on_listed)
                           for feed in feeds for namespace in feed.kind.namespaces(namespaces)]  # fmt: skip
+        # Per kind, its informers still to complete a first listing, and the event that says they have.
+        self._unlisted: dict[KindKey, int] = {}
+        for informer in self.informers:
+            self._unlisted[informer.feed.kind.key] = self._unlisted.get(informer.feed.kind.key, 0) + 1
+        self._first_listed = {kind: asyncio.Event() for kind in self._unlisted}
+        for informer in self.informers:
+            after = informer.feed.after
+            if after is not None and after in self._first_listed:
+                informer.preceded_by = self._first_listed[after]
+
+    def _on_listed(self, feed: Feed, namespace: str | None, uids: set[str], first: bool) -> None:
+        self._listed(feed, namespace, uids, first)
+        kind = feed.kind.key
+        if first and kind in self._unlisted:
+            self._unlisted[kind] -= 1
+            if self._unlisted[kind] == 0:
+                self._first_listed[kind].set()
 
     def awaited(self) -> list[FeedKey]:
         """What the sync gate waits for."""

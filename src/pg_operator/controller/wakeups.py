@@ -14,6 +14,7 @@ from pg_operator.controller.cache import (
     BACKUPS,
     CLUSTERS,
     SCHEDULED_BACKUPS,
+    SECRET_KIND,
     STORAGE_CLASSES,
     Cache,
     WatchedKind,
@@ -28,6 +29,7 @@ from pg_operator.controller.keys import (
     owning_cluster_name,
 )
 from pg_operator.controller.loop import ReconcileLoop
+from pg_operator.controller.secret_reads import Read, SecretReader
 from pg_operator.orchestration.instances import loaded_tls, pending_restart_settings
 
 log = logging.getLogger(__name__)
@@ -76,11 +78,18 @@ class Wakeups:
     """Maps every watched event to the cluster to reconcile, filtering noise from pods and PVCs."""
 
     def __init__(
-        self, controller: ReconcileLoop[ClusterKey], cache: Cache, backups: BackupLoops | None = None
+        self,
+        controller: ReconcileLoop[ClusterKey],
+        cache: Cache,
+        backups: BackupLoops | None = None,
+        read_secret: Read | None = None,
     ) -> None:
         self.controller = controller
         self.cache = cache
         self.backups = backups  # the backup reconcilers' own loops (controller/backup_reconcilers)
+        # Reads by name the Secrets a cluster came to read after the cache left them out (none in tests
+        # that fill the cache by hand).
+        self.secret_reader = SecretReader(read_secret, self.on_read_secret) if read_secret else None
         # The hash of each pod's, PVC's and -rw slice's last fingerprint, not the tuple: 7 per cluster,
         # kept for the life of the process (an equal hash for a changed fingerprint would only defer the
         # wake-up to the next event or resync).
@@ -102,16 +111,27 @@ class Wakeups:
 
     def on_cluster(self, body: Mapping[str, Any], event_type: str | None) -> None:
         self.cache.observe(body, event_type)
-        self.controller.wake(cluster_key_of_cluster(body))
+        key = cluster_key_of_cluster(body)
+        unread = self.cache.take_unread(key)
+        if unread and self.secret_reader is not None:
+            self.secret_reader.read(key, unread)
+        self.controller.wake(key)
         if self.backups is not None:
             self.backups.on_cluster(body)
 
     def on_child(self, body: Mapping[str, Any], event_type: str | None) -> None:
-        self.cache.observe(body, event_type)
+        held = self.cache.observe(body, event_type)
         key = cluster_key_of_child(body)
         if key is None:
             return
         kind = body.get("kind")
+        if not held:
+            # A labelled object no reconcile reads (cache_admission.py) wakes nobody: a tenant's junk costs
+            # no pass. A pod or PVC the cache held before (its controller changed) wakes its cluster once.
+            was_held = self._seen.pop(objects.uid(body), None) is not None
+            if kind in ("Pod", "PersistentVolumeClaim") and was_held:
+                self.controller.wake_soon(key)
+            return
         if kind == "EndpointSlice":
             self._on_endpoint_slice(body, event_type, key)
             return
@@ -135,6 +155,12 @@ class Wakeups:
             self.controller.wake_soon(key)  # mostly its status moving; our own applies come back here too
             return
         self.controller.wake(key)
+
+    def on_read_secret(self, body: dict[str, Any]) -> None:
+        """A Secret read by name (secret_reads.py): taken as a watch event unless the watch already
+        brought it (its copy is then at least as new)."""
+        if not self.cache.holds_whole(body):
+            self.on_child(body, "MODIFIED")
 
     def _on_endpoint_slice(self, body: Mapping[str, Any], event_type: str | None, key: ClusterKey) -> None:
         """The -rw Service's slices decide Ready; the other Services' slices wake nobody."""
@@ -175,7 +201,8 @@ def feeds(wakeups: Wakeups, kinds: list[WatchedKind], *, storage_classes: bool =
     rooms/storage.py) and, for the backup reconcilers, Backups and ScheduledBackups, whose CRDs may be
     missing: the sync gate does not wait for those."""
     out = [Feed(CLUSTERS, wakeups.on_cluster)]
-    out += [Feed(kind, wakeups.on_child) for kind in child_kinds(kinds, CLUSTER_LABEL)]
+    out += [Feed(kind, wakeups.on_child, after=CLUSTERS.key if kind.key == SECRET_KIND else None)
+            for kind in child_kinds(kinds, CLUSTER_LABEL)]  # fmt: skip
     if storage_classes:
         out.append(Feed(STORAGE_CLASSES, wakeups.on_storage_class))
     if wakeups.backups is not None:

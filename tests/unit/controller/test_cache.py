@@ -28,6 +28,11 @@ CLUSTER_REF = {
 }
 
 
+# The cluster's StatefulSet (statefulset() below): its pods are the cluster's instances.
+STATEFULSET_REF = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "s1",
+                   "controller": True}  # fmt: skip
+
+
 def pod(name: str, **status: Any) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -40,6 +45,7 @@ def pod(name: str, **status: Any) -> dict[str, Any]:
             "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}],
             "resourceVersion": "42",
             "uid": f"uid-{name}",
+            "ownerReferences": [STATEFULSET_REF],
         },
         "spec": {"containers": [{"name": "postgres", "image": "pg:16", "ports": [{"containerPort": 5432}]}]},
         "status": {"phase": "Running", "podIP": "10.0.0.1", "restartCount": 0, "ready": True, **status},
@@ -96,11 +102,13 @@ def test_a_values_out_packer_keeps_no_value_of_the_first_secret_past_its_own_pac
 
 def test_the_cache_packs_secrets_with_their_values_out_of_the_dictionary() -> None:
     cache = new_cache()
+    cache.observe(cluster_body(), None)
     key = base64.b64encode(secrets.token_bytes(96)).decode()
-    cache.observe(secret("db-tls", key), "ADDED")
+    cache.observe(secret("db-server-tls", key), "ADDED")  # one the cluster reads (cache_admission.py)
     packer = cache._stores[("v1", "Secret")].packer
     assert packer._zdict and key.encode() not in packer._zdict
-    assert cache.snapshot(("shop", "db")).find("v1", "Secret", "db-tls") == slim(secret("db-tls", key))
+    found = cache.snapshot(("shop", "db")).find("v1", "Secret", "db-server-tls")
+    assert found == slim(secret("db-server-tls", key))
 
 
 def test_a_packer_that_packed_nothing_refuses_to_unpack() -> None:
@@ -118,10 +126,10 @@ def test_unpacked_bodies_are_fresh_copies() -> None:
     assert packer.unpack(packed)["metadata"]["labels"] == {CLUSTER_LABEL: "db", "role": "primary"}
 
 
-def cluster_body(name: str = "db", uid: str = "c1", rv: str = "1", replicas: int = 2) -> dict[str, Any]:
+def cluster_body(name: str = "db", uid: str = "u1", rv: str = "1", replicas: int = 2) -> dict[str, Any]:
     return {"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
             "metadata": {"name": name, "namespace": "shop", "uid": uid, "resourceVersion": rv},
-            "spec": {"replicas": replicas}}  # fmt: skip
+            "spec": {"replicas": replicas, "version": "16", "storage": "1Gi"}}  # fmt: skip
 
 
 def statefulset(owner: str | None = "db") -> dict[str, Any]:
@@ -154,6 +162,8 @@ def test_events_file_children_under_their_cluster_and_a_snapshot_decodes_them() 
 
 def test_a_modified_object_replaces_its_packed_value_and_deleted_removes_it() -> None:
     cache = new_cache()
+    cache.observe(cluster_body(), None)
+    cache.observe(statefulset(), None)
     cache.observe(pod("db-0"), None)
     cache.observe(pod("db-0", phase="Failed"), "MODIFIED")
     assert [p["status"]["phase"] for p in cache.snapshot(("shop", "db")).of_kind("v1", "Pod")] == ["Failed"]
@@ -251,11 +261,11 @@ def test_a_relisting_drops_what_it_did_not_show_in_its_namespace_and_wakes_those
     wakeups = wakeups_over(cache)
     pods = next(f for f in feeds(wakeups, kinds) if f.kind.key == ("v1", "Pod"))
     other = {**pod("db-0"), "metadata": {**pod("db-0")["metadata"], "namespace": "else", "uid": "uid-else"}}
-    for body in (pod("db-0"), pod("db-1"), other, cluster_body()):
+    for body in (pod("db-0"), pod("db-1"), other, cluster_body(), statefulset()):
         cache.observe(body, "ADDED")
     wakeups.listed(pods, "shop", {"uid-db-0"}, False)
     assert [p["metadata"]["name"] for p in cache.snapshot(("shop", "db")).of_kind("v1", "Pod")] == ["db-0"]
-    assert len(cache.snapshot(("else", "db")).of_kind("v1", "Pod")) == 1  # another namespace's listing
+    assert cache.size("v1", "Pod") == 2  # another namespace's listing keeps its own
     assert len(wakeups.controller.queue) == 1  # ("shop", "db"): its pass will see db-1 gone
     assert cache.prune(CLUSTER_KIND, set()) == [("shop", "db")] and cache.cluster_keys() == []
     assert cache.prune(("v1", "Pod"), {"uid-db-0"}, "shop") == []
