@@ -139,6 +139,12 @@ def test_unsafe_memberships_and_secret_collisions_are_refused(api: Api) -> None:
     assert api.create("no-collision", roles=[{"name": "server_tls", "login": False}]).returncode == 0
 
 
+def test_createrole_is_refused_on_15(api: Api) -> None:
+    refused(api.create("createrole-15", version="15", roles=[{"name": "a", "createrole": True}]),
+            "spec.roles", "createrole is refused on version 15")  # fmt: skip
+    assert api.create("createrole-16", roles=[{"name": "a", "createrole": True}]).returncode == 0
+
+
 def test_bad_names_and_policies_are_refused(api: Api) -> None:
     refused(api.create("upper", roles=[{"name": "Orders"}]), "spec.roles[0].name")
     refused(api.create("trailing", roles=[{"name": "orders_"}]), "spec.roles[0].name")

@@ -453,7 +453,7 @@ class PostgresClusterSpec(SpecModel):
     @model_validator(mode="after")
     def _roles_and_databases(self) -> PostgresClusterSpec:
         problems = spec_problems(self.roles or [], self.databases or [], self.bootstrap.initdb.owner,
-                                 self.bootstrap.initdb.database)  # fmt: skip
+                                 self.bootstrap.initdb.database, self.version)  # fmt: skip
         if problems:
             raise ValueError("; ".join(problems))
         return self

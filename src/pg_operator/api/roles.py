@@ -321,6 +321,14 @@ class RemovalPolicies(SpecModel):
     )
 
 
+# Before PostgreSQL 16, CREATEROLE may grant membership in any role but a superuser, the predefined roles
+# that run programs and read or write files as the server's OS user among them: there, it is superuser
+# power. From 16 on, a CREATEROLE role administers only the roles it created.
+CREATEROLE_ON_15_MESSAGE = (
+    "roles: createrole is refused on version 15, where it can grant pg_execute_server_program (superuser "
+    "power); it is allowed from version 16"
+)
+
 # Rules on the spec that span fields: owners must be declared (or the application owner), and the
 # application owner is the operator's (Secret <name>-app), not a declared role.
 SPEC_RULES = (
@@ -328,6 +336,11 @@ SPEC_RULES = (
         "!has(self.roles) || self.roles.all(r, r.name != self.bootstrap.initdb.owner)",
         "roles: the application owner (spec.bootstrap.initdb.owner) is the operator's role, with Secret "
         "<name>-app; it cannot be declared",
+        fieldPath=".roles",
+    ),
+    rule(
+        "!has(self.roles) || self.version != '15' || self.roles.all(r, !has(r.createrole) || !r.createrole)",
+        CREATEROLE_ON_15_MESSAGE,
         fieldPath=".roles",
     ),
     rule(
@@ -353,10 +366,12 @@ SPEC_RULES = (
 
 
 def spec_problems(
-    roles: list[Role], databases: list[Database], app_owner: str, app_database: str
+    roles: list[Role], databases: list[Database], app_owner: str, app_database: str, version: str
 ) -> list[str]:
     """The SPEC_RULES as the operator checks them (the same refusals, the same words)."""
     problems = []
+    if version == "15" and any(r.createrole for r in roles):
+        problems.append(CREATEROLE_ON_15_MESSAGE)
     declared = {r.name for r in roles}
     if len(declared) != len(roles):
         problems.append("roles: duplicate names")

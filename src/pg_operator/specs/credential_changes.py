@@ -20,19 +20,13 @@ from typing import Any
 from pg_operator import objects
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import GROUP, PATRONI_API_USER, REPLICATION_USER, SUPERUSER
+from pg_operator.privileged_sql import QUIET_SQL
 from pg_operator.scram import scram_sha256_verifier
 from pg_operator.specs import names
 from pg_operator.specs.secrets import app_connection, decoded, gone_keys
 
 APPLIED_ANNOTATION = f"{GROUP}/credential-applied"
 
-# Keep the statements out of every server log, whatever the user configured (the verifier is not the
-# password, but it is what an attacker would grind offline).
-QUIET_SQL = (
-    "SET log_statement = 'none';\n"
-    "SET log_min_duration_statement = -1;\n"
-    "SET log_min_error_statement = 'panic';\n"
-)
 
 
 @dataclass(frozen=True)

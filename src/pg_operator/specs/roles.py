@@ -31,22 +31,22 @@ from typing import Any
 
 from pg_operator import objects
 from pg_operator.api.cluster import PostgresCluster
-from pg_operator.api.constants import CLUSTER_LABEL, GROUP
-from pg_operator.api.roles import Database, Role, secret_suffix
+from pg_operator.api.constants import CLUSTER_LABEL, GROUP, SUPERUSER
+from pg_operator.api.roles import UNSAFE_MEMBERSHIPS, Database, Role, secret_suffix
+from pg_operator.privileged_sql import QUIET_SQL
 from pg_operator.scram import scram_sha256_verifier
 from pg_operator.specs.labels import COMPONENT_CREDENTIALS, child_metadata
 from pg_operator.specs.secrets import APP_CA_KEY, PASSWORD_BYTES, connection_keys, decoded, gone_keys
 
 # On each role and database the operator manages (COMMENT ON ...).
 MARKER = "managed by pg-operator"
+# Where extensions that are not trusted go: a schema the operator creates, owned by the superuser, in
+# which no tenant can create objects. An untrusted extension's script runs as the superuser with its
+# target schema first in its search path, so a tenant-writable target (such as `public`, which the
+# database's owner owns) would let the tenant plant what the script then calls.
+EXTENSION_SCHEMA = "extensions"
 # On each generated role Secret: the role it holds the password of.
 ROLE_LABEL = f"{GROUP}/role"
-QUIET_SQL = (
-    "SET standard_conforming_strings = on;\n"
-    "SET log_statement = 'none';\n"
-    "SET log_min_duration_statement = -1;\n"
-    "SET log_min_error_statement = 'panic';\n"
-)
 _SAFE_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,62}$")
 
 
@@ -76,7 +76,9 @@ def _meta_name(name: str) -> str:
 
 
 def _array(values: Sequence[str]) -> str:
-    return "ARRAY[" + ", ".join(literal(v) for v in values) + "]::text[]" if values else "ARRAY[]::text[]"
+    if not values:
+        return "ARRAY[]::pg_catalog.text[]"
+    return "ARRAY[" + ", ".join(literal(v) for v in values) + "]::pg_catalog.text[]"
 
 
 # --- what is declared ---------------------------------------------------------------------------------
@@ -281,6 +283,10 @@ class ObservedRole:
     # creates): never revoked as undeclared.
     admin_of: frozenset[str] = frozenset()
     verifier: str | None = field(default=None, repr=False)
+    # The roles of superuser power this one is a member of, directly or through others (superusers and
+    # the predefined roles that run programs or reach files as the server's OS user): a member can
+    # `SET ROLE` to them or use their rights.
+    reaches: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -293,6 +299,9 @@ class ObservedDatabase:
     managed: bool
     extensions: frozenset[str] | None = None  # None: not read (not declared, or not connectable)
     schemas: Mapping[str, str] | None = None  # schema → owner, of the declared schemas that exist
+    # The owner of the schema untrusted extensions go into, and whether it is a superuser (None: the
+    # schema does not exist, or the database was not read).
+    extension_schema_owner: tuple[str, bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -300,6 +309,8 @@ class Observed:
     roles: Mapping[str, ObservedRole]
     databases: Mapping[str, ObservedDatabase]
     available_extensions: frozenset[str]
+    # Of the available ones, those a database owner may create itself (`trusted` in their control file).
+    trusted_extensions: frozenset[str] = frozenset()
 
 
 def _referenced_roles(cluster: PostgresCluster) -> list[str]:
@@ -311,60 +322,86 @@ def _referenced_roles(cluster: PostgresCluster) -> list[str]:
 
 def _memberships(condition: str) -> str:
     return (
-        "(SELECT coalesce(json_agg(g.rolname ORDER BY g.rolname), '[]'::json) FROM pg_auth_members m "  # noqa: S608
-        f"JOIN pg_authid g ON g.oid = m.roleid WHERE m.member = r.oid{condition})"
+        "(SELECT coalesce(pg_catalog.json_agg(g.rolname ORDER BY g.rolname), '[]'::pg_catalog.json) "  # noqa: S608
+        "FROM pg_catalog.pg_auth_members m "
+        f"JOIN pg_catalog.pg_authid g ON g.oid = m.roleid WHERE m.member = r.oid{condition})"
+    )
+
+
+def _reaches() -> str:
+    """The superuser-power roles role `r` is a member of, at any depth (pg_has_role follows the chain)."""
+    powerful = _array(UNSAFE_MEMBERSHIPS)
+    return (
+        "(SELECT coalesce(pg_catalog.json_agg(g.rolname ORDER BY g.rolname), '[]'::pg_catalog.json) "  # noqa: S608
+        f"FROM pg_catalog.pg_authid g WHERE (g.rolsuper OR g.rolname = ANY({powerful})) AND g.oid <> r.oid "
+        "AND pg_catalog.pg_has_role(r.oid, g.oid, 'MEMBER'))"
     )
 
 
 def observe_sql(cluster: PostgresCluster) -> str:
-    """A psql script (run as the superuser over the socket, -AtX) printing one JSON line per part: the
-    referenced and managed roles (with the verifiers of the declared ones), every database, the
-    available extensions, and for each declared database that accepts connections its extensions and
-    declared schemas. Read-only."""
+    """A psql script (run as the superuser over the socket, -AtX, in a pinned session: privileged_sql)
+    printing one JSON line per part: the referenced and managed roles (with the verifiers of the declared
+    ones and the superuser-power roles each reaches), every database, the available extensions (and which
+    are trusted), and for each declared database that accepts connections its extensions, declared schemas
+    and the owner of the schema untrusted extensions go into. Read-only. Every function and table is
+    named with its schema; the session's search path is pinned again after each `\\connect`, since a
+    tenant owns these databases and may set their search path."""
     declared = _array([r.name for r in declared_roles(cluster)])
     referenced = _array(_referenced_roles(cluster))
     requested = _array(sorted({e for d in declared_databases(cluster) for e in d.extensions}))
     marker = literal(MARKER)
     # Every value below is quoted by literal(); the names are admitted identifiers besides.
     roles_part = (
-        "SELECT json_build_object('part', 'roles', 'items', coalesce(json_agg(json_build_object("  # noqa: S608
+        "SELECT pg_catalog.json_build_object('part', 'roles', 'items', "  # noqa: S608
+        "coalesce(pg_catalog.json_agg(pg_catalog.json_build_object("
         "'name', r.rolname, 'login', r.rolcanlogin, 'createdb', r.rolcreatedb, "
         "'createrole', r.rolcreaterole, 'inherit', r.rolinherit, 'superuser', r.rolsuper, "
         "'replication', r.rolreplication, 'bypassrls', r.rolbypassrls, 'connectionLimit', r.rolconnlimit, "
-        "'validUntil', CASE WHEN r.rolvaliduntil IS NULL OR NOT isfinite(r.rolvaliduntil) THEN NULL "
-        "ELSE floor(extract(epoch FROM r.rolvaliduntil))::bigint END, "
-        f"'managed', coalesce(shobj_description(r.oid, 'pg_authid') = {marker}, false), "
+        "'validUntil', CASE WHEN r.rolvaliduntil IS NULL OR NOT pg_catalog.isfinite(r.rolvaliduntil) "
+        "THEN NULL ELSE pg_catalog.floor(EXTRACT(epoch FROM r.rolvaliduntil))::bigint END, "
+        f"'managed', coalesce(pg_catalog.shobj_description(r.oid, 'pg_authid') = {marker}, false), "
         f"'verifier', CASE WHEN r.rolname = ANY({declared}) THEN r.rolpassword END, "
-        f"'memberOf', {_memberships('')}, 'adminOf', {_memberships(' AND m.admin_option')}"
-        ") ORDER BY r.rolname), '[]'::json)) FROM pg_authid r "
-        f"WHERE r.rolname = ANY({referenced}) OR shobj_description(r.oid, 'pg_authid') = {marker};"
+        f"'memberOf', {_memberships('')}, 'adminOf', {_memberships(' AND m.admin_option')}, "
+        f"'reaches', {_reaches()}"
+        ") ORDER BY r.rolname), '[]'::pg_catalog.json)) FROM pg_catalog.pg_authid r "
+        f"WHERE r.rolname = ANY({referenced}) OR pg_catalog.shobj_description(r.oid, 'pg_authid') = {marker};"
     )
     databases_part = (
-        "SELECT json_build_object('part', 'databases', 'items', coalesce(json_agg(json_build_object("  # noqa: S608
-        "'name', d.datname, 'owner', pg_get_userbyid(d.datdba), "
-        "'encoding', pg_encoding_to_char(d.encoding), 'collate', d.datcollate, "
+        "SELECT pg_catalog.json_build_object('part', 'databases', 'items', "  # noqa: S608
+        "coalesce(pg_catalog.json_agg(pg_catalog.json_build_object("
+        "'name', d.datname, 'owner', pg_catalog.pg_get_userbyid(d.datdba), "
+        "'encoding', pg_catalog.pg_encoding_to_char(d.encoding), 'collate', d.datcollate, "
         "'allowConnections', d.datallowconn, "
-        f"'managed', coalesce(shobj_description(d.oid, 'pg_database') = {marker}, false)"
-        ") ORDER BY d.datname), '[]'::json)) FROM pg_database d;"
+        f"'managed', coalesce(pg_catalog.shobj_description(d.oid, 'pg_database') = {marker}, false)"
+        ") ORDER BY d.datname), '[]'::pg_catalog.json)) FROM pg_catalog.pg_database d;"
     )
     extensions_part = (
-        "SELECT json_build_object('part', 'extensions', 'available', "  # noqa: S608
-        "coalesce(json_agg(name ORDER BY name), '[]'::json)) "
-        f"FROM pg_available_extensions WHERE name = ANY({requested});"
+        "SELECT pg_catalog.json_build_object('part', 'extensions', 'available', "  # noqa: S608
+        "coalesce(pg_catalog.json_agg(a.name ORDER BY a.name), '[]'::pg_catalog.json), 'trusted', "
+        "coalesce(pg_catalog.json_agg(a.name ORDER BY a.name) FILTER (WHERE v.trusted), "
+        "'[]'::pg_catalog.json)) "
+        "FROM pg_catalog.pg_available_extensions a LEFT JOIN pg_catalog.pg_available_extension_versions v "
+        f"ON v.name = a.name AND v.version = a.default_version WHERE a.name = ANY({requested});"
     )
     lines = [QUIET_SQL, roles_part, databases_part, extensions_part]
     for db in declared_databases(cluster):
         schemas = _array([s.name for s in db.schemas])
         exists = (
-            f"SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = {literal(db.name)} "  # noqa: S608
-            "AND datallowconn) AS pgop_exists \\gset"
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_database "  # noqa: S608
+            f"WHERE datname = {literal(db.name)} AND datallowconn) AS pgop_exists \\gset"
         )
         detail = (
-            "SELECT json_build_object('part', 'database', 'name', current_database(), "  # noqa: S608
-            "'extensions', (SELECT coalesce(json_agg(extname ORDER BY extname), '[]'::json) "
-            "FROM pg_extension), "
-            "'schemas', (SELECT coalesce(json_object_agg(nspname, pg_get_userbyid(nspowner)), '{}'::json) "
-            f"FROM pg_namespace WHERE nspname = ANY({schemas})));"
+            "SELECT pg_catalog.json_build_object('part', 'database', "  # noqa: S608
+            "'name', pg_catalog.current_database(), "
+            "'extensions', (SELECT coalesce(pg_catalog.json_agg(extname ORDER BY extname), "
+            "'[]'::pg_catalog.json) "
+            "FROM pg_catalog.pg_extension), "
+            "'schemas', (SELECT coalesce(pg_catalog.json_object_agg(nspname, "
+            "pg_catalog.pg_get_userbyid(nspowner)), '{}'::pg_catalog.json) "
+            f"FROM pg_catalog.pg_namespace WHERE nspname = ANY({schemas})), "
+            "'extensionSchema', (SELECT pg_catalog.json_build_array(o.rolname, o.rolsuper) "
+            "FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_authid o ON o.oid = n.nspowner "
+            f"WHERE n.nspname = {literal(EXTENSION_SCHEMA)}));"
         )
         lines += [
             exists,
@@ -386,6 +423,7 @@ def parse_observed(stdout: str) -> Observed:
     databases: dict[str, ObservedDatabase] = {}
     details: dict[str, dict[str, Any]] = {}
     available: frozenset[str] | None = None
+    trusted: frozenset[str] = frozenset()
     seen = set()
     for line in stdout.splitlines():
         line = line.strip()
@@ -404,6 +442,7 @@ def parse_observed(stdout: str) -> Observed:
                         valid_until=None if r["validUntil"] is None else int(r["validUntil"]),
                         managed=bool(r["managed"]), member_of=frozenset(r["memberOf"] or ()),
                         admin_of=frozenset(r.get("adminOf") or ()), verifier=r.get("verifier"),
+                        reaches=frozenset(r.get("reaches") or ()),
                     )  # fmt: skip
             elif kind == "databases":
                 for d in part["items"]:
@@ -413,6 +452,7 @@ def parse_observed(stdout: str) -> Observed:
                     )  # fmt: skip
             elif kind == "extensions":
                 available = frozenset(part["available"] or ())
+                trusted = frozenset(part.get("trusted") or ())
             elif kind == "database":
                 details[part["name"]] = part
             seen.add(kind)
@@ -427,9 +467,17 @@ def parse_observed(stdout: str) -> Observed:
                     **databases[name].__dict__,
                     "extensions": frozenset(part["extensions"] or ()),
                     "schemas": dict(part["schemas"] or {}),
+                    "extension_schema_owner": _owner_of(part.get("extensionSchema")),
                 },
             )
-    return Observed(roles, databases, available)
+    return Observed(roles, databases, available, trusted)
+
+
+def _owner_of(value: Any) -> tuple[str, bool] | None:
+    if value is None:
+        return None
+    owner, superuser = value
+    return str(owner), bool(superuser)
 
 
 # --- converging -----------------------------------------------------------------------------------------
@@ -517,6 +565,15 @@ def _attributes_differ(role: Role, seen: ObservedRole) -> bool:
     )
 
 
+def _powers_of(role: ObservedRole | None) -> list[str]:
+    """The superuser-power roles a membership in `role` would give: itself, if it is one, and what it
+    reaches."""
+    if role is None:
+        return []
+    own = [role.name] if role.superuser or role.name in UNSAFE_MEMBERSHIPS else []
+    return sorted({*own, *role.reaches})
+
+
 def _connect(db: str) -> str:
     return f"\\connect {_meta_name(db)}\n{QUIET_SQL}"
 
@@ -558,7 +615,16 @@ def converge(cluster: PostgresCluster, observed: Observed, pw: Passwords, *, sal
             if not seen.managed:
                 role_sql.append(f"COMMENT ON ROLE {name} IS {literal(MARKER)};\n")
         have = set() if seen is None else set(seen.member_of)
+        refused = set()
         for target in role.in_roles:
+            powers = _powers_of(observed.roles.get(target))
+            if powers:
+                # Admission refuses these roles by name; one that reaches them through others (a helper a
+                # CREATEROLE role made, or one an administrator made) is refused here.
+                reasons.append(f"membership in role {target}: refused, it reaches {', '.join(powers)} "
+                               "(superuser power or the server's files)")  # fmt: skip
+                refused.add(target)
+                continue
             if target in have:
                 continue
             if target not in observed.roles and target not in declared_role_names:
@@ -566,7 +632,8 @@ def converge(cluster: PostgresCluster, observed: Observed, pw: Passwords, *, sal
                 continue
             grant_sql.append(f"GRANT {ident(target)} TO {name};\n")
             out.changes.append(f"granted {target} to {role.name}")
-        revocable = have - set(role.in_roles) - (set() if seen is None else set(seen.admin_of))
+        admin_of = set() if seen is None else set(seen.admin_of)
+        revocable = (have - set(role.in_roles) - admin_of) | (have & refused)
         for extra in sorted(revocable):
             grant_sql.append(f"REVOKE {ident(extra)} FROM {name};\n")
             out.changes.append(f"revoked {extra} from {role.name}")
@@ -610,13 +677,39 @@ def converge(cluster: PostgresCluster, observed: Observed, pw: Passwords, *, sal
             have_ext = seen_db.extensions or frozenset()
             have_schemas = seen_db.schemas or {}
         statements = []
+        extension_schema = None if seen_db is None else seen_db.extension_schema_owner
         for ext in db.extensions:
             if ext in have_ext:
                 continue
             if ext not in observed.available_extensions:
                 reasons.append(f"extension {ext} is not available in the image")
                 continue
-            statements.append(f"CREATE EXTENSION IF NOT EXISTS {ident(ext)};\n")
+            if ext in observed.trusted_extensions:
+                # What the database's owner may do itself, done as the owner: the extension's script gets
+                # no more than the tenant has.
+                statements.append(
+                    f"SET ROLE {ident(db.owner)};\n"
+                    f"CREATE EXTENSION IF NOT EXISTS {ident(ext)} SCHEMA public;\n"
+                    "SET ROLE NONE;\n"
+                )
+            else:
+                if extension_schema is None:
+                    # Created here, without IF NOT EXISTS: one the tenant made meanwhile fails the script.
+                    statements.append(
+                        f"CREATE SCHEMA {ident(EXTENSION_SCHEMA)} AUTHORIZATION CURRENT_USER;\n"
+                        f"GRANT USAGE ON SCHEMA {ident(EXTENSION_SCHEMA)} TO PUBLIC;\n"
+                    )
+                    extension_schema = (SUPERUSER, True)
+                elif not extension_schema[1]:
+                    reasons.append(
+                        f"extension {ext} is not trusted and goes into schema {EXTENSION_SCHEMA}, which is "
+                        f"owned by {extension_schema[0]}, not a superuser: not created (drop or rename that "
+                        "schema)"
+                    )
+                    continue
+                statements.append(
+                    f"CREATE EXTENSION IF NOT EXISTS {ident(ext)} SCHEMA {ident(EXTENSION_SCHEMA)};\n"
+                )
             out.changes.append(f"created extension {ext} in {db.name}")
         for schema in db.schemas:
             owner = schema.owner or db.owner

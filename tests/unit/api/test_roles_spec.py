@@ -82,6 +82,13 @@ def test_unsafe_and_reserved_memberships_are_refused() -> None:
     refused("inRoles must not name the role itself", roles=[{"name": "a", "inRoles": ["a"]}])
 
 
+def test_createrole_is_refused_on_15_only() -> None:
+    """On 15 CREATEROLE can grant pg_execute_server_program; from 16 it administers only its own roles."""
+    refused("createrole is refused on version 15", version="15", roles=[{"name": "a", "createrole": True}])
+    assert cluster(version="15", roles=[{"name": "a"}]).spec.roles
+    assert cluster(version="16", roles=[{"name": "a", "createrole": True}]).spec.roles
+
+
 def test_duplicates_are_refused() -> None:
     refused("roles: duplicate names", roles=[{"name": "a"}, {"name": "a"}])
     refused(
@@ -134,5 +141,6 @@ def test_the_crd_carries_the_same_rules() -> None:
         "encoding is applied when the database is created and cannot change",
         "pg_execute_server_program",
         "must not start with pg_",
+        "self.roles.all(r, !has(r.createrole) || !r.createrole)",
     ):
         assert needle in crd

@@ -103,10 +103,12 @@ def test_role_sql_sends_verifiers_only_and_quiets_the_log() -> None:
     for password in ("su-pw", "repl-pw", "app-pw", "api-pw"):
         assert password not in sql
     lines = sql.splitlines()
-    assert lines[:3] == ["SET log_statement = 'none';", "SET log_min_duration_statement = -1;",
+    assert lines[:7] == ["SET ROLE NONE;", "SET search_path = pg_catalog, pg_temp;",
+                         "SET default_transaction_read_only = off;", "SET standard_conforming_strings = on;",
+                         "SET log_statement = 'none';", "SET log_min_duration_statement = -1;",
                          "SET log_min_error_statement = 'panic';"]
     verifier = scram_sha256_verifier("app-pw", salt=b"0123456789abcdef")
-    assert lines[3:] == [
+    assert lines[7:] == [
         f"ALTER ROLE \"postgres\" PASSWORD '{scram_sha256_verifier('su-pw', salt=b'0123456789abcdef')}';",
         f"ALTER ROLE \"replicator\" PASSWORD '{scram_sha256_verifier('repl-pw', salt=b'0123456789abcdef')}';",
         f"ALTER ROLE \"app\" PASSWORD '{verifier}';",

@@ -35,7 +35,7 @@ class FakeExec:
         self.broken = broken  # (pod, command word) pairs that fail
 
     async def run(self, namespace: str, pod: str, argv: list[str], **_: Any) -> ExecResult:
-        word = "psql" if argv[0] == "psql" else argv[1]
+        word = "psql" if "psql" in argv[:3] else argv[1]
         self.calls.append((pod, (word, *argv[2:])))
         if (pod, word) in self.broken:
             raise ExecError("container not running")
