@@ -10,6 +10,9 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from pg_operator.api.image_policy import AllowedRepositories
+from pg_operator.images import IMAGE_REPOSITORY
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
@@ -58,6 +61,13 @@ def _duration(value: str) -> float:
     return seconds
 
 
+def _allowed_repositories(value: str) -> AllowedRepositories:
+    try:
+        return AllowedRepositories.parse(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pg-operator", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -104,6 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
         "certificates are served (applications reading ca.crt from a mounted Secret need the kubelet's "
         "delivery time): seconds, or a number with s/m/h (default 90s)",
     )
+    run.add_argument(
+        "--allowed-image-repositories",
+        type=_allowed_repositories,
+        default=AllowedRepositories(),
+        metavar="REPOS",
+        help="comma-separated image repositories a cluster's spec.image may name; an entry ending in '/' "
+        "admits every repository under it; a cluster naming another is refused (default: "
+        f"{IMAGE_REPOSITORY}, the operator's own PostgreSQL images)",
+    )
     run.add_argument("--log-format", choices=("json", "text"), default="text")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
@@ -137,6 +156,7 @@ def _run(args: argparse.Namespace) -> int:
         workers=args.workers,
         resync_seconds=args.resync_seconds,
         backup_retention_seconds=args.backup_retention_retry,
+        allowed_image_repositories=args.allowed_image_repositories,
         ca_trust_period_seconds=args.ca_trust_period,
     )
     try:

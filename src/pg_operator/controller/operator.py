@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from lightkube.core.exceptions import ApiError
 
+from pg_operator.api.image_policy import AllowedRepositories
 from pg_operator.controller import cache_sync
 from pg_operator.controller.backoff import Backoff
 from pg_operator.controller.backup_reconcilers.loops import BackupLoops
@@ -78,6 +79,8 @@ class Options:
     resync_seconds: float = 300.0
     backup_retention_seconds: float = 600.0  # how long a failed retention waits before it is tried again
     ca_trust_period_seconds: float = 90.0  # how long a CA rotation trusts both CAs (specs/ca_rotation.py)
+    # What spec.image may name (api/image_policy.py); a cluster naming another image is refused.
+    allowed_image_repositories: AllowedRepositories = field(default_factory=AllowedRepositories)
 
 
 async def unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> tuple[bool, T | None]:
@@ -198,7 +201,8 @@ async def _lead(
     cache.storage_classes_readable = storage_classes
     pod_exec = PodExec(load_config(), metrics)
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity), pod_exec,
-                            ca_trust_period=dt.timedelta(seconds=opts.ca_trust_period_seconds))
+                            ca_trust_period=dt.timedelta(seconds=opts.ca_trust_period_seconds),
+                            allowed_images=opts.allowed_image_repositories)  # fmt: skip
     controller = ReconcileLoop(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds,
                                gives_up=namespace_being_deleted,
                                on_failure=reconciler.report_failure)  # fmt: skip

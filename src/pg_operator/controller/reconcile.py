@@ -19,6 +19,12 @@ from lightkube.core.exceptions import ApiError
 
 from pg_operator import objects
 from pg_operator.api.cluster import PostgresCluster
+from pg_operator.api.image_policy import (
+    DEFAULT_ALLOWED_REPOSITORIES,
+    AllowedRepositories,
+    image_refusal,
+    refusal_is_news,
+)
 from pg_operator.controller.cache import ENDPOINT_SLICE_KIND, Cache, Snapshot
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.failure_report import FailureReporter
@@ -121,8 +127,10 @@ class Reconciler:
         events: EventRecorder,
         pod_exec: PodExec | None = None,
         ca_trust_period: timedelta = TRUST_PERIOD,
+        allowed_images: AllowedRepositories = DEFAULT_ALLOWED_REPOSITORIES,
     ) -> None:
         self.api = api
+        self.allowed_images = allowed_images
         self.cache = cache
         self.metrics = metrics
         self.instance_metrics = InstanceMetrics(metrics.registry)
@@ -180,6 +188,9 @@ class Reconciler:
         if isinstance(cluster, Outcome):
             return cluster
         p = ClusterPass(body, cluster, snapshot, snapshot.find("apps/v1", "StatefulSet", cluster.name))
+        refusal = image_refusal(cluster.spec.image, self.allowed_images)
+        if refusal is not None:  # refuse invalid: no room runs, nothing is written but the report
+            return await self._refused(p, refusal)
         for room in self.rooms:
             await room.act(p)
         await self._apply_children(p)
@@ -226,6 +237,17 @@ class Reconciler:
             return outcome
         self._invalid_seen.pop(key, None)
         return cluster
+
+    async def _refused(self, p: ClusterPass, refusal: Problem) -> Outcome:
+        """A spec only the runtime can refuse (spec.image outside the install's allow-list): the status
+        says so (Degraded with the refusal) and a Warning Event once per refusal; no child is written, so
+        the pods keep what they run."""
+        p.report(refusal)
+        outcome = Outcome(problem=refusal)
+        if refusal_is_news(p.body.get("status"), refusal):
+            outcome.writes += int(await self.events.record(p.body, "Warning", *refusal))
+        outcome.writes += await self._report(p, outcome)
+        return outcome
 
     async def _apply_children(self, p: ClusterPass) -> None:
         """Two waves of writes sent together: what depends on nothing, then what depends on the first
