@@ -79,6 +79,16 @@ class BackupGenerationStatus(StatusModel):
     )
 
 
+class StoreOwnershipStatus(StatusModel):
+    """The last verdict on who owns the cluster's store prefix (backup/store_policy.py): a restarted
+    operator trusts a recorded "owned" for an unchanged spec.backup instead of asking the store."""
+
+    identity: str = Field(max_length=64, description="Digest of the store and spec.backup it holds for.")
+    verdict: Literal["owned", "notOwned"] = Field(description="Whether the prefix is this cluster's.")
+    reason: str = Field(max_length=256, description="The verdict's reason.")
+    checked_at: str = Field(json_schema_extra={"format": "date-time"}, description="When it was asked.")
+
+
 class BackupClusterStatus(StatusModel):
     archiving: ArchivingStatus | None = Field(None, description="WAL archiving as the primary reports it.")
     generations: list[BackupGenerationStatus] | None = Field(
@@ -87,6 +97,9 @@ class BackupClusterStatus(StatusModel):
     )
     last_successful_backup: str | None = Field(None, description="Name of the newest completed Backup.")
     last_successful_backup_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
+    store_ownership: StoreOwnershipStatus | None = Field(
+        None, description="Who owns the store prefix, as last asked of the store."
+    )
 
 
 class DeclaredObjectStatus(StatusModel):

@@ -114,6 +114,25 @@ def build_parser() -> argparse.ArgumentParser:
         "certificates are served (applications reading ca.crt from a mounted Secret need the kubelet's "
         "delivery time): seconds, or a number with s/m/h (default 90s)",
     )
+    # Calls to tenants' object stores (backup/store_policy.py StoreLimits).
+    run.add_argument(
+        "--store-call-timeout", type=_duration, default=30.0, metavar="DURATION",
+        help="overall deadline of one call to a cluster's object store, every request of it included "
+        "(a store that answers slowly is cut off there): seconds, or a number with s/m/h (default 30s)",
+    )  # fmt: skip
+    run.add_argument(
+        "--store-listing-timeout", type=_duration, default=120.0, metavar="DURATION",
+        help="overall deadline of one listing of a cluster's object store (default 2m)",
+    )  # fmt: skip
+    run.add_argument(
+        "--store-listing-pages", type=int, default=100, metavar="N",
+        help="pages of up to 1000 keys one listing reads before it stops for the pass (default 100)",
+    )  # fmt: skip
+    run.add_argument(
+        "--allow-insecure-object-stores", action="store_true",
+        help="let spec.backup endpoints be plain http:// (tests, on-premises stores); by default only "
+        "https:// endpoints are called or given to the instances",
+    )  # fmt: skip
     run.add_argument(
         "--allowed-image-repositories",
         type=_allowed_repositories,
@@ -136,9 +155,12 @@ EXIT_SETUP = 2
 
 
 def _run(args: argparse.Namespace) -> int:
+    from pg_operator.backup.store_policy import StoreLimits
     from pg_operator.controller.lease import LeaseNamespaceMissing
     from pg_operator.controller.operator import Options, default_identity, default_lease_namespace, run
 
+    if args.store_listing_pages < 1:
+        raise SystemExit("--store-listing-pages must be at least 1")
     if args.workers < 1:
         raise SystemExit("--workers must be at least 1")
     if not 2 <= args.lease_duration <= 15:
@@ -158,6 +180,12 @@ def _run(args: argparse.Namespace) -> int:
         backup_retention_seconds=args.backup_retention_retry,
         allowed_image_repositories=args.allowed_image_repositories,
         ca_trust_period_seconds=args.ca_trust_period,
+        store_limits=StoreLimits(
+            call_seconds=args.store_call_timeout,
+            listing_seconds=args.store_listing_timeout,
+            listing_pages=args.store_listing_pages,
+            allow_insecure=args.allow_insecure_object_stores,
+        ),
     )
     try:
         return asyncio.run(run(opts))

@@ -23,6 +23,7 @@ from lightkube.core.exceptions import ApiError
 from pg_operator.api.image_policy import AllowedRepositories
 from pg_operator.controller import cache_sync
 from pg_operator.controller.backoff import Backoff
+from pg_operator.backup.store_policy import StoreLimits
 from pg_operator.controller.backup_reconcilers.loops import BackupLoops
 from pg_operator.controller.cache import Cache, WatchedKind, watched_kinds
 from pg_operator.controller.events import EventRecorder
@@ -79,6 +80,7 @@ class Options:
     resync_seconds: float = 300.0
     backup_retention_seconds: float = 600.0  # how long a failed retention waits before it is tried again
     ca_trust_period_seconds: float = 90.0  # how long a CA rotation trusts both CAs (specs/ca_rotation.py)
+    store_limits: StoreLimits = field(default_factory=StoreLimits)  # calls to tenants' object stores
     # What spec.image may name (api/image_policy.py); a cluster naming another image is refused.
     allowed_image_repositories: AllowedRepositories = field(default_factory=AllowedRepositories)
 
@@ -207,7 +209,8 @@ async def _lead(
                                gives_up=namespace_being_deleted,
                                on_failure=reconciler.report_failure)  # fmt: skip
     backups = BackupLoops(api, cache, metrics, pod_exec, opts.identity,
-                          retention_seconds=opts.backup_retention_seconds)  # fmt: skip
+                          retention_seconds=opts.backup_retention_seconds,
+                          store_limits=opts.store_limits)  # fmt: skip
     wakeups = Wakeups(controller, cache, backups)
     # A client of its own: the watches' streams never wait behind the reconciles' writes.
     watch_api = Api(metrics, for_watches=True)

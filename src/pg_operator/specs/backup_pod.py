@@ -3,13 +3,22 @@ credentials Secret with `secretKeyRef`, so the values never pass through the ope
 or a log (PostgreSQL, hence archive_command / restore_command, and Patroni's bootstrap command inherit
 the container's environment); and instance.yaml's `backup` section, the store and settings without
 credentials.
+
+The pods get a store only as the operator would call it itself (backup.store_policy): an https endpoint
+unless the install allows plain HTTP, and credentials from a Secret labelled for the cluster.
+Otherwise `spec.backup` is left out of the pods (no Secret reference, no endpoint), so a tenant cannot
+have an instance send another Secret's values to a server of its choosing; the backup reconcilers
+report the refusal.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pg_operator.api.backup import BackupConfiguration, RecoveryBootstrap
+from pg_operator.api.cluster import PostgresCluster
+from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.backup.barman import (
     ACCESS_KEY_ENV,
     CHECKSUM_ENV,
@@ -21,6 +30,44 @@ from pg_operator.backup.barman import (
 from pg_operator.backup.from_spec import archive_settings, recovery_source, recovery_target
 from pg_operator.backup.instance_hook import RecoveryPlan, section
 from pg_operator.backup.recovery import SOURCE_ENV_PREFIX
+from pg_operator.backup.store_policy import (
+    BACKUP_CREDENTIALS_FIELD,
+    BACKUP_ENDPOINT_FIELD,
+    Refusal,
+    credential_refusal,
+    endpoint_refusal,
+)
+
+
+def backup_refusals(
+    cluster: PostgresCluster, *, labelled: Callable[[str], bool], allow_insecure: bool
+) -> list[Refusal]:
+    """Why `spec.backup` may not be wired into the pods. `labelled(name)`: the Secret carries the
+    cluster's label (a Secret not known to carry it, missing or not, is refused)."""
+    backup = cluster.spec.backup
+    if backup is None:
+        return []
+    refusals = []
+    endpoint = endpoint_refusal(backup.s3.endpoint_url, field=BACKUP_ENDPOINT_FIELD,
+                                allow_insecure=allow_insecure)  # fmt: skip
+    if endpoint is not None:
+        refusals.append(endpoint)
+    secret = backup.s3.credentials.secret_name
+    labels = {CLUSTER_LABEL: cluster.name} if labelled(secret) else {}
+    unlabelled = credential_refusal(labels, cluster=cluster.name, secret=secret,
+                                    field=BACKUP_CREDENTIALS_FIELD)  # fmt: skip
+    if unlabelled is not None:
+        refusals.append(unlabelled)
+    return refusals
+
+
+def wired_for_pods(
+    cluster: PostgresCluster, *, labelled: Callable[[str], bool], allow_insecure: bool
+) -> PostgresCluster:
+    """The cluster the pods are built from: itself, or without `spec.backup` when that is refused."""
+    if not backup_refusals(cluster, labelled=labelled, allow_insecure=allow_insecure):
+        return cluster
+    return cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"backup": None})})
 
 
 def _secret_env(name: str, secret: str, key: str, *, optional: bool = False) -> dict[str, Any]:

@@ -35,7 +35,8 @@ from pg_operator.controller.backup_reconcilers.shared import (
     store_of,
     wrote,
 )
-from pg_operator.controller.backup_reconcilers.store import StoreError
+from pg_operator.controller.backup_reconcilers.store import StoreBusy, StoreError
+from pg_operator.controller.backup_reconcilers.store_calls import BUSY_RETRY_SECONDS
 from pg_operator.controller.cache import Cache
 from pg_operator.controller.keys import ClusterKey
 from pg_operator.controller.kube_api import Api
@@ -135,7 +136,10 @@ class BackupReconciler:
             store = store.with_server(str(status["serverName"]))
         if step.kind == "start":
             assert step.pod
-            refused = await self._not_ours(cluster, config, store)
+            try:
+                refused = await self._not_ours(cluster, config, store)
+            except StoreBusy:  # another store call of the namespace is in flight
+                return again(BUSY_RETRY_SECONDS)
             if refused is not None:
                 reason, message = refused
                 await self._write_status(body, {"phase": "Failed", "error": f"{reason}: {message}",
@@ -160,6 +164,8 @@ class BackupReconciler:
         of the store afresh: a kept verdict is not trusted with a base backup's writes."""
         try:
             verdict = await self.ownership.check(cluster, config, store, fresh=True)
+        except StoreBusy:
+            raise  # not a failure of the backup: its pass comes back shortly
         except StoreError as exc:
             failure = classify(1, str(exc))
             return failure.reason, failure.message

@@ -41,12 +41,21 @@ from pg_operator.backup.placement import primary_pod
 from pg_operator.backup.retention import RetentionPolicy, next_change
 from pg_operator.backup.store_cleanup import decide_finalizer
 from pg_operator.backup.store_ownership import Verdict
+from pg_operator.backup.store_policy import OWNERSHIP_STATUS_KEY, STORE_TIMEOUT
 from pg_operator.controller.backoff import Backoff
 from pg_operator.controller.backup_reconcilers.cluster_status import ClusterWrites, Ours
 from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership
 from pg_operator.controller.backup_reconcilers.retention_enforcement import Retention
-from pg_operator.controller.backup_reconcilers.shared import PSQL, Notices, again, backup_config, store_of
-from pg_operator.controller.backup_reconcilers.store import StoreError
+from pg_operator.controller.backup_reconcilers.shared import (
+    PSQL,
+    Notices,
+    again,
+    backup_config,
+    canonical,
+    store_of,
+)
+from pg_operator.controller.backup_reconcilers.store import StoreBusy, StoreError, StoreRefused, StoreTimeout
+from pg_operator.controller.backup_reconcilers.store_calls import BUSY_RETRY_SECONDS, limits, slot
 from pg_operator.controller.backup_reconcilers.store_finalizer import StoreFinalizer
 from pg_operator.controller.cache import Cache
 from pg_operator.controller.keys import ClusterKey
@@ -105,6 +114,10 @@ class ClusterBackupReconciler:
         # the store was asked why archiving fails (with its answer).
         self._gate_writes: dict[ClusterKey, tuple[tuple[str, GateState], float]] = {}
         self._store_asked: dict[ClusterKey, tuple[float, Failure | None]] = {}
+        # Per cluster whose store ran out of time: calls in a row, the `spec.backup` they were for, when
+        # (monotonic) the store may be asked again, and the failure reported meanwhile.
+        self._timeouts: dict[ClusterKey, tuple[int, str, float, Failure]] = {}
+        self.backoff = backoff
 
     def retention_due(self, key: ClusterKey) -> None:
         """A backup of the cluster completed: retention runs on its next pass."""
@@ -118,8 +131,9 @@ class ClusterBackupReconciler:
         self._gates.pop(key, None)
         self._gate_writes.pop(key, None)
         self._store_asked.pop(key, None)
+        self._timeouts.pop(key, None)
         self.notices.forget(key)
-        self.ownership.forget(key)
+        self.ownership.drop(key)
 
     async def reconcile(self, key: ClusterKey) -> Result:
         namespace, name = key
@@ -150,9 +164,20 @@ class ClusterBackupReconciler:
         report = next((parse_report(objects.meta(p).get("annotations")) for p in pods
                        if objects.name(p) == primary), None)  # fmt: skip
         store = store_of(body, config)
-        verdict, owner_failure = await self._ownership(key, body, config, store)
+        try:
+            verdict, owner_failure = await self._ownership(key, body, config, store)
+        except StoreBusy:
+            # Another store call of this namespace is in flight: nothing new to say, come back soon.
+            return again(BUSY_RETRY_SECONDS)
         gate: GateState | None = None if verdict is None else "archive" if verdict.ours else "discard"
-        if report is not None and primary is not None:
+        # A refused store (nothing may be sent to it) or one that ran out of time is not asked again
+        # from the pods on this pass either.
+        halted = owner_failure is not None and owner_failure.exit_status < 0
+        stats: ArchiverStats | None = None
+        store_failure: Failure | None = None
+        if halted:
+            pass
+        elif report is not None and primary is not None:
             stats, store_failure = await self._reported(key, primary, store, config, gate, report)
         else:  # an instance of an older image, or none published yet: ask the primary itself
             stats, store_failure = await self._archiving(key, primary, store, config, gate)
@@ -160,7 +185,9 @@ class ClusterBackupReconciler:
         previous = (objects.status(body).get(BACKUP_STATUS_KEY) or {}).get("archiving")
         if stats is not None:
             stats = settled(stats, primary, previous)
-        if verdict is not None and not verdict.ours:
+        if halted and owner_failure is not None:
+            archiving = ArchivingCondition("False", owner_failure.reason, owner_failure.message)
+        elif verdict is not None and not verdict.ours:
             archiving = ArchivingCondition("False", verdict.reason, verdict.message + "." + NOT_ARCHIVED)
         else:
             archiving = archiving_condition(
@@ -180,6 +207,9 @@ class ClusterBackupReconciler:
         discarding = self._gates.get(key) == "discard"
         shown = None if discarding else stats
         summary = self._summary(body, shown, primary, mine, keep_old=not discarding)
+        record = self.ownership.record(key, body, store)
+        if record is not None:
+            summary[OWNERSHIP_STATUS_KEY] = record.to_status()
         finished = parse_time(summary.get("lastSuccessfulBackupTime"))
         self.metrics.set_backups(key, None if finished is None else finished.timestamp(),
                                  None if last is None else last[0] == "True")  # fmt: skip
@@ -191,6 +221,9 @@ class ClusterBackupReconciler:
         elif archiving.status == "True" and self.notices.sent(key, "Warning"):
             self.notices.reset(key, "Warning")
             await self.notices.post(body, "Normal", "ArchivingResumed", archiving.message)
+        waiting = self._timeouts.get(key)
+        if waiting is not None:  # retried with backoff, not at the usual pace
+            return again(max(1.0, waiting[2] - time.monotonic()))
         return again(self.archive_check_seconds)
 
     def _doubt_ownership(self, key: ClusterKey, stats: ArchiverStats | None) -> None:
@@ -208,12 +241,36 @@ class ClusterBackupReconciler:
         self, key: ClusterKey, body: dict[str, Any], config: BackupConfiguration, store: ObjectStore
     ) -> tuple[Verdict | None, Failure | None]:
         """Whether the cluster owns its store prefix (claiming or adopting it when it may); None and the
-        store's failure when the store cannot tell."""
+        store's failure when the store cannot tell. A store that ran out of time is not asked again before
+        its backoff passes (a status write wakes the pass sooner), unless `spec.backup` changed."""
+        written = canonical(objects.spec(body).get("backup"))
+        waiting = self._timeouts.get(key)
+        if waiting is not None and waiting[1] == written and time.monotonic() < waiting[2]:
+            return None, waiting[3]
         try:
             verdict = await self.ownership.check(body, config, store)
+        except StoreBusy:
+            raise
+        except StoreRefused as exc:
+            # Nothing was sent; exit_status -1 marks a failure the pass does not ask the pods about.
+            log.info("cluster %s/%s: %s", key[0], key[1], exc.refusal.message)
+            return None, Failure(exc.refusal.reason, exc.refusal.message, -1)
+        except StoreTimeout as exc:
+            failures = (waiting[0] if waiting is not None and waiting[1] == written else 0) + 1
+            delay = self.backoff.delay(failures)
+            where = store.endpoint_url or "AWS S3"
+            message = (f"the object store {where} ({store.destination_url}) did not answer within "
+                       f"{limits().call_seconds:.0f} s: {exc}; asked again with backoff ({failures} "
+                       "time(s) in a row)")  # fmt: skip
+            failure = Failure(STORE_TIMEOUT, message, -1)
+            self._timeouts[key] = (failures, written, time.monotonic() + delay, failure)
+            log.info("cluster %s/%s: store call timed out (%d in a row)", key[0], key[1], failures)
+            return None, failure
         except StoreError as exc:
+            self._timeouts.pop(key, None)
             log.info("cluster %s/%s: store prefix ownership unknown: %s", key[0], key[1], exc)
             return None, classify(1, str(exc))
+        self._timeouts.pop(key, None)
         if verdict.kind in ("claim", "adopt"):
             await self.notices.post(body, "Normal", verdict.reason, verdict.message)
         elif not verdict.ours:
@@ -392,7 +449,11 @@ class ClusterBackupReconciler:
         """barman-cloud-backup-list in the pod: the catalog for retention, and a probe of the store (its
         failure, classified, says why archiving fails)."""
         try:
-            result = await self.exec.run(namespace, pod, backup_list_argv(store), seconds=120)
+            async with slot(namespace):
+                result = await self.exec.run(namespace, pod, backup_list_argv(store),
+                                             seconds=limits().listing_seconds)  # fmt: skip
+        except StoreBusy:
+            return None, None  # the namespace's store is busy: listed on a later pass
         except ExecError as exc:
             log.info("backup list in %s/%s failed: %s", namespace, pod, exc)
             return None, None

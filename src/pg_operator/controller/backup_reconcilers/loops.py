@@ -16,7 +16,9 @@ from typing import Any
 
 from pg_operator import objects
 from pg_operator.backup.store_cleanup import FINALIZER
+from pg_operator.backup.store_policy import StoreLimits
 from pg_operator.controller.backoff import Backoff
+from pg_operator.controller.backup_reconcilers import store_calls
 from pg_operator.controller.backup_reconcilers.backups import BackupKey, BackupReconciler, backup_key
 from pg_operator.controller.backup_reconcilers.cluster_backups import ClusterBackupReconciler
 from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership
@@ -57,9 +59,12 @@ class BackupLoops:
         *,
         workers: tuple[int, int, int] = (4, 2, 2),  # clusters, Backups, ScheduledBackups
         retention_seconds: float = 600.0,
+        store_limits: StoreLimits | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self.exec = pod_exec
+        # One policy for every store call of the process (the rooms' too: rooms/major_upgrade.py).
+        store_calls.configure(store_limits or StoreLimits())
         recorder = EventRecorder(api, identity)
         ownership = StoreOwnership(api, cache, clock)  # one view of who owns which prefix, for both
         cluster_side = ClusterBackupReconciler(

@@ -10,15 +10,14 @@ doubt it, so a steady cluster costs no request at all (bench/results-backup-stea
 - when `spec.backup` changes (another store, path or credentials);
 - when the cluster's archiving starts failing (`forget`): another cluster's WAL in the prefix makes
   barman-cloud-wal-archive refuse our segments;
-- after the operator restarts (the verdicts live in memory).
-A marker taken away by hand is noticed at the next of these. Any verdict other than "ours" is asked
-again on the next pass."""
+A verdict is also recorded in the cluster's status (`status.backup.storeOwnership`: a digest of what it
+holds for, the verdict, when), so a restarted operator trusts a recorded "owned" for an unchanged
+`spec.backup` instead of asking every store at once. A marker taken away by hand is noticed at the
+next of these. Any verdict other than "ours" is asked again on the next pass."""
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 from pg_operator import objects
 from pg_operator.api.backup import BackupConfiguration
 from pg_operator.backup.barman import ObjectStore
+from pg_operator.backup.scheduling import rfc3339
 from pg_operator.backup.store_ownership import (
     Deletion,
     Owner,
@@ -38,6 +38,13 @@ from pg_operator.backup.store_ownership import (
     marker_key,
     owner_of,
     parse_marker,
+)
+from pg_operator.backup.store_policy import (
+    OwnershipRecord,
+    OwnershipVerdict,
+    recorded_ownership,
+    store_identity,
+    trusts_record,
 )
 from pg_operator.controller.backup_reconcilers.store import (
     StoreError,
@@ -61,16 +68,10 @@ def _read_marker(data: bytes | None) -> tuple[Owner | None, str | None]:
         return None, str(exc)
 
 
-def _identity(cluster: Mapping[str, Any], store: ObjectStore) -> tuple[str, ...]:
-    """What an owned verdict holds for: the cluster's uid, the store, and its `spec.backup` as written."""
-    written = json.dumps(objects.spec(cluster).get("backup"), sort_keys=True, default=str)
-    return (
-        str(objects.meta(cluster).get("uid") or ""),
-        store.endpoint_url or "",
-        store.bucket,
-        store.prefix,
-        hashlib.sha256(written.encode()).hexdigest(),
-    )
+def _identity(cluster: Mapping[str, Any], store: ObjectStore) -> str:
+    """What a verdict holds for: the cluster's uid, the store, and its `spec.backup` as written."""
+    return store_identity(str(objects.meta(cluster).get("uid") or ""), store.endpoint_url, store.bucket,
+                          store.prefix, objects.spec(cluster).get("backup"))  # fmt: skip
 
 
 class StoreOwnership:
@@ -78,11 +79,33 @@ class StoreOwnership:
         self.api = api
         self.cache = cache
         self.clock = clock
-        self._owned: dict[ClusterKey, tuple[str, ...]] = {}  # the identity each owned verdict holds for
+        self._records: dict[ClusterKey, OwnershipRecord] = {}  # the last verdict asked, per cluster
+        # Clusters whose recorded verdict an event put in doubt: asked again however it reads.
+        self._doubted: set[ClusterKey] = set()
 
     def forget(self, key: ClusterKey) -> None:
-        """The cluster's next check asks the store again."""
-        self._owned.pop(key, None)
+        """The cluster's next check asks the store again (its recorded verdict is not trusted)."""
+        self._records.pop(key, None)
+        self._doubted.add(key)
+
+    def drop(self, key: ClusterKey) -> None:
+        """The cluster is gone."""
+        self._records.pop(key, None)
+        self._doubted.discard(key)
+
+    def record(
+        self, key: ClusterKey, cluster: Mapping[str, Any], store: ObjectStore
+    ) -> OwnershipRecord | None:
+        """The verdict to keep in `status.backup.storeOwnership`: the last one asked, else the one
+        recorded, while it holds for the cluster's current store and `spec.backup`."""
+        identity = _identity(cluster, store)
+        record = self._records.get(key) or recorded_ownership(objects.status(cluster))
+        return record if record is not None and record.identity == identity else None
+
+    def _trusted(self, key: ClusterKey, cluster: Mapping[str, Any], identity: str) -> bool:
+        if key in self._doubted:
+            return False
+        return trusts_record(self._records.get(key) or recorded_ownership(objects.status(cluster)), identity)
 
     async def check(
         self,
@@ -98,11 +121,11 @@ class StoreOwnership:
         key = (objects.namespace(cluster), objects.name(cluster))
         me = owner_of(cluster)
         identity = _identity(cluster, store)
-        if not fresh and self._owned.get(key) == identity:
+        if not fresh and self._trusted(key, cluster, identity):
             return Verdict("owned", "StorePrefixOwned", "store prefix owned by this cluster (checked before)")
         if not me.uid:
             raise StoreError("the cluster has no uid yet")
-        access = await store_access(self.api, me.namespace, config, store)
+        access = await store_access(self.api, me.namespace, config, store, cluster=me.name)
         evidence = adoption_evidence(cluster, self.cache.backups(key), store)
         contents = await inspect_prefix(access, marker_key(store), tuple(e.key_prefix for e in evidence))
         marker, problem = _read_marker(contents.marker)
@@ -123,10 +146,9 @@ class StoreOwnership:
                 verdict = decide(me, store, marker=marker, marker_problem=problem or (
                     None if marker is not None else "the marker vanished right after it was written"),
                     has_objects=True)  # fmt: skip
-        if verdict.ours:
-            self._owned[key] = identity
-        else:
-            self._owned.pop(key, None)
+        said: OwnershipVerdict = "owned" if verdict.ours else "notOwned"
+        self._records[key] = OwnershipRecord(identity, said, verdict.reason, rfc3339(self.clock()))
+        self._doubted.discard(key)
         return verdict
 
     async def deletion(
@@ -134,7 +156,7 @@ class StoreOwnership:
     ) -> Deletion:
         """For the store finalizer: always read afresh (never from the cache). Raises StoreError."""
         me = owner_of(cluster)
-        access = await store_access(self.api, me.namespace, config, store)
+        access = await store_access(self.api, me.namespace, config, store, cluster=me.name)
         contents = await inspect_prefix(access, marker_key(store), ())
         marker, problem = _read_marker(contents.marker)
         return decide_deletion(me, store, marker=marker, marker_problem=problem,

@@ -1,10 +1,13 @@
 """Deleting a cluster's objects in its S3-compatible store, from the operator process itself (boto3), so
 it works when the cluster's pods are broken or gone. The credentials are read from the user's Secret
-for the call and never logged; errors are reported with the store's own error code."""
+for the call and never logged; errors are reported with the store's own error code.
+
+Before anything is read or sent, the store is checked against the install's policy
+(backup.store_policy): https unless plain HTTP is allowed, and a credentials Secret labelled for the
+cluster. Every call runs bounded and fair (store_calls: a deadline, a slot per namespace)."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import threading
 from collections import OrderedDict
@@ -16,11 +19,34 @@ from lightkube.resources.core_v1 import Secret
 
 from pg_operator.api.backup import BackupConfiguration, S3Destination
 from pg_operator.backup.barman import CHECKSUM_ENV, ObjectStore
+from pg_operator.backup.store_policy import (
+    BACKUP_CREDENTIALS_FIELD,
+    BACKUP_ENDPOINT_FIELD,
+    RECOVERY_CREDENTIALS_FIELD,
+    RECOVERY_ENDPOINT_FIELD,
+    after_page,
+    credential_refusal,
+    endpoint_refusal,
+)
+from pg_operator.controller.backup_reconcilers.store_calls import (
+    StoreBusy,
+    StoreError,
+    StoreRefused,
+    StoreTimeout,
+    attach,
+    bounded,
+    limits,
+)
 from pg_operator.controller.kube_api import Api
+
+__all__ = [
+    "StoreAccess", "StoreBusy", "StoreError", "StoreRefused", "StoreTimeout", "s3_access", "store_access",
+]
 
 
 @dataclass(frozen=True)
 class StoreAccess:
+    namespace: str  # whose slot the calls take (store_calls)
     bucket: str
     prefix: str  # "<path>/<cluster>/"
     endpoint_url: str | None
@@ -34,24 +60,33 @@ class StoreAccess:
         return tuple(s for s in (self.access_key_id, self.secret_access_key, self.session_token) if s)
 
 
-class StoreError(Exception):
-    """A failed store call; str() is the store's error (no secret values)."""
-
-
 async def store_access(
-    api: Api, namespace: str, config: BackupConfiguration, store: ObjectStore
+    api: Api, namespace: str, config: BackupConfiguration, store: ObjectStore, *, cluster: str
 ) -> StoreAccess:
-    """The store's address and the credentials from the user's Secret (read for the call, never kept)."""
-    return await s3_access(api, namespace, config.s3, store)
+    """The store's address and the credentials from the user's Secret (read for the call, never kept).
+    Raises StoreRefused, naming the field, when the endpoint or the Secret may not be used."""
+    return await s3_access(api, namespace, config.s3, store, cluster=cluster)
 
 
-async def s3_access(api: Api, namespace: str, s3: S3Destination, store: ObjectStore) -> StoreAccess:
-    """store_access for any S3 destination of the spec (a recovery source's too)."""
+async def s3_access(
+    api: Api, namespace: str, s3: S3Destination, store: ObjectStore, *, cluster: str, recovery: bool = False
+) -> StoreAccess:
+    """store_access for any S3 destination of the spec (`recovery`: the recovery source's)."""
+    endpoint_field = RECOVERY_ENDPOINT_FIELD if recovery else BACKUP_ENDPOINT_FIELD
+    credentials_field = RECOVERY_CREDENTIALS_FIELD if recovery else BACKUP_CREDENTIALS_FIELD
+    insecure = limits().allow_insecure
+    refused = endpoint_refusal(store.endpoint_url, field=endpoint_field, allow_insecure=insecure)
+    if refused is not None:
+        raise StoreRefused(refused)
     creds = s3.credentials
     try:
         secret = await api.get(Secret, creds.secret_name, namespace)
     except ApiError as exc:
         raise StoreError(f"credentials Secret {creds.secret_name}: {exc.status.message}") from None
+    labels = (secret.metadata.labels if secret.metadata is not None else None) or {}
+    refused = credential_refusal(labels, cluster=cluster, secret=creds.secret_name, field=credentials_field)
+    if refused is not None:
+        raise StoreRefused(refused)
     data = secret.data or {}
 
     def value(key: str | None) -> str | None:
@@ -66,6 +101,7 @@ async def s3_access(api: Api, namespace: str, s3: S3Destination, store: ObjectSt
             f"{creds.secret_access_key_key}"
         )
     return StoreAccess(
+        namespace=namespace,
         bucket=store.bucket,
         prefix=store.prefix,
         endpoint_url=store.endpoint_url,
@@ -98,6 +134,8 @@ def _client(access: StoreAccess) -> Any:
         from botocore.config import Config
 
         config = Config(
+            # Bounds of botocore's own; the call's overall deadline is store_calls' (its requests are
+            # sent there, over a socket shut at the deadline).
             connect_timeout=5,
             read_timeout=30,
             retries={"max_attempts": 2, "mode": "standard"},
@@ -117,25 +155,36 @@ def _client(access: StoreAccess) -> Any:
             aws_session_token=access.session_token,
             config=config,
         )
+        attach(client)
         _CLIENTS[key] = client
         while len(_CLIENTS) > _MAX_CLIENTS:
             _CLIENTS.popitem(last=False)
         return client
 
 
-def _delete_prefix(access: StoreAccess) -> int:
-    """Delete every key under the prefix, a page (≤ 1000 keys) at a time; returns how many."""
+@dataclass(frozen=True)
+class Deleted:
+    count: int
+    complete: bool  # False: the listing stopped at the page limit; the next pass deletes the rest
+
+
+def _delete_prefix(access: StoreAccess, page_limit: int) -> Deleted:
+    """Delete the keys under the prefix, a page (≤ 1000 keys) at a time, at most `page_limit` pages."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     if not access.prefix.endswith("/") or access.prefix == "/":
         raise StoreError(f"refusing to delete under {access.prefix!r}: not one cluster's prefix")
-    deleted = 0
+    deleted, pages = 0, 0
     try:
         client = _client(access)
         paginator = client.get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=access.bucket, Prefix=access.prefix):
+            pages += 1
             keys = [{"Key": o["Key"]} for o in page.get("Contents") or ()]
+            step = after_page(pages, bool(page.get("IsTruncated")), page_limit)
             if not keys:
+                if step == "cut":
+                    return Deleted(deleted, complete=False)
                 continue
             result = client.delete_objects(Bucket=access.bucket, Delete={"Objects": keys, "Quiet": True})
             errors = result.get("Errors") or []
@@ -145,17 +194,21 @@ def _delete_prefix(access: StoreAccess) -> int:
                     f"{first.get('Code')}: could not delete {first.get('Key')}: {first.get('Message')}"
                 )
             deleted += len(keys)
+            if step == "cut":
+                return Deleted(deleted, complete=False)
     except ClientError as exc:
         error = exc.response.get("Error") or {}
         raise StoreError(f"{error.get('Code')}: {error.get('Message') or exc}") from None
     except BotoCoreError as exc:
         raise StoreError(f"{type(exc).__name__}: {exc}") from None
-    return deleted
+    return Deleted(deleted, complete=True)
 
 
-async def delete_prefix(access: StoreAccess) -> int:
-    """In a thread: boto3 is blocking."""
-    return await asyncio.to_thread(_delete_prefix, access)
+async def delete_prefix(access: StoreAccess) -> Deleted:
+    """On the store pool, within the listing deadline and page limit."""
+    bound = limits()
+    return await bounded(access.namespace, lambda: _delete_prefix(access, bound.listing_pages),
+                         seconds=bound.listing_seconds)  # fmt: skip
 
 
 # --- the ownership marker (backup.store_ownership) --------------------------------------------------------
@@ -254,12 +307,12 @@ def _put_if_absent(access: StoreAccess, key: str, data: bytes) -> PutResult:
 
 
 async def inspect_prefix(access: StoreAccess, marker_key: str, evidence: tuple[str, ...]) -> PrefixContents:
-    """In a thread: boto3 is blocking."""
-    return await asyncio.to_thread(_inspect, access, marker_key, evidence)
+    """On the store pool, within the call deadline (boto3 is blocking)."""
+    return await bounded(access.namespace, lambda: _inspect(access, marker_key, evidence))
 
 
 async def put_if_absent(access: StoreAccess, key: str, data: bytes) -> PutResult:
-    return await asyncio.to_thread(_put_if_absent, access, key, data)
+    return await bounded(access.namespace, lambda: _put_if_absent(access, key, data))
 
 
 # --- small documents of the operator's own (backup.generations) ------------------------------------------
@@ -275,9 +328,9 @@ def _put(access: StoreAccess, key: str, data: bytes) -> None:
 
 
 async def read_object(access: StoreAccess, key: str) -> bytes | None:
-    """The object's bytes (at most 64 KiB), or None when there is none. In a thread: boto3 blocks."""
-    return await asyncio.to_thread(lambda: _read_key(_client(access), access.bucket, key))
+    """The object's bytes (at most 64 KiB), or None when there is none. On the store pool."""
+    return await bounded(access.namespace, lambda: _read_key(_client(access), access.bucket, key))
 
 
 async def put_object(access: StoreAccess, key: str, data: bytes) -> None:
-    await asyncio.to_thread(_put, access, key, data)
+    await bounded(access.namespace, lambda: _put(access, key, data))

@@ -19,7 +19,13 @@ from pg_operator.controller.backoff import Backoff
 from pg_operator.controller.backup_reconcilers.cluster_status import ClusterWrites
 from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership
 from pg_operator.controller.backup_reconcilers.shared import Notices, backup_config, stores_of
-from pg_operator.controller.backup_reconcilers.store import StoreError, delete_prefix, store_access
+from pg_operator.controller.backup_reconcilers.store import (
+    StoreBusy,
+    StoreError,
+    delete_prefix,
+    store_access,
+)
+from pg_operator.controller.backup_reconcilers.store_calls import BUSY_RETRY_SECONDS
 from pg_operator.controller.keys import ClusterKey
 from pg_operator.controller.kube_api import Api, is_not_found
 
@@ -80,7 +86,15 @@ class StoreFinalizer:
                     continue
                 deleted = 0
                 if deletion.kind == "delete":
-                    deleted = await delete_prefix(await store_access(self.api, namespace, config, store))
+                    access = await store_access(self.api, namespace, config, store, cluster=name)
+                    result = await delete_prefix(access)
+                    deleted = result.count
+                    if not result.complete:  # stopped at the page limit: the next pass goes on
+                        log.info("cluster %s/%s: deleted %d object(s) under %s, more left",
+                                 namespace, name, deleted, store.prefix)  # fmt: skip
+                        return 1.0
+            except StoreBusy:
+                return BUSY_RETRY_SECONDS
             except StoreError as exc:
                 text = str(exc)
                 if not text.startswith("NoSuchBucket"):

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from pg_operator import objects
+from pg_operator.controller.backup_reconcilers.store_calls import limits as store_limits
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.specs import desired_children
+from pg_operator.specs.backup_pod import wired_for_pods
 from pg_operator.specs.network_policy import DEFAULT_OPERATOR_NAMESPACE, OperatorPeer, host_cidrs
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -56,7 +58,10 @@ class InstancesRoom(Room):
 
     def children(self, p: ClusterPass) -> list[dict[str, Any]]:
         operator = self.operator_peer(p)
-        desired = desired_children(p.cluster, existing_statefulset=p.statefulset, operator=operator)
+        # A refused spec.backup (plain HTTP, an unlabelled Secret) is not wired into the pods.
+        cluster = wired_for_pods(p.cluster, allow_insecure=store_limits().allow_insecure,
+                                 labelled=lambda name: p.snapshot.find("v1", "Secret", name) is not None)
+        desired = desired_children(cluster, existing_statefulset=p.statefulset, operator=operator)
         if p.replicas is not None:
             # The high-availability room holds the size until the primary has moved (scale-down).
             for child in desired:

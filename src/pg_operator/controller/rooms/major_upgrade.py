@@ -725,7 +725,7 @@ class MajorUpgradeRoom(Room):
             return  # the cache does not show the switch yet
         store = archive_settings(config, gens[0].server_name).store
         try:
-            access = await store_access(self.api, p.namespace, config, store)
+            access = await store_access(self.api, p.namespace, config, store, cluster=p.name)
             document = generations.store_document(p.name, gens)
             await put_object(access, generations.store_key(store.prefix), document)
         except StoreError as exc:
@@ -750,7 +750,8 @@ class MajorUpgradeRoom(Room):
                 return  # restored before generations existed: the source's own name
             source = recovery_source(recovery)
             try:
-                access = await s3_access(self.api, p.namespace, recovery.source.s3, source)
+                access = await s3_access(self.api, p.namespace, recovery.source.s3, source, cluster=p.name,
+                                          recovery=True)
                 raw = await read_object(access, generations.store_key(source.prefix))
                 gens = generations.parse(raw, f"{source.prefix}{generations.STORE_FILE}")
             except (StoreError, ValueError) as exc:
