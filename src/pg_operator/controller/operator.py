@@ -37,6 +37,7 @@ from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcile import Reconciler, namespace_terminating
 from pg_operator.controller.rooms.storage import STORAGE_CLASSES_UNREADABLE, storage_classes_readable
+from pg_operator.controller.secret_reads import api_reader
 from pg_operator.controller.wakeups import Wakeups, feeds
 from pg_operator.specs import MANAGED_KINDS
 
@@ -211,7 +212,7 @@ async def _lead(
     backups = BackupLoops(api, cache, metrics, pod_exec, opts.identity,
                           retention_seconds=opts.backup_retention_seconds,
                           store_limits=opts.store_limits)  # fmt: skip
-    wakeups = Wakeups(controller, cache, backups)
+    wakeups = Wakeups(controller, cache, backups, api_reader(api))
     # A client of its own: the watches' streams never wait behind the reconciles' writes.
     watch_api = Api(metrics, for_watches=True)
     informers = Informers(watch_api, feeds(wakeups, kinds, storage_classes=storage_classes), opts.namespaces,
