@@ -44,6 +44,10 @@ def helm(kube: Kube, *args: str, timeout: float = 360) -> subprocess.CompletedPr
     return res
 
 
+# The e2e tier's S3 emulator (harness/s3.py, moto) speaks plain HTTP: the installed operator allows it.
+INSECURE_STORES = ("--allow-insecure-object-stores",)
+
+
 def install_operator(kube: Kube, extra_args: Sequence[str] = ()) -> None:
     """What a user does with the chart (docs/install.md), after building and importing the images: the
     namespace with the restricted Pod Security level, then `helm upgrade --install` of the cluster-wide
@@ -61,7 +65,7 @@ def install_operator(kube: Kube, extra_args: Sequence[str] = ()) -> None:
     repository, _, tag = image.rpartition(":")
     helm(kube, "upgrade", "--install", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
          "--take-ownership", "--set-string", f"image.repository={repository},image.tag={tag}",
-         "--set-json", f"extraArgs={json.dumps(list(extra_args))}")  # fmt: skip
+         "--set-json", f"extraArgs={json.dumps([*INSECURE_STORES, *extra_args])}")  # fmt: skip
     kube.kubectl("-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment/pg-operator",
                  "--timeout=300s", timeout=320)  # fmt: skip
 

@@ -68,16 +68,19 @@ def storage_class(name: str, *, expandable: bool | None = None, reclaim: str | N
 
 
 def s3_credentials_secret(
-    name: str, namespace: str, access_key_id: str, secret_access_key: str
+    name: str, namespace: str, access_key_id: str, secret_access_key: str, *, cluster: str | None = None
 ) -> dict[str, Any]:
-    """The Secret a cluster's `backup.s3.credentials.secretName` names (keys of the backup contract)."""
+    """The Secret a cluster's `backup.s3.credentials.secretName` names (keys of the backup contract),
+    labelled for `cluster` (the operator uses backup credentials only from a Secret labelled for it)."""
 
     def b64(v: str) -> str:
         return base64.b64encode(v.encode()).decode()
 
     data = {"ACCESS_KEY_ID": b64(access_key_id), "ACCESS_SECRET_KEY": b64(secret_access_key)}
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
-            "data": data}  # fmt: skip
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if cluster is not None:
+        meta["labels"] = {"db.example.com/cluster": cluster}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "data": data}
 
 
 def backup(name: str, namespace: str, cluster_name: str) -> dict[str, Any]:

@@ -71,8 +71,12 @@ def operator_kubeconfig(kube: KubectlLike, path: Path) -> Path:
 class OperatorProcess:
     """`pg-operator run` as a subprocess, with its own health/metrics ports and log file."""
 
-    def __init__(self, kubeconfig: Path, log_dir: Path, identity: str, *extra: str) -> None:
+    def __init__(
+        self, kubeconfig: Path, log_dir: Path, identity: str, *extra: str, insecure_stores: bool = True
+    ) -> None:
         self.kubeconfig = kubeconfig
+        # The tests' S3 emulator (harness/s3.py) speaks plain HTTP, which the operator refuses by default.
+        self.insecure_stores = insecure_stores
         self.identity = identity
         self.extra = list(extra)
         self.log_path = log_dir / f"operator-{identity}.log"
@@ -98,6 +102,7 @@ class OperatorProcess:
                 str(self.metrics_port),
                 "--bind-address",
                 "127.0.0.1",
+                *(("--allow-insecure-object-stores",) if self.insecure_stores else ()),
                 *self.extra,
             ],
             env=env,

@@ -46,8 +46,10 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
-def secret(namespace: str, s3: S3Server, *, secret_key: str | None = None) -> dict[str, Any]:
-    return s3_credentials_secret("s3-creds", namespace, s3.access_key_id, secret_key or s3.secret_access_key)
+def secret(namespace: str, s3: S3Server, cluster: str, *, secret_key: str | None = None) -> dict[str, Any]:
+    """The credentials Secret, labelled for the one cluster of the test's namespace that uses it."""
+    return s3_credentials_secret("s3-creds", namespace, s3.access_key_id, secret_key or s3.secret_access_key,
+                                 cluster=cluster)  # fmt: skip
 
 
 def backup_spec(endpoint: str, on_delete: str) -> dict[str, Any]:
@@ -147,7 +149,7 @@ def test_ownership_is_asked_of_the_store_on_events_never_by_a_steady_cluster(
     kube = operator_env.kube
     ns = make_namespace(kube, "owned")
     name = "steady-db"
-    apply(kube, secret(ns, s3))
+    apply(kube, secret(ns, s3, name))
     apply(kube, cluster(name, ns, replicas=1, backup=backup_spec(s3.endpoint, "keep")))
     marker = f"it/{name}/{MARKER_NAME}"
     wait_until("the cluster to claim its empty prefix", lambda: marker in s3.keys(BUCKET, f"it/{name}/"), 60)
@@ -209,7 +211,7 @@ def test_on_delete_delete_empties_the_prefix_and_releases_the_finalizer(
 ) -> None:
     kube = operator_env.kube
     ns = make_namespace(kube, "ondel")
-    apply(kube, secret(ns, s3))
+    apply(kube, secret(ns, s3, "gone-db"))
     apply(kube, cluster("gone-db", ns, replicas=1, backup=backup_spec(s3.endpoint, "delete")))
     mine = put_objects(s3, "gone-db")
     # The prefix is this cluster's as its first archived segment would have claimed it (on kwok nothing
@@ -242,7 +244,7 @@ def test_on_delete_delete_leaves_a_prefix_it_does_not_own_and_still_lets_the_clu
     one in another namespace): nothing is deleted, and the deletion is not held."""
     kube = operator_env.kube
     ns = make_namespace(kube, "alien")
-    apply(kube, secret(ns, s3))
+    apply(kube, secret(ns, s3, "alien-db"))
     apply(kube, cluster("alien-db", ns, replicas=1, backup=backup_spec(s3.endpoint, "delete")))
     theirs = put_objects(s3, "alien-db")
     wait_until("the finalizer", lambda: FINALIZER in finalizers(kube, ns, "alien-db"), 30)
@@ -259,7 +261,7 @@ def test_on_delete_keep_leaves_the_store_alone(
 ) -> None:
     kube = operator_env.kube
     ns = make_namespace(kube, "onkeep")
-    apply(kube, secret(ns, s3))
+    apply(kube, secret(ns, s3, "kept-db"))
     apply(kube, cluster("kept-db", ns, replicas=1, backup=backup_spec(s3.endpoint, "keep")))
     mine = put_objects(s3, "kept-db")
     wait_until("the StatefulSet", lambda: get_or_none(kube, "statefulset", "kept-db", "-n", ns), 30)
@@ -278,7 +280,8 @@ def test_a_failing_store_is_reported_retried_and_can_be_released_by_hand(
     kube = operator_env.kube
     ns = make_namespace(kube, "onfail")
     endpoint = f"http://127.0.0.1:{free_port()}" if case == "unreachable" else s3.endpoint
-    apply(kube, secret(ns, s3, secret_key="wrong-secret-key" if case == "bad-credentials" else None))
+    wrong = "wrong-secret-key" if case == "bad-credentials" else None
+    apply(kube, secret(ns, s3, "stuck-db", secret_key=wrong))
     apply(kube, cluster("stuck-db", ns, replicas=1, backup=backup_spec(endpoint, "delete")))
     mine = put_objects(s3, "stuck-db")
     wait_until("the finalizer", lambda: FINALIZER in finalizers(kube, ns, "stuck-db"), 30)
