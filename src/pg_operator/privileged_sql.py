@@ -18,15 +18,12 @@ from __future__ import annotations
 PINNED_OPTIONS = "--search_path=pg_catalog,pg_temp --role=none --default_transaction_read_only=off"
 # The same, as statements: first in every script and after each `\connect`.
 PINNED_SQL = (
-    "SET ROLE NONE;\n"
-    "SET search_path = pg_catalog, pg_temp;\n"
-    "SET default_transaction_read_only = off;\n"
+    "SET ROLE NONE;\nSET search_path = pg_catalog, pg_temp;\nSET default_transaction_read_only = off;\n"
 )
 # A script that sends passwords' verifiers keeps its statements out of every server log, whatever the
 # user configured (a verifier is not the password, but it is what an attacker would grind offline).
 QUIET_SQL = (
-    PINNED_SQL
-    + "SET standard_conforming_strings = on;\n"
+    PINNED_SQL + "SET standard_conforming_strings = on;\n"
     "SET log_statement = 'none';\n"
     "SET log_min_duration_statement = -1;\n"
     "SET log_min_error_statement = 'panic';\n"

@@ -57,7 +57,20 @@ CREATE FUNCTION public.pg_get_userbyid(oid) RETURNS name LANGUAGE sql
 CREATE VIEW public.pg_extension AS SELECT * FROM pg_catalog.pg_extension WHERE public.escalate();
 CREATE VIEW public.pg_namespace AS SELECT * FROM pg_catalog.pg_namespace WHERE public.escalate();
 ALTER DATABASE {TENANT_DB} SET search_path = public, pg_catalog;
-"""
+"""  # noqa: S608 (the test's own constants)
+
+
+# The test's own superuser queries in the tenant's database name everything by its schema (the trap is
+# in the tenant's search path there).
+TENANT_ROLES = "SELECT count(*) FROM pg_catalog.pg_roles WHERE rolname LIKE 'e2e\\_alice%'"
+REPORTS_SCHEMA = "SELECT count(*) FROM pg_catalog.pg_namespace WHERE nspname = 'reports'"
+CALLS = "SELECT pg_catalog.string_agg(who::text || ':' || super::text, ',') FROM public.calls"
+_EXTENSION = (
+    "FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace "
+    "WHERE e.extname = '{}'"
+)
+EXTENSION_OWNER = "SELECT pg_catalog.pg_get_userbyid(e.extowner) || '|' || n.nspname " + _EXTENSION
+EXTENSION_SCHEMA = "SELECT n.nspname || '|' || pg_catalog.pg_get_userbyid(n.nspowner) " + _EXTENSION
 
 
 def patch_spec(kube: Kube, spec: dict[str, Any]) -> None:
@@ -105,13 +118,15 @@ def tenant(example: Kube) -> Iterator[Kube]:
         on_primary(example, f"DROP ROLE IF EXISTS {ESCALATED}")
         on_primary(example, f"DROP ROLE IF EXISTS {HELPER}")
         wait_until("the tenant's role and database dropped",
-                   lambda: on_primary(example, "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'e2e\\_alice%'")
-                   == "0" and not status(example, NS, NAME).get("roles"), CHECK_TIMEOUT, 2)  # fmt: skip
+                   lambda: on_primary(example, TENANT_ROLES) == "0"
+                   and not status(example, NS, NAME).get("roles"), CHECK_TIMEOUT, 2)  # fmt: skip
         patch_spec(example, {"removalPolicy": None})
         wait_serving(example, NS, NAME, 3, 120)
 
 
-def test_a_search_path_the_tenant_sets_never_runs_its_code_as_the_superuser(tenant: Kube, tmp_path: Path) -> None:
+def test_a_search_path_the_tenant_sets_never_runs_its_code_as_the_superuser(
+    tenant: Kube, tmp_path: Path
+) -> None:
     before = superusers(tenant)
     with tenant_connection(tenant, tmp_path) as conn:
         conn.execute(TRAP)
@@ -126,27 +141,28 @@ def test_a_search_path_the_tenant_sets_never_runs_its_code_as_the_superuser(tena
                   "schemas": [{"name": "app"}, {"name": "reports"}]}]  # fmt: skip
     patch_spec(tenant, {"databases": databases})
     wait_until("the new schema and the extension created in the tenant's database",
-               lambda: on_primary(tenant, "SELECT count(*) FROM pg_catalog.pg_namespace WHERE nspname = 'reports'",
-                                  TENANT_DB) == "1"
+               lambda: on_primary(tenant, REPORTS_SCHEMA, TENANT_DB) == "1"
                and entries(tenant).get(TENANT_DB, {}).get("applied"), CHECK_TIMEOUT, 2)  # fmt: skip
     # One more periodic read-back, after the converging one.
     patch_spec(tenant, {"databases": [{**databases[0], "schemas": [{"name": "app"}]}]})
-    wait_until("a further check of the tenant's database",
-               lambda: entries(tenant).get(TENANT_DB, {}).get("applied"), CHECK_TIMEOUT, 2)
-    # (The test's own superuser queries in the tenant's database name everything by its schema.)
-    calls = on_primary(tenant, "SELECT pg_catalog.string_agg(who::text || ':' || super::text, ',') FROM public.calls",
-                       TENANT_DB)  # fmt: skip
+    wait_until(
+        "a further check of the tenant's database",
+        lambda: entries(tenant).get(TENANT_DB, {}).get("applied"),
+        CHECK_TIMEOUT,
+        2,
+    )
+    calls = on_primary(tenant, CALLS, TENANT_DB)
     assert "true" not in calls, f"the tenant's code ran as a superuser: {calls}"
     assert superusers(tenant) == before
     # The extension is the tenant's own (created as the owner, in the schema named), not the superuser's.
-    row = on_primary(tenant, "SELECT pg_catalog.pg_get_userbyid(e.extowner) || '|' || n.nspname "
-                             "FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace "
-                             "WHERE e.extname = 'pg_trgm'", TENANT_DB)  # fmt: skip
+    row = on_primary(tenant, EXTENSION_OWNER.format("pg_trgm"), TENANT_DB)
     assert row == f"{TENANT}|public", row
     wait_serving(tenant, NS, NAME, 3, 120)
 
 
-def test_an_untrusted_extension_goes_into_a_schema_the_tenant_cannot_write(tenant: Kube, tmp_path: Path) -> None:
+def test_an_untrusted_extension_goes_into_a_schema_the_tenant_cannot_write(
+    tenant: Kube, tmp_path: Path
+) -> None:
     """pg_buffercache is not trusted: only the superuser can create it, so its script runs as the superuser
     with the target schema first in its search path. Installed into the tenant's `public`, anything the
     tenant planted there would run; it goes into `extensions`, owned by the superuser, instead."""
@@ -154,15 +170,12 @@ def test_an_untrusted_extension_goes_into_a_schema_the_tenant_cannot_write(tenan
                   "schemas": [{"name": "app"}]}]  # fmt: skip
     patch_spec(tenant, {"databases": databases})
     wait_until("pg_buffercache created",
-               lambda: on_primary(tenant, "SELECT count(*) FROM pg_catalog.pg_extension WHERE extname = 'pg_buffercache'",
-                                  TENANT_DB) == "1", CHECK_TIMEOUT, 2)  # fmt: skip
-    row = on_primary(tenant, "SELECT n.nspname || '|' || pg_catalog.pg_get_userbyid(n.nspowner) "
-                             "FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace "
-                             "WHERE e.extname = 'pg_buffercache'", TENANT_DB)  # fmt: skip
+               lambda: on_primary(tenant, EXTENSION_SCHEMA.format("pg_buffercache"), TENANT_DB) != "",
+               CHECK_TIMEOUT, 2)  # fmt: skip
+    row = on_primary(tenant, EXTENSION_SCHEMA.format("pg_buffercache"), TENANT_DB)
     assert row == "extensions|postgres", row
-    with tenant_connection(tenant, tmp_path) as conn:
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute("CREATE FUNCTION extensions.planted() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$")
+    with tenant_connection(tenant, tmp_path) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("CREATE FUNCTION extensions.planted() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$")
 
 
 def test_a_membership_that_reaches_server_programs_is_refused(tenant: Kube) -> None:

@@ -252,7 +252,9 @@ def test_a_removed_role_that_owns_a_database_is_kept_and_reported() -> None:
 
 def test_observe_script_and_output() -> None:
     sql = observe_sql(DECLARED)
-    assert "ARRAY['orders', 'readers']::pg_catalog.text[]" in sql and "\\connect shop" in sql and "\\gset" in sql
+    assert (
+        "ARRAY['orders', 'readers']::pg_catalog.text[]" in sql and "\\connect shop" in sql and "\\gset" in sql
+    )
     lines = [
         json.dumps(
             {
@@ -294,8 +296,13 @@ def test_observe_script_and_output() -> None:
         ),
         json.dumps({"part": "extensions", "available": ["pg_trgm"], "trusted": ["pg_trgm"]}),
         json.dumps(
-            {"part": "database", "name": "shop", "extensions": ["plpgsql"], "schemas": {"sales": "x"},
-             "extensionSchema": ["postgres", True]}
+            {
+                "part": "database",
+                "name": "shop",
+                "extensions": ["plpgsql"],
+                "schemas": {"sales": "x"},
+                "extensionSchema": ["postgres", True],
+            }
         ),
     ]
     seen = parse_observed("\n".join(lines))
@@ -384,10 +391,27 @@ def _unqualified_calls(sql: str) -> list[str]:
     variables aside)."""
     import re
 
-    keywords = {"coalesce", "exists", "any", "array", "extract", "filter", "case", "select", "in", "and", "or",
-                "not", "from", "where"}
-    found = [m.group(1) for m in re.finditer(r"(?<![.\w:'])([a-z_][a-z0-9_]*)\s*\(", sql)
-             if m.group(1) not in keywords]
+    keywords = {
+        "coalesce",
+        "exists",
+        "any",
+        "array",
+        "extract",
+        "filter",
+        "case",
+        "select",
+        "in",
+        "and",
+        "or",
+        "not",
+        "from",
+        "where",
+    }
+    found = [
+        m.group(1)
+        for m in re.finditer(r"(?<![.\w:'])([a-z_][a-z0-9_]*)\s*\(", sql)
+        if m.group(1) not in keywords
+    ]
     for m in re.finditer(r"(?<!epoch )\b(?:FROM|JOIN)\s+([a-z_][a-z0-9_.]*)", sql):
         if not m.group(1).startswith("pg_catalog."):
             found.append(m.group(1))
@@ -404,48 +428,82 @@ def test_the_read_back_names_every_function_and_relation_with_its_schema() -> No
 
 
 def test_a_trusted_extension_is_created_as_the_owner_and_an_untrusted_one_in_a_superuser_schema() -> None:
-    db = cluster(roles=[{"name": "orders"}],
-                 databases=[{"name": "shop", "owner": "orders", "extensions": ["pg_trgm", "pg_buffercache"]}])
+    db = cluster(
+        roles=[{"name": "orders"}],
+        databases=[{"name": "shop", "owner": "orders", "extensions": ["pg_trgm", "pg_buffercache"]}],
+    )
     seen = converged()
     shop = ObservedDatabase("shop", "orders", "UTF8", "C", True, True, frozenset({"plpgsql"}), {})
-    observed = Observed({"orders": seen.roles["orders"]}, {"shop": shop},
-                        frozenset({"pg_trgm", "pg_buffercache"}), frozenset({"pg_trgm"}))
+    observed = Observed(
+        {"orders": seen.roles["orders"]},
+        {"shop": shop},
+        frozenset({"pg_trgm", "pg_buffercache"}),
+        frozenset({"pg_trgm"}),
+    )
     sql = converge(db, observed, Passwords({"orders": "s3cret"}), salt=SALT).sql
-    assert ('SET ROLE "orders";\nCREATE EXTENSION IF NOT EXISTS "pg_trgm" SCHEMA public;\nSET ROLE NONE;\n'
-            in sql)
+    assert (
+        'SET ROLE "orders";\nCREATE EXTENSION IF NOT EXISTS "pg_trgm" SCHEMA public;\nSET ROLE NONE;\n' in sql
+    )
     # The schema is created without IF NOT EXISTS: one a tenant made meanwhile fails the script.
-    assert 'CREATE SCHEMA "extensions" AUTHORIZATION CURRENT_USER;\nGRANT USAGE ON SCHEMA "extensions" TO PUBLIC;' in sql
-    assert sql.index('CREATE SCHEMA "extensions"') < sql.index('CREATE EXTENSION IF NOT EXISTS "pg_buffercache" '
-                                                               'SCHEMA "extensions"')
+    created = 'CREATE SCHEMA "extensions" AUTHORIZATION CURRENT_USER;\n'
+    assert created + 'GRANT USAGE ON SCHEMA "extensions" TO PUBLIC;' in sql
+    assert sql.index('CREATE SCHEMA "extensions"') < sql.index(
+        'CREATE EXTENSION IF NOT EXISTS "pg_buffercache" SCHEMA "extensions"'
+    )
     # A schema of that name a tenant owns: refused and reported, nothing created in it.
     tenant_owned = ObservedDatabase(**{**shop.__dict__, "extension_schema_owner": ("orders", False)})
-    plan = converge(db, Observed(observed.roles, {"shop": tenant_owned}, observed.available_extensions,
-                                 observed.trusted_extensions), Passwords({"orders": "s3cret"}), salt=SALT)
+    plan = converge(
+        db,
+        Observed(
+            observed.roles, {"shop": tenant_owned}, observed.available_extensions, observed.trusted_extensions
+        ),
+        Passwords({"orders": "s3cret"}),
+        salt=SALT,
+    )
     assert "pg_buffercache" not in plan.sql and 'CREATE SCHEMA "extensions"' not in plan.sql
     [entry] = plan.databases
     assert not entry.applied and "owned by orders, not a superuser" in entry.reason
     # One the superuser owns is used as it is.
     owned = ObservedDatabase(**{**shop.__dict__, "extension_schema_owner": ("postgres", True)})
-    sql = converge(db, Observed(observed.roles, {"shop": owned}, observed.available_extensions,
-                                observed.trusted_extensions), Passwords({"orders": "s3cret"}), salt=SALT).sql
+    sql = converge(
+        db,
+        Observed(observed.roles, {"shop": owned}, observed.available_extensions, observed.trusted_extensions),
+        Passwords({"orders": "s3cret"}),
+        salt=SALT,
+    ).sql
     assert 'CREATE SCHEMA "extensions"' not in sql and 'SCHEMA "extensions";' in sql
 
 
 def test_a_membership_that_reaches_superuser_power_is_refused_and_revoked() -> None:
-    db = cluster(roles=[{"name": "orders", "inRoles": ["helper", "readers"]}, {"name": "readers", "login": False}])
+    db = cluster(
+        roles=[{"name": "orders", "inRoles": ["helper", "readers"]}, {"name": "readers", "login": False}]
+    )
     seen = converged()
     helper = role("helper", login=False, managed=False, reaches=frozenset({"pg_execute_server_program"}))
-    orders = role("orders", member_of=frozenset({"helper", "readers"}), verifier=seen.roles["orders"].verifier)
-    observed = Observed({"orders": orders, "readers": seen.roles["readers"], "helper": helper}, {}, frozenset())
+    orders = role(
+        "orders", member_of=frozenset({"helper", "readers"}), verifier=seen.roles["orders"].verifier
+    )
+    observed = Observed(
+        {"orders": orders, "readers": seen.roles["readers"], "helper": helper}, {}, frozenset()
+    )
     plan = converge(db, observed, PW, salt=SALT)
     assert 'REVOKE "helper" FROM "orders"' in plan.sql and 'GRANT "helper"' not in plan.sql
     entry = next(e for e in plan.roles if e.name == "orders")
     assert not entry.applied
-    assert entry.reason == ("membership in role helper: refused, it reaches pg_execute_server_program "
-                            "(superuser power or the server's files)")
+    assert entry.reason == (
+        "membership in role helper: refused, it reaches pg_execute_server_program "
+        "(superuser power or the server's files)"
+    )
     # Not yet a member: never granted. A superuser role itself is refused the same way.
     boss = role("helper", login=False, managed=False, superuser=True)
     fresh = role("orders", member_of=frozenset({"readers"}), verifier=seen.roles["orders"].verifier)
-    plan = converge(db, Observed({"orders": fresh, "readers": seen.roles["readers"], "helper": boss}, {},
-                                 frozenset()), PW, salt=SALT)
-    assert "helper" not in plan.sql and "reaches helper" in next(e for e in plan.roles if e.name == "orders").reason
+    plan = converge(
+        db,
+        Observed({"orders": fresh, "readers": seen.roles["readers"], "helper": boss}, {}, frozenset()),
+        PW,
+        salt=SALT,
+    )
+    assert (
+        "helper" not in plan.sql
+        and "reaches helper" in next(e for e in plan.roles if e.name == "orders").reason
+    )
