@@ -18,7 +18,7 @@ import httpx2
 from lightkube import AsyncClient, KubeConfig, codecs
 from lightkube.config.client_adapter import verify_cluster
 from lightkube.core.exceptions import ApiError
-from lightkube.core.resource import NamespacedResource
+from lightkube.core.resource import NamespacedResource, api_info
 from lightkube.core.resource_registry import resource_registry
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import CascadeType, PatchType
@@ -55,6 +55,15 @@ def resource_for(api_version: str, kind: str) -> type[Any]:
     if (api_version, kind) == (f"{GROUP}/{VERSION}", KIND):
         return PostgresClusterResource
     return resource_registry.load(api_version, kind)
+
+
+def list_path(res: type[Any], namespace: str | None) -> str:
+    """The URL path listing a kind (in `namespace` when it is namespaced)."""
+    info = api_info(res).resource
+    base = f"/api/{info.version}" if not info.group else f"/apis/{info.group}/{info.version}"
+    if namespace is not None and issubclass(res, NamespacedResource):
+        base += f"/namespaces/{namespace}"
+    return f"{base}/{api_info(res).plural}"
 
 
 def is_not_found(exc: ApiError) -> bool:
@@ -195,17 +204,26 @@ class Api:
         async with self._slots:
             return await self.client.replace(obj)
 
-    async def apply(self, body: Mapping[str, Any]) -> Any:
-        """Server-side apply of a complete object (dict), forcing ownership of the fields we set."""
+    async def apply(self, body: Mapping[str, Any], *, uid: str | None = None) -> Any:
+        """Server-side apply of a complete object (dict), forcing ownership of the fields we set.
+
+        `uid`: the object this must be (controller/writes.py applies only to objects it found to be
+        the cluster's). The API server treats `metadata.uid` in an apply body as a precondition: another
+        object under the name is refused with 409 or 422 (uid is immutable), none at all with 409 ("uid
+        mismatch ... no existing object was found"), so a forced apply never takes over, nor creates, an
+        object that replaced ours meanwhile (tests/integration/test_ownership_conflict.py shows both)."""
         meta = body["metadata"]
         res = resource_for(body["apiVersion"], body["kind"])
         namespace = meta.get("namespace") if issubclass(res, NamespacedResource) else None
+        payload = dict(body)
+        if uid is not None:
+            payload["metadata"] = {**meta, "uid": uid}
         self._count("apply")
         async with self._slots:
             return await self.client.patch(
                 res,
                 meta["name"],
-                dict(body),
+                payload,
                 namespace=namespace,
                 patch_type=PatchType.APPLY,
                 field_manager=FIELD_MANAGER,
@@ -213,9 +231,46 @@ class Api:
             )
 
     async def create_dict(self, body: Mapping[str, Any]) -> Any:
+        """POST: fails with 409 when any object holds the name (the only atomic create-only write)."""
         self._count("create")
         async with self._slots:
             return await self.client.create(codecs.from_dict(dict(body)))
+
+    async def applied_from_now_on(self, created: Mapping[str, Any]) -> None:
+        """Turn the field manager entry a POST left (operation Update) into the one a server-side apply
+        keeps (operation Apply), as client-go's csaupgrade does: later applies then remove the fields they
+        stop setting, which fields an Update entry co-owns would keep. A JSON patch whose tests pin the
+        object (uid) and the entry, so it changes nothing else and nothing of another object."""
+        meta = created.get("metadata") or {}
+        entries = meta.get("managedFields") or []
+        index = next((i for i, e in enumerate(entries) if e.get("manager") == FIELD_MANAGER
+                      and e.get("operation") == "Update" and not e.get("subresource")), None)  # fmt: skip
+        if index is None:
+            return
+        patch = [
+            {"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
+            {"op": "test", "path": f"/metadata/managedFields/{index}/manager", "value": FIELD_MANAGER},
+            {"op": "test", "path": f"/metadata/managedFields/{index}/operation", "value": "Update"},
+            {"op": "replace", "path": f"/metadata/managedFields/{index}/operation", "value": "Apply"},
+        ]
+        res = resource_for(str(created.get("apiVersion")), str(created.get("kind")))
+        namespace = meta.get("namespace") if issubclass(res, NamespacedResource) else None
+        self._count("patch")
+        async with self._slots:
+            await self.client.patch(res, str(meta.get("name")), patch, namespace=namespace,
+                                    patch_type=PatchType.JSON, field_manager=FIELD_MANAGER)  # fmt: skip
+
+    async def find_metadata(
+        self, api_version: str, kind: str, name: str, namespace: str | None
+    ) -> dict[str, Any] | None:
+        """The metadata of the object under `name`, or None: a list with a field selector, since the
+        operator may list every kind it writes but get only a few (deploy/operator/rbac.yaml)."""
+        path = list_path(resource_for(api_version, kind), namespace)
+        async for page in self.list_metadata(path, {"fieldSelector": f"metadata.name={name}"}):
+            for meta in page:
+                if meta.get("name") == name:
+                    return meta
+        return None
 
     async def merge_patch(
         self,
@@ -237,8 +292,20 @@ class Api:
                 field_manager=FIELD_MANAGER,
             )
 
-    async def delete(self, api_version: str, kind: str, name: str, namespace: str | None) -> None:
+    async def delete(self, api_version: str, kind: str, name: str, namespace: str | None, *,
+                     uid: str | None = None) -> None:  # fmt: skip
+        """Delete in the background. `uid`: a precondition (DeleteOptions), so an object that replaced the
+        one meant is refused with 409 instead of deleted."""
         res = resource_for(api_version, kind)
         self._count("delete")
         async with self._slots:
-            await self.client.delete(res, name, namespace=namespace, cascade=CascadeType.BACKGROUND)
+            if uid is None:
+                await self.client.delete(res, name, namespace=namespace, cascade=CascadeType.BACKGROUND)
+                return
+            # lightkube's delete sends no DeleteOptions body: the request is built the same way, with one.
+            generic: Any = self.client._client
+            request = generic.prepare_request("delete", res, name=name, namespace=namespace)
+            request.data = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid},
+                            "propagationPolicy": CascadeType.BACKGROUND.value}  # fmt: skip
+            response = await generic.send(generic.build_adapter_request(request))
+            generic.handle_response("delete", response, request)

@@ -1,5 +1,13 @@
 """How a pass writes: server-side apply only where an object differs, a memo so a quick second pass
-does not repeat a write the watch cache has not shown yet, and independent writes sent together."""
+does not repeat a write the watch cache has not shown yet, and independent writes sent together.
+
+A cluster writes only what it owns (specs/ownership.py): every write of a cluster's object goes through
+here with the pass's `Claims`. An object the cache does not show is created with POST, which fails when
+any object holds the name (then its metadata is read: ours, because the cache lags, or foreign, a
+conflict); an object the cache shows as the cluster's is applied, patched or deleted with its uid as a
+precondition, so one that replaced it meanwhile is refused by the API server instead of taken over. No
+write path applies with force to an object it has not seen to be the cluster's.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +15,17 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
+
+from lightkube.core.exceptions import ApiError
 
 from pg_operator import objects
 from pg_operator.controller.diff import HASH_ANNOTATION, object_differences, with_hash
-from pg_operator.controller.kube_api import Api
+from pg_operator.controller.kube_api import Api, is_conflict, is_not_found
+from pg_operator.specs.ownership import ObjectId, controlled_by, holder
 
 log = logging.getLogger(__name__)
 
@@ -69,19 +82,145 @@ class WriteMemo:
         self._entries[ident] = (observed_rv, fingerprint, now)
 
 
+def ident_of(body: Mapping[str, Any]) -> ObjectId:
+    return (str(body.get("apiVersion")), str(body.get("kind")), objects.name(body))
+
+
+@dataclass
+class Claims:
+    """What one pass may write for its cluster, and the foreign objects it met at the cluster's names."""
+
+    namespace: str
+    owner_uid: str
+    # Foreign objects the cache showed at the cluster's names (set aside from the pass's snapshot).
+    foreign: dict[ObjectId, Mapping[str, Any]] = field(default_factory=dict)
+    # Those the pass would have written (or a POST found in its way): who holds each, in words.
+    conflicts: dict[ObjectId, str] = field(default_factory=dict)
+    # Objects not written because they would put a foreign one to use (specs.ownership.needs).
+    held: dict[ObjectId, set[ObjectId]] = field(default_factory=dict)
+
+    def blocked(self, ident: ObjectId) -> bool:
+        """Whether a foreign object is known to hold `ident`; if so the write is a conflict."""
+        if ident in self.conflicts:
+            return True
+        body = self.foreign.get(ident)
+        if body is None:
+            return False
+        self.conflicts[ident] = holder(body)
+        return True
+
+    def found(self, ident: ObjectId, body: Mapping[str, Any]) -> None:
+        """A write found a foreign object in its way."""
+        self.foreign[ident] = body
+        self.conflicts[ident] = holder(body)
+
+    def foreign_among(self, idents: Iterable[ObjectId]) -> set[ObjectId]:
+        return {i for i in idents if i in self.conflicts or i in self.foreign}
+
+    def ours(self, body: Mapping[str, Any] | None) -> bool:
+        return controlled_by(body, self.owner_uid)
+
+
+class Made(Enum):
+    CREATED = "created"
+    OURS = "ours"  # the name was taken by the cluster's own object (the cache had not shown it)
+    FOREIGN = "foreign"  # taken by an object that is not the cluster's: recorded in the claims
+    GONE = "gone"  # taken, and gone again before it could be read
+
+
+def uid_refused(exc: ApiError) -> bool:
+    """Whether the API server refused a write because the object under the name is not the one whose
+    uid the write carried (a precondition or the immutable uid), or there is none."""
+    status = exc.status
+    if status is None or status.code not in (409, 422):
+        return False
+    causes = (status.details.causes if status.details is not None else None) or ()
+    if any(str(c.field or "") == "metadata.uid" for c in causes):
+        return True
+    message = str(status.message or "")
+    return "uid" in message.lower() or "UID in precondition" in message
+
+
+async def create(api: Api, claims: Claims, body: Mapping[str, Any]) -> tuple[Made, Any]:
+    """Create-only (POST), never over another object: (what happened, the object created or the
+    metadata of the one found)."""
+    ident = ident_of(body)
+    if claims.blocked(ident):
+        return Made.FOREIGN, None
+    try:
+        return Made.CREATED, await api.create_dict(body)
+    except ApiError as exc:
+        if not is_conflict(exc):
+            raise
+    meta = await api.find_metadata(ident[0], ident[1], ident[2], claims.namespace)
+    if meta is None:
+        return Made.GONE, None
+    if claims.ours({"metadata": meta}):
+        return Made.OURS, meta
+    log.warning("%s %s/%s exists and is not this cluster's (%s): left alone", ident[1], claims.namespace,
+                ident[2], holder({"metadata": meta}))  # fmt: skip
+    claims.found(ident, {"metadata": meta})
+    return Made.FOREIGN, meta
+
+
+async def patch(api: Api, claims: Claims, res: type[Any], observed: Mapping[str, Any] | None,
+                merge_patch: Mapping[str, Any]) -> bool:  # fmt: skip
+    """A merge patch of an object the pass observed as the cluster's, pinned to its uid. False when it
+    was not the cluster's (a conflict) or is no longer there as observed (its watch event brings the next
+    pass); the API server's other refusals (say, a stale resourceVersion precondition: 409) raise."""
+    if observed is None:
+        return False
+    ident = (str(observed.get("apiVersion") or ""), str(observed.get("kind") or ""), objects.name(observed))
+    if not claims.ours(observed):
+        claims.found(ident, observed)
+        return False
+    body = dict(merge_patch)
+    body["metadata"] = {**(body.get("metadata") or {}), "uid": objects.uid(observed)}
+    try:
+        await api.merge_patch(res, objects.name(observed), claims.namespace, body)
+    except ApiError as exc:
+        if is_not_found(exc) or uid_refused(exc):
+            return False
+        raise
+    return True
+
+
+async def delete(api: Api, claims: Claims, observed: Mapping[str, Any]) -> bool:
+    """Delete an object the pass observed as the cluster's, pinned to its uid; False when it was not the
+    cluster's or is gone or replaced."""
+    if not claims.ours(observed):
+        return False
+    try:
+        await api.delete(str(observed.get("apiVersion")), str(observed.get("kind")), objects.name(observed),
+                         claims.namespace, uid=objects.uid(observed))  # fmt: skip
+    except ApiError as exc:
+        if is_not_found(exc) or uid_refused(exc) or is_conflict(exc):
+            return False
+        raise
+    return True
+
+
 class Applier:
-    """Server-side apply of a desired object, only where the observed one differs."""
+    """Server-side apply of a desired object, only where the observed one differs, and only to the
+    cluster's own object: created with POST where the cache shows none, applied with its uid pinned
+    where the cache shows the cluster's."""
 
     def __init__(self, api: Api, memo: WriteMemo) -> None:
         self.api = api
         self.memo = memo
 
     async def apply_if_needed(
-        self, namespace: str, desired: dict[str, Any], observed: dict[str, Any] | None
+        self, claims: Claims, desired: dict[str, Any], observed: dict[str, Any] | None
     ) -> bool:
         body = with_hash(desired)
-        diffs = object_differences(body, observed)
         meta = body["metadata"]
+        namespace = claims.namespace
+        if claims.blocked(ident_of(body)):
+            return False
+        if observed is not None and not claims.ours(observed):
+            claims.found(ident_of(body), observed)
+            return False
+        diffs = object_differences(body, observed)
         ident = (namespace, body["kind"], meta["name"], "apply")
         if not diffs:
             self.memo.seen(ident)
@@ -93,6 +232,34 @@ class Applier:
         log.info(
             "applying %s %s/%s (differs at %s)", body["kind"], namespace, meta["name"], ", ".join(diffs[:4])
         )
-        await self.api.apply(body)
+        if observed is None:
+            if not await self._create(claims, body):
+                return False
+        elif not await self._apply(body, objects.uid(observed)):
+            return False
         self.memo.wrote(ident, rv, fingerprint)
+        return True
+
+    async def _create(self, claims: Claims, body: dict[str, Any]) -> bool:
+        made, found = await create(self.api, claims, body)
+        if made is Made.CREATED:
+            try:
+                await self.api.applied_from_now_on(found.to_dict() if hasattr(found, "to_dict") else found)
+            except ApiError as exc:  # the object changed meanwhile: it works, later applies may keep a field
+                log.warning("%s %s/%s: field manager entry not turned into an apply's: %s", body["kind"],
+                            claims.namespace, body["metadata"]["name"], exc)  # fmt: skip
+            return True
+        if made is Made.OURS:  # ours, and the cache has not shown it yet
+            return await self._apply(body, str(found.get("uid") or ""))
+        return False
+
+    async def _apply(self, body: dict[str, Any], uid: str) -> bool:
+        try:
+            await self.api.apply(body, uid=uid)
+        except ApiError as exc:
+            if uid_refused(exc):
+                log.info("%s %s: replaced or deleted since the cache showed it; not applied", body["kind"],
+                         body["metadata"]["name"])  # fmt: skip
+                return False
+            raise
         return True

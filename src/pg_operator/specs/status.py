@@ -25,6 +25,10 @@ PHASE_CREATING = "Creating"
 PHASE_HEALTHY = "Healthy"
 PHASE_UPDATING = "Updating"
 
+# Degraded's reason while an object the cluster would write exists at one of its names without being the
+# cluster's (no controller reference with its uid): the object is left alone (specs/ownership.py).
+CONFLICT_REASON = "Conflict"
+
 # The label the endpointslice controller puts on each slice of a Service, naming the Service.
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 

@@ -9,6 +9,10 @@ capability by name beyond the list in `ROOMS` order.
 
 May import: `pg_operator.api`, `specs`, `orchestration`, `patroni`, `objects`, and the controller's
 plumbing (`cache`, `kube_api`, `events`, `writes`). Never `controller.reconcile` or `controller.operator`.
+
+A room writes the cluster's objects only through `controller.writes` with the pass's `claims`: the
+snapshot it reads holds, at the cluster's names, only the cluster's own objects (specs/ownership.py); a
+foreign object there is a conflict the reconcile reports, never written, adopted or deleted.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pg_operator import objects
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import CLUSTER_LABEL, ROLE_PRIMARY
 from pg_operator.controller.cache import Snapshot
+from pg_operator.controller.writes import Claims
 from pg_operator.orchestration.instances import instances_from_pods, patroni_state
 
 # (reason, message): what keeps the cluster from its desired state, for the status and a Warning Event.
@@ -36,6 +41,9 @@ class ClusterPass:
     cluster: PostgresCluster  # its parsed, validated form
     snapshot: Snapshot  # the cluster's children and pods in the cache
     statefulset: Mapping[str, Any] | None
+    # What the pass may write, and the foreign objects it met at the cluster's names (reconcile.py sets
+    # them aside from the snapshot); by default none met yet.
+    claims: Claims = field(default_factory=lambda: Claims("", ""))
     writes: int = 0
     problem: Problem | None = None  # the first one found is the one reported
     replicas: int | None = None  # a StatefulSet size to apply now instead of spec.replicas
@@ -43,6 +51,10 @@ class ClusterPass:
     # Come back after this many seconds even if nothing changes (a step waits on something no watch
     # event announces, e.g. an instance reloading a rotated password).
     requeue_after: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.claims.owner_uid:
+            self.claims = Claims(self.cluster.namespace, self.cluster.uid)
 
     @property
     def namespace(self) -> str:

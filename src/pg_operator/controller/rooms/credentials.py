@@ -7,6 +7,10 @@ recreated, replaced by the user, or a cluster recreated over kept volumes) is ap
 primary as a SCRAM verifier sent on stdin (never in argv, never logged), then marked applied on the
 Secret (specs/credential_changes.py). The instances pick the new Secret up from their mounts and reload
 Patroni (instance/main.py), so replication, pg_rewind and the REST API follow without a restart.
+
+Only the cluster's own Secrets (its controller reference) are read as its credentials and written: a
+Secret someone else put at one of these names is a conflict (reconcile.py reports it), never applied to
+the database, marked or rewritten — its password would otherwise become a role's.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from lightkube.resources.core_v1 import Secret
 
 from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.controller.events import EventRecorder, OncePerMessage
-from pg_operator.controller.kube_api import Api, is_conflict, is_not_found
+from pg_operator.controller.kube_api import Api, is_conflict
 from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
 from pg_operator.controller.rooms import ClusterPass, Room
-from pg_operator.controller.writes import WriteMemo, all_of
+from pg_operator.controller.writes import Made, WriteMemo, all_of
+from pg_operator.controller.writes import create as create_owned
+from pg_operator.controller.writes import patch as patch_owned
 from pg_operator.specs import ClusterPasswords, build_secrets, names, secret_names
 from pg_operator.specs.credential_changes import (
     Change,
@@ -81,9 +87,9 @@ class CredentialsRoom(Room):
         if patch is None:
             return 0
         try:
-            await self.api.merge_patch(Secret, name, p.namespace, patch)
+            await patch_owned(self.api, p.claims, Secret, secrets.get(name), patch)
         except ApiError as exc:
-            if not (is_conflict(exc) or is_not_found(exc)):
+            if not is_conflict(exc):
                 raise
         return 1
 
@@ -109,11 +115,12 @@ class CredentialsRoom(Room):
         async def mark(change: Change) -> int:
             secret = secrets[change.slot.secret] or {}
             try:
-                await self.api.merge_patch(Secret, change.slot.secret, p.namespace,
-                                           applied_patch(p.cluster, change, secret))  # fmt: skip
+                if not await patch_owned(self.api, p.claims, Secret, secret,
+                                          applied_patch(p.cluster, change, secret)):  # fmt: skip
+                    return 1  # gone or replaced meanwhile: its watch event brings the next pass
             except ApiError as exc:
-                if is_conflict(exc) or is_not_found(exc):
-                    return 1  # changed or gone meanwhile: its watch event brings the next pass
+                if is_conflict(exc):
+                    return 1  # changed meanwhile: its watch event brings the next pass
                 raise
             if change.slot.has_role:
                 message = f"{change.describe()} was set in the database"
@@ -128,7 +135,8 @@ class CredentialsRoom(Room):
     async def create(self, p: ClusterPass) -> int:
         names = secret_names(p.cluster)
         p.wanted.update(("v1", "Secret", n) for n in names)
-        missing = [n for n in names if p.snapshot.find("v1", "Secret", n) is None]
+        missing = [n for n in names if p.snapshot.find("v1", "Secret", n) is None
+                   and not p.claims.blocked(("v1", "Secret", n))]  # a foreign one there: a conflict
         for present in set(names) - set(missing):
             self.memo.seen((p.namespace, "Secret", present, "create"))
         missing = [
@@ -140,20 +148,16 @@ class CredentialsRoom(Room):
         async def create(secret: dict[str, Any]) -> int:
             secret_name = secret["metadata"]["name"]
             log.info("creating Secret %s/%s", p.namespace, secret_name)
-            try:
-                await self.api.create_dict(secret)
-            except ApiError as exc:
-                if not is_conflict(exc):
-                    raise
-                # There already, yet not in the cache, which holds only Secrets labelled with the
-                # cluster: a Secret the user put in place without the label stays invisible (asked
-                # again each pass, so the report stays until it is labelled).
+            made, _ = await create_owned(self.api, p.claims, secret)
+            if made is Made.OURS:
+                # The cluster's own, yet not in the cache, which holds only Secrets labelled with the
+                # cluster: someone took the label off (asked again each pass, so the report stays).
                 p.report(("CredentialUnlabelled",
-                          f"Secret {secret_name} exists without the label {CLUSTER_LABEL}={p.name}: the "
-                          "operator cannot see its password; label it to have it applied"))
-                return 1
-            self.memo.wrote((p.namespace, "Secret", secret_name, "create"), None, "")
-            return 1
+                          f"Secret {secret_name} lacks the label {CLUSTER_LABEL}={p.name}: the operator "
+                          "cannot see its password; label it again to have it applied"))
+            elif made is Made.CREATED:
+                self.memo.wrote((p.namespace, "Secret", secret_name, "create"), None, "")
+            return 1  # a foreign one is the reconcile's to report (a conflict in the claims)
 
         # Passwords only exist in these objects and in the request body; never logged.
         secrets = build_secrets(p.cluster, ClusterPasswords.generate())

@@ -16,7 +16,8 @@ per reconcile pass.
   left out and reported (settings_changes.py); members Patroni marks pending_restart are restarted
   replicas first, the primary last, and one that does not come back halts the rollout naming the
   settings (orchestration.rollout.plan_restart).
-- Patroni's own ConfigMaps get an owner reference so deleting the cluster removes them too.
+- Patroni's own ConfigMaps get an owner reference so deleting the cluster removes them too; never one
+  that existed before the cluster or has an owner already (it is not this cluster's Patroni's).
 
 Patroni's REST API is asked only when a decision needs its view (a rollout or switchover in
 progress, a promotion or a replica's return), never in steady state: an idle cluster costs no request here.
@@ -52,7 +53,7 @@ from pg_operator.controller.kube_api import (
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.controller.rooms.settings_changes import SettingsChanges
-from pg_operator.controller.writes import WriteMemo
+from pg_operator.controller.writes import WriteMemo, uid_refused
 from pg_operator.orchestration import requested_restart as restart_request
 from pg_operator.orchestration.failover import (
     Nudge,
@@ -77,6 +78,7 @@ from pg_operator.patroni.client import (
 )
 from pg_operator.specs import names
 from pg_operator.specs.ca_rotation import PREVIOUS_CERT_KEY
+from pg_operator.specs.ownership import patroni_may_have_created
 from pg_operator.specs.tls import CA_CERT_KEY
 
 log = logging.getLogger(__name__)
@@ -509,18 +511,23 @@ class HighAvailabilityRoom(Room):
 
     async def _adopt_patroni_configmaps(self, p: ClusterPass) -> int:
         """Patroni creates its ConfigMaps without an owner; give them one (not as controller: they
-        stay Patroni's) so the garbage collector removes them with the cluster."""
+        stay Patroni's) so the garbage collector removes them with the cluster. Only those Patroni of
+        this cluster can have created (specs.ownership.patroni_may_have_created: none older than the
+        cluster, none with an owner), and only as observed: the patch is pinned to the version read, so
+        an object that replaced it meanwhile is refused (409) rather than adopted."""
         cluster, writes = p.cluster, 0
         wanted = {cluster.name + suffix for suffix in PATRONI_CONFIGMAP_SUFFIXES}
         for cm in p.snapshot.of_kind("v1", "ConfigMap"):
-            if objects.name(cm) not in wanted or objects.owner_references(cm):
+            if objects.name(cm) not in wanted or not patroni_may_have_created(cm, p.body):
                 continue
             ref = {"apiVersion": API_VERSION, "kind": KIND, "name": cluster.name, "uid": cluster.uid}
+            patch = {"metadata": {"ownerReferences": [ref], "resourceVersion": objects.resource_version(cm),
+                                  "uid": objects.uid(cm)}}  # fmt: skip
             try:
                 await self.api.merge_patch(resource_for("v1", "ConfigMap"), objects.name(cm),
-                                           cluster.namespace, {"metadata": {"ownerReferences": [ref]}})
+                                           cluster.namespace, patch)  # fmt: skip
             except ApiError as exc:
-                if not is_not_found(exc):
+                if not (is_not_found(exc) or is_conflict(exc) or uid_refused(exc)):
                     raise
             writes += 1
         return writes

@@ -37,10 +37,11 @@ from pg_operator import objects
 from pg_operator.api.constants import CLUSTER_LABEL, ROLE_PRIMARY
 from pg_operator.api.pooler import POOLER_LABEL
 from pg_operator.controller.events import EventRecorder
-from pg_operator.controller.kube_api import Api, is_conflict, is_not_found, resource_for
+from pg_operator.controller.kube_api import Api, is_not_found, resource_for
 from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
 from pg_operator.controller.rooms import ClusterPass, Room
-from pg_operator.controller.writes import WriteMemo
+from pg_operator.controller.writes import Made, WriteMemo
+from pg_operator.controller.writes import create as create_owned
 from pg_operator.orchestration.failover import leader_configmap_name
 from pg_operator.orchestration.instances import instances_from_pods, patroni_state
 from pg_operator.specs.pooler import (
@@ -168,12 +169,11 @@ class PoolerRoom(Room):
         if self.memo.pending(ident, None, ""):
             return 0
         log.info("creating Secret %s/%s for the pooler's auth role", p.namespace, name)
-        try:
-            await self.api.create_dict(auth_secret(p.cluster, new_password()))
-        except ApiError as exc:
-            if not is_conflict(exc):
-                raise
-        self.memo.wrote(ident, None, "")
+        # Create-only and never over another object: a foreign Secret there is a conflict (its password
+        # would otherwise become the auth role's), and its Deployments wait (reconcile holds them back).
+        made, _ = await create_owned(self.api, p.claims, auth_secret(p.cluster, new_password()))
+        if made is Made.CREATED:
+            self.memo.wrote(ident, None, "")
         return 1
 
     # --- data plane -------------------------------------------------------------------------------------

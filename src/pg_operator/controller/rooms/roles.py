@@ -28,10 +28,12 @@ from lightkube.resources.core_v1 import Secret
 from pg_operator import objects
 from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.controller.events import EventRecorder, OncePerMessage
-from pg_operator.controller.kube_api import Api, is_conflict, is_not_found
+from pg_operator.controller.kube_api import Api, is_conflict
 from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
 from pg_operator.controller.rooms import ClusterPass, Room
-from pg_operator.controller.writes import WriteMemo, all_of
+from pg_operator.controller.writes import Made, WriteMemo, all_of
+from pg_operator.controller.writes import create as create_owned
+from pg_operator.controller.writes import patch as patch_owned
 from pg_operator.specs import names
 from pg_operator.specs.roles import (
     DATABASES_CONDITION,
@@ -190,26 +192,29 @@ class RolesRoom(Room):
         return decoded(p.snapshot.find("v1", "Secret", names.app_secret(p.cluster)), APP_CA_KEY)
 
     async def _refresh_secrets(self, p: ClusterPass) -> int:
-        """Generated Secrets' derived keys follow their password, the cluster and its trusted CAs."""
+        """Generated Secrets' derived keys follow their password, the cluster and its trusted CAs. Only
+        the cluster's own (the snapshot holds no other at their names; patch_owned pins each to its
+        uid)."""
         ca = self._ca(p)
         patches = []
         for role in declared_roles(p.cluster):
             if not generates_secret(role):
                 continue
             name = role_secret_name(p.cluster, role.name)
-            patch = stale_keys(p.cluster, role.name, p.snapshot.find("v1", "Secret", name), ca)
-            if patch is not None:
-                patches.append((name, patch))
+            secret = p.snapshot.find("v1", "Secret", name)
+            patch = stale_keys(p.cluster, role.name, secret, ca)
+            if patch is not None and secret is not None:
+                patches.append((secret, patch))
 
-        async def send(name: str, patch: dict[str, Any]) -> int:
+        async def send(secret: dict[str, Any], patch: dict[str, Any]) -> int:
             try:
-                await self.api.merge_patch(Secret, name, p.namespace, patch)
+                await patch_owned(self.api, p.claims, Secret, secret, patch)
             except ApiError as exc:
-                if not (is_conflict(exc) or is_not_found(exc)):
+                if not is_conflict(exc):
                     raise
             return 1
 
-        return await all_of([send(n, patch) for n, patch in patches])
+        return await all_of([send(secret, patch) for secret, patch in patches])
 
     async def _release_secrets(self, p: ClusterPass) -> int:
         """The generated Secret of a role no longer declared: with removal policy retain the role keeps its
@@ -217,16 +222,19 @@ class RolesRoom(Room):
         left to the deletion of undesired children."""
         if p.cluster.spec.removal_policy.roles != "retain":
             return 0
-        released = released_secrets(p.cluster, p.snapshot.of_kind("v1", "Secret"))
+        # Only the cluster's own: a Secret someone else labelled like one is not the cluster's to hand over.
+        ours = [s for s in p.snapshot.of_kind("v1", "Secret") if p.claims.ours(s)]
+        released = released_secrets(p.cluster, ours)
         p.wanted.update(("v1", "Secret", n) for n in released)  # kept this pass; gone from the cache after
 
         async def release(name: str) -> int:
             secret = p.snapshot.find("v1", "Secret", name) or {}
             log.info("handing Secret %s/%s over: its role is no longer declared (retain)", p.namespace, name)
             try:
-                await self.api.merge_patch(Secret, name, p.namespace, orphan_patch(secret))
+                if not await patch_owned(self.api, p.claims, Secret, secret, orphan_patch(secret)):
+                    return 1
             except ApiError as exc:
-                if not (is_conflict(exc) or is_not_found(exc)):
+                if not is_conflict(exc):
                     raise
                 return 1
             await self.events.record(p.body, "Normal", "RoleSecretReleased",
@@ -250,6 +258,8 @@ class RolesRoom(Room):
             ident = (p.namespace, "Secret", name, "create")
             if p.snapshot.find("v1", "Secret", name) is not None:
                 self.memo.seen(ident)
+            elif p.claims.blocked(("v1", "Secret", name)):
+                continue  # someone else's Secret holds the name: a conflict, left alone
             elif not self.memo.pending(ident, None, ""):
                 missing.append((role.name, name, ident))
         if not missing:
@@ -258,18 +268,15 @@ class RolesRoom(Room):
 
         async def create(role: str, name: str, ident: tuple[str, str, str, str]) -> int:
             log.info("creating Secret %s/%s for role %s", p.namespace, name, role)
-            try:
-                await self.api.create_dict(role_secret(p.cluster, role, new_password(), ca))
-            except ApiError as exc:
-                if not is_conflict(exc):
-                    raise
+            made, _ = await create_owned(self.api, p.claims, role_secret(p.cluster, role, new_password(), ca))
+            if made is Made.OURS:
                 p.report(("RoleSecretUnlabelled",
-                          f"Secret {name} exists without the label {CLUSTER_LABEL}={p.name}: the operator "
-                          f"cannot see the password of role {role}; label it, or delete it to have one "
+                          f"Secret {name} lacks the label {CLUSTER_LABEL}={p.name}: the operator cannot see "
+                          f"the password of role {role}; label it again, or delete it to have one "
                           "generated"))  # fmt: skip
-                return 1
-            self.memo.wrote(ident, None, "")
-            return 1
+            elif made is Made.CREATED:
+                self.memo.wrote(ident, None, "")
+            return 1  # a foreign one is a conflict in the claims, reported by the reconcile
 
         return writes + await all_of([create(*m) for m in missing])
 

@@ -4,7 +4,11 @@ The CA is created once; the server certificate is re-issued when a third of its 
 names it must carry change, or when the CA that should sign it or the CAs to trust changed. The
 instances reload a renewed certificate without a restart (instance/main.py). The room also reports when
 each certificate in use expires (a gauge per certificate) and, as Degraded `CertificateExpiring` with a
-Warning Event, one that comes within three weeks of its end without having been renewed."""
+Warning Event, one that comes within three weeks of its end without having been renewed.
+
+Only the cluster's own Secrets are read as its CA and certificates and written (controller/writes.py):
+a foreign Secret at the CA's name stops every issue (a certificate signed by a CA that cannot be stored
+would be re-issued on every pass), one at another name is left alone and reported as a conflict."""
 
 from __future__ import annotations
 
@@ -21,9 +25,11 @@ from prometheus_client import CollectorRegistry, Gauge
 from pg_operator import objects
 from pg_operator.api.constants import CLUSTER_LABEL, REPLICATION_USER
 from pg_operator.controller.events import EventRecorder, OncePerMessage
-from pg_operator.controller.kube_api import Api, is_conflict, is_not_found
+from pg_operator.controller.kube_api import Api, is_conflict
 from pg_operator.controller.rooms import ClusterPass, Room
-from pg_operator.controller.writes import WriteMemo, all_of
+from pg_operator.controller.writes import Made, WriteMemo, all_of
+from pg_operator.controller.writes import create as create_owned
+from pg_operator.controller.writes import patch as patch_owned
 from pg_operator.orchestration.instances import instance_from_pod, loaded_tls
 from pg_operator.specs import names
 from pg_operator.specs.ca_rotation import (
@@ -134,6 +140,8 @@ class TlsRoom(Room):
         p.wanted.update({("v1", "Secret", ca_name), ("v1", "Secret", server_name)})
         now = self.clock()
         observed_ca = p.snapshot.find("v1", "Secret", ca_name)
+        if observed_ca is None and p.claims.blocked(("v1", "Secret", ca_name)):
+            return 0  # someone else's Secret holds the CA's name: nothing can be issued (a conflict)
         brought_ca, user = await self._user_tls(p, now)
         if observed_ca is None:
             if self.memo.pending((p.namespace, "Secret", ca_name, "create"), None, ""):
@@ -141,11 +149,21 @@ class TlsRoom(Room):
             # A new CA answers a rotation asked for already: none starts while it is being stored.
             authority = Authority(brought_ca or new_ca(p.cluster, now),
                                   rotated_for=objects.annotation(p.body, ROTATE_CA_ANNOTATION) or "")
-            # The leaves need the CA in hand, not stored: both Secrets go in one round trip (a new
-            # cluster's first pass is bound by its round trips). Should the CA Secret turn out to exist
-            # already, the next pass finds the leaf issued by another CA and reissues it.
-            return await all_of([self._store_ca(p, authority),
-                                 self._leaves(p, observed_ca, authority, brought_ca, user, now)])  # fmt: skip
+            _, server_name = tls_secret_names(p.cluster)
+            if p.snapshot.find("v1", "Secret", server_name) is None:
+                # A new cluster: the leaves need the CA in hand, not stored, so both Secrets go in one
+                # round trip (a new cluster's first pass is bound by its round trips). Should the CA's
+                # name turn out taken, the server Secret is left as created: the next passes issue
+                # nothing until the CA is the cluster's.
+                return await all_of([
+                    self._store_ca(p, authority),
+                    self._leaves(p, observed_ca, authority, brought_ca, user, now)])  # fmt: skip
+            # The CA Secret went (or its name is held by a foreign one): the leaves follow only a CA
+            # that could be stored, or each pass would re-issue them from a CA of its own.
+            stored = await self._store_ca(p, authority)
+            if p.claims.blocked(("v1", "Secret", ca_name)):
+                return stored
+            return stored + await self._leaves(p, observed_ca, authority, brought_ca, user, now)
         self.memo.seen((p.namespace, "Secret", ca_name, "create"))
         found = authority_from_secret(observed_ca)
         if found is None:
@@ -156,7 +174,7 @@ class TlsRoom(Room):
 
     async def _store_ca(self, p: ClusterPass, authority: Authority) -> int:
         ca_name, _ = tls_secret_names(p.cluster)
-        if await self._create(authority_secret(p.cluster, authority)):
+        if await self._create(p, authority_secret(p.cluster, authority)):
             self.memo.wrote((p.namespace, "Secret", ca_name, "create"), None, "")
         return 1
 
@@ -238,9 +256,10 @@ class TlsRoom(Room):
         else:
             after = finish(authority)
         try:
-            await self.api.merge_patch(Secret, name, p.namespace, authority_patch(after, rv))
+            if not await patch_owned(self.api, p.claims, Secret, observed, authority_patch(after, rv)):
+                return 1
         except ApiError as exc:
-            if is_conflict(exc) or is_not_found(exc):
+            if is_conflict(exc):
                 return 1
             raise
         self.memo.wrote((p.namespace, "Secret", name, "rotate"), rv, what)
@@ -264,9 +283,10 @@ class TlsRoom(Room):
             return 0
         patch = {"metadata": {"resourceVersion": rv}, "data": {APP_CA_KEY: wanted}}
         try:
-            await self.api.merge_patch(Secret, name, p.namespace, patch)
+            if not await patch_owned(self.api, p.claims, Secret, app, patch):
+                return 1
         except ApiError as exc:
-            if is_conflict(exc) or is_not_found(exc):
+            if is_conflict(exc):
                 return 1
             raise
         self.memo.wrote((p.namespace, "Secret", name, "ca"), rv, wanted)
@@ -317,14 +337,15 @@ class TlsRoom(Room):
                              p.name, behind)
                     return 0
         if observed is None:
-            if not await self._create(desired):
+            if not await self._create(p, desired):
                 return 1
         else:
             patch = {"metadata": {"resourceVersion": rv}, "data": desired["data"]}
             try:
-                await self.api.merge_patch(Secret, name, p.namespace, patch)
+                if not await patch_owned(self.api, p.claims, Secret, observed, patch):
+                    return 1  # gone or replaced meanwhile: the next pass decides again
             except ApiError as exc:
-                if is_conflict(exc) or is_not_found(exc):
+                if is_conflict(exc):
                     return 1  # changed meanwhile: the next pass decides again
                 raise
         self.memo.wrote(ident, rv, why)
@@ -334,12 +355,8 @@ class TlsRoom(Room):
                                      f"issued a new server certificate in Secret {name}: {why}")  # fmt: skip
         return 1
 
-    async def _create(self, secret: dict[str, object]) -> bool:
-        """Create-only: False when it was there already (the cache had not caught up)."""
-        try:
-            await self.api.create_dict(secret)
-        except ApiError as exc:
-            if is_conflict(exc):
-                return False
-            raise
-        return True
+    async def _create(self, p: ClusterPass, secret: dict[str, object]) -> bool:
+        """Create-only: False when something holds the name already (the cluster's own, the cache had
+        not caught up; or a foreign one, a conflict in the claims)."""
+        made, _ = await create_owned(self.api, p.claims, secret)
+        return made is Made.CREATED
