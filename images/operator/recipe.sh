@@ -41,7 +41,11 @@ apt-get install -y -qq --no-install-recommends ca-certificates tini python3 pyth
 
 step "venv $VENV with pg-operator"
 python3 -m venv "$VENV"
-"$VENV/bin/pip" install -q "$BUILD_CONTEXT"
+# Exactly the lock (every package pinned, every file checked against its recorded hashes, nothing
+# resolved here), then the project itself built with the lock's setuptools and nothing from the index.
+"$VENV/bin/pip" install -q --require-hashes --no-deps -r "$BUILD_CONTEXT/images/operator/requirements.lock"
+"$VENV/bin/pip" install -q --no-deps --no-build-isolation --no-index "$BUILD_CONTEXT"
+"$VENV/bin/pip" check >/dev/null || { "$VENV/bin/pip" check >&2; echo "recipe: the lock misses a dependency" >&2; exit 1; }
 "$VENV/bin/python" -c "import pg_operator.controller.operator, lightkube, aiohttp"
 [ -x "$VENV/bin/pg-operator" ] || { echo "recipe: $VENV/bin/pg-operator is missing" >&2; exit 1; }
 [ -x "$VENV/bin/pg-operator-pooler" ] || { echo "recipe: $VENV/bin/pg-operator-pooler is missing" >&2; exit 1; }

