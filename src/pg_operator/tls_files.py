@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-# The server certificate and key, the trusted CA certificates (one, or two during a CA rotation), and the
-# replication role's client certificate and key.
-TLS_FILES = ("tls.crt", "tls.key", "ca.crt", "replication.crt", "replication.key")
+# The server certificate and key, the CA certificates servers are verified with (one, or two during a CA
+# rotation), the replication role's client certificate and key, and the only CAs whose client
+# certificates PostgreSQL accepts (the cluster's replication CA).
+TLS_FILES = ("tls.crt", "tls.key", "ca.crt", "replication.crt", "replication.key", "replication-ca.crt")
 # The Patroni tag an instance publishes the digest of its loaded TLS files under.
 LOADED_TAG = "pgop_tls"
 

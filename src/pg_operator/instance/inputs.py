@@ -78,10 +78,12 @@ class TlsFiles:
     ca: str
     replication_cert: str
     replication_key: str
+    replication_ca: str  # PostgreSQL's ssl_ca_file: never `ca`, which may hold a CA the user brings
 
     def paths(self) -> tuple[str, ...]:
         """In the order of TLS_FILES."""
-        return (self.cert, self.key, self.ca, self.replication_cert, self.replication_key)
+        return (self.cert, self.key, self.ca, self.replication_cert, self.replication_key,
+                self.replication_ca)  # fmt: skip
 
 
 def tls_files(run_dir: str, version: str = "") -> TlsFiles:

@@ -148,8 +148,9 @@ def allowed_networks(cidrs: Any) -> list[str]:
 def pg_hba(*, superuser: str, replication: str, networks: list[str]) -> list[str]:
     """Unix socket: the superuser through its peer map; the monitoring role through its own, to the
     `postgres` database only. TCP, TLS only:
-    - the replication role by its client certificate only (the cluster's CA issued it, so where it
-      connects from does not matter), for replication and for pg_rewind's reads of `postgres`;
+    - the replication role by its client certificate only (the cluster's replication CA issued it, the
+      only CA PostgreSQL accepts client certificates from, so where it connects from does not matter), for
+      replication and for pg_rewind's reads of `postgres`;
     - the superuser from the pod itself only (loopback), never over the network;
     - the monitoring role never (it has no password; refused by name rather than left to fail scram);
     - every other role with scram-sha-256 from the allowed networks.
@@ -270,7 +271,9 @@ def render_patroni_config(
         "ssl": "on",
         "ssl_cert_file": tls.cert,
         "ssl_key_file": tls.key,
-        "ssl_ca_file": tls.ca,
+        # Client certificates only from the cluster's replication CA: a CA or server certificate the user
+        # brings may share an issuer with others, who could then present CN=replicator.
+        "ssl_ca_file": tls.replication_ca,
         "ssl_min_protocol_version": "TLSv1.2",
     }
     config = {

@@ -78,10 +78,25 @@ def authority_from_secret(secret: Mapping[str, Any] | None) -> Authority | None:
                      objects.annotation(secret or {}, ROTATED_FOR_ANNOTATION) or "")  # fmt: skip
 
 
-def authority_secret(cluster: PostgresCluster, authority: Authority) -> dict[str, Any]:
-    """Secret <name>-ca for this authority (a finished rotation removes the previous keys with `null`
-    in a merge patch: see `authority_patch`)."""
+def replication_ca_from_secret(secret: Mapping[str, Any] | None) -> tls.KeyPair | None:
+    """The cluster's replication CA, kept beside the authority in Secret <name>-ca (no rotation moves it)."""
+    return _pair(secret, tls.REPLICATION_CA_KEY, tls.REPLICATION_CA_KEY_KEY)
+
+
+def replication_ca_patch(replication_ca: tls.KeyPair, resource_version: str | None) -> dict[str, Any]:
+    """A merge patch adding the replication CA to a Secret <name>-ca written before it existed."""
+    return {"metadata": {"resourceVersion": resource_version},
+            "data": {tls.REPLICATION_CA_KEY: tls.b64(replication_ca.cert_pem),
+                     tls.REPLICATION_CA_KEY_KEY: tls.b64(replication_ca.key_pem)}}  # fmt: skip
+
+
+def authority_secret(cluster: PostgresCluster, authority: Authority,
+                     replication_ca: tls.KeyPair | None = None) -> dict[str, Any]:  # fmt: skip
+    """Secret <name>-ca for this authority and the replication CA (a finished rotation removes the
+    previous keys with `null` in a merge patch: see `authority_patch`)."""
     body = tls.ca_secret(cluster, authority.current)
+    if replication_ca is not None:
+        body["data"].update(replication_ca_patch(replication_ca, None)["data"])
     if authority.previous is not None:
         body["data"][PREVIOUS_CERT_KEY] = tls.b64(authority.previous.cert_pem)
         body["data"][PREVIOUS_KEY_KEY] = tls.b64(authority.previous.key_pem)
@@ -120,14 +135,18 @@ class Plan:
     again_in: float | None = None  # seconds until the trust period is over (no event announces it)
 
 
-def _leaves_by(secret: Mapping[str, Any] | None, ca: tls.KeyPair) -> bool:
-    """The operator's leaves in the Secret are this CA's (the replication role's certificate is always
-    the operator's; the server's may be the user's)."""
-    pem = tls.secret_bytes(secret, tls.REPLICATION_CERT_KEY)
+def _leaves_by(secret: Mapping[str, Any] | None, ca: tls.KeyPair, previous: tls.KeyPair) -> bool:
+    """No leaf in the Secret is the previous CA's any more. The authority signs only the server
+    certificate (the replication role's is the replication CA's); a server certificate the user brings is
+    neither CA's, and then the authority signs nothing the instances present."""
+    pem = tls.secret_bytes(secret, tls.TLS_CERT_KEY)
     try:
-        return pem is not None and tls.issued_by(x509.load_pem_x509_certificate(pem), ca)
+        cert = x509.load_pem_x509_certificate(pem) if pem else None
     except ValueError:
         return False
+    if cert is None:
+        return False
+    return tls.issued_by(cert, ca) or not tls.issued_by(cert, previous)
 
 
 def plan(authority: Authority, requested: str | None, server_secret: Mapping[str, Any] | None,
@@ -148,7 +167,7 @@ def plan(authority: Authority, requested: str | None, server_secret: Mapping[str
     wanted = secret_digest(server_secret)
     behind = sorted(name for name, seen in loaded.items() if seen != wanted)
     bundled = tls.secret_bytes(server_secret, tls.CA_CERT_KEY) == trust
-    if _leaves_by(server_secret, current):
+    if _leaves_by(server_secret, current, authority.previous):
         if bundled and not behind:
             return Plan(leaf_ca=current, finish=True)
         return Plan(leaf_ca=current, waiting=f"instances loading the new CA's leaves: {', '.join(behind)}")

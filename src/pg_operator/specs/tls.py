@@ -44,6 +44,11 @@ TLS_CERT_KEY, TLS_KEY_KEY = "tls.crt", "tls.key"
 # The replication role's client certificate (CN = the role), beside the server's in the same Secret: the
 # instances authenticate replication and pg_rewind with it instead of a password.
 REPLICATION_CERT_KEY, REPLICATION_KEY_KEY = "replication.crt", "replication.key"
+# The only CA whose client certificates the instances accept (PostgreSQL's ssl_ca_file), beside them in
+# the same Secret. It is the cluster's replication CA, which the operator makes and keeps in Secret
+# `<name>-ca` under the same key names as a pair: never a CA the user brings (`spec.tls`), whose issuer
+# may sign `CN=replicator` for anyone else it serves, so the replication identity is this cluster's alone.
+REPLICATION_CA_KEY, REPLICATION_CA_KEY_KEY = "replication-ca.crt", "replication-ca.key"
 
 
 @dataclass(frozen=True)
@@ -89,19 +94,30 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 def _key_usage(*, signs_certificates: bool) -> x509.KeyUsage:
     """A CA signs certificates and revocation lists; a server signs its TLS handshakes (ECDHE)."""
-    return x509.KeyUsage(digital_signature=not signs_certificates, content_commitment=False,
-                         key_encipherment=False, data_encipherment=False,
-                         key_agreement=not signs_certificates, key_cert_sign=signs_certificates,
-                         crl_sign=signs_certificates, encipher_only=False, decipher_only=False)
+    return x509.KeyUsage(
+        digital_signature=not signs_certificates,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=not signs_certificates,
+        key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates,
+        encipher_only=False,
+        decipher_only=False,
+    )
 
 
-def new_ca(cluster: PostgresCluster, now: dt.datetime) -> KeyPair:
+def new_ca(cluster: PostgresCluster, now: dt.datetime, purpose: str = "CA") -> KeyPair:
     key = _key()
-    subject = x509.Name([
-        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "pg-operator"),
-        # Dated, so the CA that replaces it in a rotation has a name of its own.
-        x509.NameAttribute(NameOID.COMMON_NAME, f"{cluster.namespace}/{cluster.name} CA {now:%Y%m%d%H%M%S}"),
-    ])
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "pg-operator"),
+            # Dated, so the CA that replaces it in a rotation has a name of its own.
+            x509.NameAttribute(
+                NameOID.COMMON_NAME, f"{cluster.namespace}/{cluster.name} {purpose} {now:%Y%m%d%H%M%S}"
+            ),
+        ]
+    )
     cert = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -118,8 +134,18 @@ def new_ca(cluster: PostgresCluster, now: dt.datetime) -> KeyPair:
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
-def _leaf(ca: KeyPair, now: dt.datetime, common_name: str, usage: x509.ObjectIdentifier,
-          alt: list[x509.GeneralName] | None) -> KeyPair:
+def new_replication_ca(cluster: PostgresCluster, now: dt.datetime) -> KeyPair:
+    """The cluster's replication CA: it signs the replication role's client certificate and nothing else."""
+    return new_ca(cluster, now, purpose="replication CA")
+
+
+def _leaf(
+    ca: KeyPair,
+    now: dt.datetime,
+    common_name: str,
+    usage: x509.ObjectIdentifier,
+    alt: list[x509.GeneralName] | None,
+) -> KeyPair:
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
@@ -135,13 +161,15 @@ def _leaf(ca: KeyPair, now: dt.datetime, common_name: str, usage: x509.ObjectIde
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(signs_certificates=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                       critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
     )
     if alt is not None:
         builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
-    return KeyPair(builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM),
-                   _key_pem(key))
+    return KeyPair(
+        builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM), _key_pem(key)
+    )
 
 
 def issue_server(cluster: PostgresCluster, ca: KeyPair, now: dt.datetime) -> KeyPair:
@@ -202,8 +230,13 @@ def ca_from_secret(secret: Mapping[str, Any] | None) -> KeyPair | None:
     return KeyPair(cert, key)
 
 
-def server_renewal(cluster: PostgresCluster, ca: KeyPair, secret: Mapping[str, Any] | None,
-                   now: dt.datetime, trust_pem: bytes | None = None) -> str | None:
+def server_renewal(
+    cluster: PostgresCluster,
+    ca: KeyPair,
+    secret: Mapping[str, Any] | None,
+    now: dt.datetime,
+    trust_pem: bytes | None = None,
+) -> str | None:
     """Why the server certificate must be (re-)issued now, or None while it is good. `ca` signs the
     leaves; `trust_pem` is what the instances must trust (the CA bundle during a rotation)."""
     cert_pem = secret_bytes(secret, TLS_CERT_KEY)
@@ -226,19 +259,27 @@ def server_renewal(cluster: PostgresCluster, ca: KeyPair, secret: Mapping[str, A
     start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
     if now >= end - (end - start) / 3:
         return f"the server certificate expires at {end.isoformat()}"
-    return client_renewal(ca, secret, now)
+    return None
 
 
-def client_renewal(ca: KeyPair, secret: Mapping[str, Any] | None, now: dt.datetime) -> str | None:
-    cert_pem = secret_bytes(secret, REPLICATION_CERT_KEY)
-    if not cert_pem or not secret_bytes(secret, REPLICATION_KEY_KEY):
+@dataclass(frozen=True)
+class ReplicationTrust:
+    """What Secret `<name>-server-tls` must hold for replication: whether the replication role's client
+    certificate is (re-)issued by the replication CA now, the CAs the instances accept client certificates
+    from (`replication-ca.crt`), and why anything is written (None: nothing)."""
+
+    reissue: bool
+    bundle: bytes
+    why: str | None = None
+
+
+def _client_problem(cert_pem: bytes | None, key_pem: bytes | None, now: dt.datetime) -> str | None:
+    if not cert_pem or not key_pem:
         return "no replication client certificate yet"
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
     except ValueError:
         return "the replication client certificate cannot be read"
-    if not issued_by(cert, ca):
-        return "the certificate authority changed"
     if cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value != REPLICATION_USER:
         return "the replication client certificate names another role"
     start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
@@ -247,13 +288,59 @@ def client_renewal(ca: KeyPair, secret: Mapping[str, Any] | None, now: dt.dateti
     return None
 
 
+def _signed_by(cert_pem: bytes | None, ca_pem: bytes) -> bool:
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem) if cert_pem else None
+    except ValueError:
+        return False
+    return cert is not None and issued_by(cert, KeyPair(ca_pem, b""))
+
+
+def replication_trust(
+    replication_ca: KeyPair, secret: Mapping[str, Any] | None, now: dt.datetime, *, everyone_loaded: bool
+) -> ReplicationTrust:
+    """The replication client certificate and its trust, moved without a refused replication connection
+    from a Secret written before the replication CA existed (whose leaf another CA signed, trusted through
+    `ca.crt`): first the instances trust the replication CA beside that leaf's issuer; once every running
+    instance loaded that, the leaf is re-issued by the replication CA; once every one loaded the new leaf,
+    only the replication CA is trusted. `everyone_loaded`: every running instance runs exactly `secret`."""
+    ca_pem = replication_ca.cert_pem
+    observed = secret_bytes(secret, REPLICATION_CA_KEY)
+    leaf = secret_bytes(secret, REPLICATION_CERT_KEY)
+    if secret is None or not leaf:
+        return ReplicationTrust(True, ca_pem, "no replication client certificate yet")
+    trusted = pem_certificates(observed)
+    if ca_pem not in trusted:
+        # Trust first: the replication CA beside whatever signed the leaf the instances present now.
+        issuers = [c for c in pem_certificates(secret_bytes(secret, CA_CERT_KEY)) + trusted
+                   if _signed_by(leaf, c)]  # fmt: skip
+        return ReplicationTrust(
+            False,
+            ca_pem + b"".join(dict.fromkeys(issuers)),
+            "trusting the replication CA before presenting its certificate",
+        )
+    if not _signed_by(leaf, ca_pem):
+        if not everyone_loaded:
+            return ReplicationTrust(False, observed or ca_pem)
+        return ReplicationTrust(
+            True, observed or ca_pem, "the replication certificate moves to the replication CA"
+        )
+    if trusted != [ca_pem]:
+        if not everyone_loaded:
+            return ReplicationTrust(False, observed or ca_pem)
+        return ReplicationTrust(False, ca_pem, "only the replication CA is trusted for client certificates")
+    problem = _client_problem(leaf, secret_bytes(secret, REPLICATION_KEY_KEY), now)
+    return ReplicationTrust(problem is not None, ca_pem, problem)
+
+
 # A certificate this close to its end that is still in use was not renewed (a leaf is renewed with 30 days
 # left) or cannot be (the CA: a rotation is the user's step for now): the cluster reports it.
 WARN_BEFORE = dt.timedelta(days=21)
 
 
-def certificates_in_use(ca_secret_body: Mapping[str, Any] | None,
-                        server_secret_body: Mapping[str, Any] | None) -> dict[str, dt.datetime]:
+def certificates_in_use(
+    ca_secret_body: Mapping[str, Any] | None, server_secret_body: Mapping[str, Any] | None
+) -> dict[str, dt.datetime]:
     """The expiry of each certificate a cluster depends on, by role: `ca`, `server`, `replication`."""
     found = {"ca": expiry(ca_secret_body, CA_CERT_KEY), "server": expiry(server_secret_body, TLS_CERT_KEY),
              "replication": expiry(server_secret_body, REPLICATION_CERT_KEY)}  # fmt: skip
@@ -295,14 +382,21 @@ def ca_secret(cluster: PostgresCluster, ca: KeyPair) -> dict[str, Any]:
 
 
 def server_secret(cluster: PostgresCluster, ca: KeyPair, server: KeyPair, replication: KeyPair,
-                  trust_pem: bytes | None = None) -> dict[str, Any]:
-    """`ca` signed the leaves; `trust_pem` (default: that CA) is the bundle the instances trust."""
+                  trust_pem: bytes | None = None, replication_trust_pem: bytes | None = None
+                  ) -> dict[str, Any]:  # fmt: skip
+    """`ca` signed the server leaf; `trust_pem` (default: that CA) is the bundle the instances verify
+    servers with; `replication_trust_pem` the CAs they accept client certificates from."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": child_metadata(cluster, names.server_tls_secret(cluster), COMPONENT_CREDENTIALS),
         "type": "kubernetes.io/tls",
-        "data": {TLS_CERT_KEY: b64(server.cert_pem), TLS_KEY_KEY: b64(server.key_pem),
-                 CA_CERT_KEY: b64(trust_pem or ca.cert_pem), REPLICATION_CERT_KEY: b64(replication.cert_pem),
-                 REPLICATION_KEY_KEY: b64(replication.key_pem)},
+        "data": {
+            TLS_CERT_KEY: b64(server.cert_pem),
+            TLS_KEY_KEY: b64(server.key_pem),
+            CA_CERT_KEY: b64(trust_pem or ca.cert_pem),
+            REPLICATION_CERT_KEY: b64(replication.cert_pem),
+            REPLICATION_KEY_KEY: b64(replication.key_pem),
+            **({REPLICATION_CA_KEY: b64(replication_trust_pem)} if replication_trust_pem else {}),
+        },
     }

@@ -137,12 +137,12 @@ def trust_bundle(authority_trust: bytes, user: UserServer | None) -> bytes:
     return ca + authority_trust if authority_trust not in ca else ca
 
 
-def user_server_renewal(user: UserServer, leaf_ca: tls.KeyPair, trust_pem: bytes,
-                        secret: Mapping[str, Any] | None, now: dt.datetime) -> str | None:
-    """Why Secret <name>-server-tls must be rewritten to carry the user's server certificate, or None."""
+def user_server_renewal(user: UserServer, trust_pem: bytes, secret: Mapping[str, Any] | None) -> str | None:
+    """Why Secret <name>-server-tls must be rewritten to carry the user's server certificate, or None (the
+    replication role's certificate is the replication CA's: `tls.replication_trust`)."""
     if tls.secret_bytes(secret, tls.TLS_CERT_KEY) != user.cert_pem or tls.secret_bytes(
             secret, tls.TLS_KEY_KEY) != user.key_pem:
         return USER_CERTIFICATE_CHANGED
     if tls.secret_bytes(secret, tls.CA_CERT_KEY) != trust_pem:
         return tls.TRUST_CHANGED
-    return tls.client_renewal(leaf_ca, secret, now)
+    return None

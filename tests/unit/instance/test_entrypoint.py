@@ -38,7 +38,8 @@ def pod_files(tmp_path: Path) -> dict[str, str]:
         (tmp_path / "secrets" / role / "password").write_text(password + "\n")
     (tmp_path / "tls").mkdir()
     for name, content in (("tls.crt", "CERT"), ("tls.key", "KEY"), ("ca.crt", "CA"),
-                          ("replication.crt", "CLIENT"), ("replication.key", "CLIENTKEY")):
+                          ("replication.crt", "CLIENT"), ("replication.key", "CLIENTKEY"),
+                          ("replication-ca.crt", "REPLCA")):
         (tmp_path / "tls" / name).write_text(content)
     return {
         "PGOP_TLS_DIR": str(tmp_path / "tls"),
@@ -148,7 +149,7 @@ def test_the_key_is_copied_private_and_a_missing_file_is_named(tmp_path: Path) -
     pod = main.pod_environment(env)
     loaded = main.install_tls(pod)
     # The digest names exactly the installed files, as the operator computes it from the Secret's keys.
-    assert loaded == tls_digest([b"CERT", b"KEY", b"CA", b"CLIENT", b"CLIENTKEY"])
+    assert loaded == tls_digest([b"CERT", b"KEY", b"CA", b"CLIENT", b"CLIENTKEY", b"REPLCA"])
     (tmp_path / "tls" / "ca.crt").write_text("CA-BUNDLE")
     assert main.install_tls(pod) != loaded
     _, config = main.build_config(env, loaded)
@@ -156,7 +157,10 @@ def test_the_key_is_copied_private_and_a_missing_file_is_named(tmp_path: Path) -
     # Each version of the files has its own path in the config (so Patroni re-reads the REST API's
     # certificate on the reload that publishes it); the two newest versions are kept.
     assert config["restapi"]["certfile"] == f"{tmp_path}/run/tls/{loaded}/tls.crt"
-    assert config["postgresql"]["parameters"]["ssl_ca_file"] == f"{tmp_path}/run/tls/{loaded}/ca.crt"
+    # PostgreSQL accepts client certificates from the replication CA only; peers are verified with ca.crt.
+    parameters = config["postgresql"]["parameters"]
+    assert parameters["ssl_ca_file"] == f"{tmp_path}/run/tls/{loaded}/replication-ca.crt"
+    assert config["restapi"]["cafile"] == f"{tmp_path}/run/tls/{loaded}/ca.crt"
     (tmp_path / "tls" / "ca.crt").write_text("CA-BUNDLE-2")
     newest = main.install_tls(pod)
     versions = sorted(d.name for d in (tmp_path / "run" / "tls").iterdir() if d.is_dir())
@@ -186,10 +190,10 @@ def test_the_tls_files_are_read_from_one_version_of_the_secret_volume(tmp_path: 
         (tls / name).unlink()
         (tls / name).symlink_to(Path("..data") / name)
     assert main.volume_version(str(tls)) == (tls / "..v1").resolve()
-    assert main.install_tls(pod) == tls_digest([b"CERT", b"KEY", b"CA", b"CLIENT", b"CLIENTKEY"])
+    assert main.install_tls(pod) == tls_digest([b"CERT", b"KEY", b"CA", b"CLIENT", b"CLIENTKEY", b"REPLCA"])
     (tls / "..data").unlink()
     (tls / "..data").symlink_to("..v2")  # the swap
-    assert main.install_tls(pod) == tls_digest([b"CERT", b"KEY-2", b"CA", b"CLIENT", b"CLIENTKEY"])
+    assert main.install_tls(pod) == tls_digest([b"CERT", b"KEY-2", b"CA", b"CLIENT", b"CLIENTKEY", b"REPLCA"])
     assert main.volume_version(str(tmp_path / "run")) == tmp_path / "run"  # not a Secret volume
 
 

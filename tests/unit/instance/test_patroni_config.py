@@ -247,7 +247,7 @@ def test_tls_is_on_with_the_private_copies_of_the_certificate() -> None:
         "ssl": "on",
         "ssl_cert_file": "/var/run/postgresql/tls/tls.crt",
         "ssl_key_file": "/var/run/postgresql/tls/tls.key",
-        "ssl_ca_file": "/var/run/postgresql/tls/ca.crt",
+        "ssl_ca_file": "/var/run/postgresql/tls/replication-ca.crt",
         "ssl_min_protocol_version": "TLSv1.2",
     }
 

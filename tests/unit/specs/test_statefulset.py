@@ -90,7 +90,7 @@ def test_mounts_of_the_pod_contract() -> None:
     tls = volumes[mounts["/etc/pg-operator/tls"]["name"]]["secret"]
     assert tls["secretName"] == "orders-db-server-tls"
     assert [i["key"] for i in tls["items"]] == ["tls.crt", "tls.key", "ca.crt", "replication.crt",
-                                                "replication.key"]  # fmt: skip
+                                                "replication.key", "replication-ca.crt"]  # fmt: skip
     assert volumes["shm"]["emptyDir"] == {"medium": "Memory"}
 
 

@@ -13,6 +13,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from harness.objects import cluster_model as cluster
 from pg_operator.specs.tls import (
     LEAF_LIFETIME,
+    ReplicationTrust,
     ca_from_secret,
     ca_secret,
     certificates_in_use,
@@ -20,7 +21,9 @@ from pg_operator.specs.tls import (
     issue_client,
     issue_server,
     new_ca,
+    new_replication_ca,
     pem_certificates,
+    replication_trust,
     server_dns_names,
     server_renewal,
     server_secret,
@@ -67,18 +70,57 @@ def test_renewal_when_missing_late_in_life_renamed_or_under_another_ca() -> None
     assert server_renewal(c, ca, secret, NOW) is None
     assert server_renewal(c, ca, secret, NOW + dt.timedelta(days=59)) is None
     assert (server_renewal(c, ca, secret, NOW + dt.timedelta(days=61)) or "").startswith(
-        "the server certificate expires at")
+        "the server certificate expires at"
+    )
     assert server_renewal(c, new_ca(c, NOW), secret, NOW) == "the certificate authority changed"
     renamed = cluster(namespace="other")  # the names it must carry changed
     assert server_renewal(renamed, ca, secret, NOW) == "the names the server certificate must carry changed"
     broken = {**secret, "data": {**secret["data"], "tls.crt": base64.b64encode(b"junk").decode()}}
     assert server_renewal(c, ca, broken, NOW) == "the server certificate cannot be read"
-    # The replication role's client certificate is renewed with it, and must name that role.
-    server_only = {k: v for k, v in secret["data"].items() if not k.startswith("replication")}
-    no_client = {**secret, "data": server_only}
-    assert server_renewal(c, ca, no_client, NOW) == "no replication client certificate yet"
-    other_role = server_secret(c, ca, issue_server(c, ca, NOW), issue_client(ca, "postgres", NOW))
-    assert server_renewal(c, ca, other_role, NOW) == "the replication client certificate names another role"
+
+
+def test_the_replication_certificate_is_the_replication_cas_renewed_and_naming_its_role() -> None:
+    c = cluster()
+    ca, repl = new_ca(c, NOW), new_replication_ca(c, NOW)
+    assert replication_trust(repl, None, NOW, everyone_loaded=True) == ReplicationTrust(
+        True, repl.cert_pem, "no replication client certificate yet"
+    )
+    secret = server_secret(c, ca, issue_server(c, ca, NOW), issue_client(repl, "replicator", NOW),
+                           replication_trust_pem=repl.cert_pem)  # fmt: skip
+    steady = replication_trust(repl, secret, NOW, everyone_loaded=False)
+    assert steady == ReplicationTrust(False, repl.cert_pem)
+    late = replication_trust(repl, secret, NOW + dt.timedelta(days=61), everyone_loaded=False)
+    assert late.reissue and (late.why or "").startswith("the replication client certificate expires at")
+    other_role = server_secret(c, ca, issue_server(c, ca, NOW), issue_client(repl, "postgres", NOW),
+                               replication_trust_pem=repl.cert_pem)  # fmt: skip
+    assert replication_trust(repl, other_role, NOW, everyone_loaded=True).why == (
+        "the replication client certificate names another role"
+    )
+
+
+def test_a_secret_from_before_the_replication_ca_moves_to_it_in_three_loaded_steps() -> None:
+    """Each step waits until every running instance loaded the previous one, so no instance ever presents
+    a replication certificate a peer does not trust."""
+    c = cluster()
+    ca, repl = new_ca(c, NOW), new_replication_ca(c, NOW)
+    old = server_secret(c, ca, issue_server(c, ca, NOW), issue_client(ca, "replicator", NOW))
+    first = replication_trust(repl, old, NOW, everyone_loaded=False)  # trusting comes first, at once
+    assert not first.reissue and first.bundle == repl.cert_pem + ca.cert_pem and first.why
+    trusting = {**old, "data": {**old["data"], "replication-ca.crt": base64.b64encode(first.bundle).decode()}}
+    waiting = replication_trust(repl, trusting, NOW, everyone_loaded=False)
+    assert waiting == ReplicationTrust(False, first.bundle)
+    second = replication_trust(repl, trusting, NOW, everyone_loaded=True)
+    assert second.reissue and second.bundle == first.bundle and second.why
+    moved = server_secret(c, ca, issue_server(c, ca, NOW), issue_client(repl, "replicator", NOW),
+                          replication_trust_pem=first.bundle)  # fmt: skip
+    assert replication_trust(repl, moved, NOW, everyone_loaded=False) == ReplicationTrust(False, first.bundle)
+    third = replication_trust(repl, moved, NOW, everyone_loaded=True)
+    assert not third.reissue and third.bundle == repl.cert_pem and third.why
+    done = {
+        **moved,
+        "data": {**moved["data"], "replication-ca.crt": base64.b64encode(repl.cert_pem).decode()},
+    }
+    assert replication_trust(repl, done, NOW, everyone_loaded=True) == ReplicationTrust(False, repl.cert_pem)
 
 
 def test_the_replication_client_certificate() -> None:
@@ -100,9 +142,18 @@ def test_secrets_round_trip_and_no_key_in_a_repr() -> None:
     assert ca_from_secret(ca_secret(c, ca)) == ca
     assert ca_from_secret({"data": {"ca.crt": "bm9wZQ=="}}) is None
     server = issue_server(c, ca, NOW)
-    secret = server_secret(c, ca, server, issue_client(ca, "replicator", NOW))
+    repl = new_replication_ca(c, NOW)
+    secret = server_secret(
+        c, ca, server, issue_client(repl, "replicator", NOW), replication_trust_pem=repl.cert_pem
+    )
     assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {
-        "tls.crt", "tls.key", "ca.crt", "replication.crt", "replication.key"}
+        "tls.crt",
+        "tls.key",
+        "ca.crt",
+        "replication.crt",
+        "replication.key",
+        "replication-ca.crt",
+    }
     assert "ca.key" not in secret["data"]  # the CA's key stays in <name>-ca
     assert "PRIVATE" not in repr(ca) + repr(server)
     assert secret["metadata"]["ownerReferences"][0]["controller"] is True
@@ -133,5 +184,6 @@ def test_a_ca_leaves_the_bundle_only_after_the_leaves_it_signed() -> None:
     # New leaves signed by `new`, while the instances still trust (and some present leaves of) `old`.
     assert trust_while_leaves_change(old.cert_pem, new.cert_pem) == new.cert_pem + old.cert_pem
     assert trust_while_leaves_change(new.cert_pem + old.cert_pem, new.cert_pem + old.cert_pem) == (
-        new.cert_pem + old.cert_pem)
+        new.cert_pem + old.cert_pem
+    )
     assert trust_while_leaves_change(None, new.cert_pem) == new.cert_pem

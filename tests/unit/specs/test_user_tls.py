@@ -100,11 +100,11 @@ def test_the_server_secret_follows_the_users_certificate() -> None:
     assert trust_bundle(cluster_ca.cert_pem, None) == cluster_ca.cert_pem
     written = tls.server_secret(C, cluster_ca, tls.KeyPair(user.cert_pem, user.key_pem),
                                 tls.issue_client(cluster_ca, "replicator", NOW), trust)  # fmt: skip
-    assert user_server_renewal(user, cluster_ca, trust, written, NOW) is None
+    assert user_server_renewal(user, trust, written) is None
     renewed, renewed_key = certificate(tls.server_dns_names(C), corp)
     fresh = user_server(C, "db-cert", secret(tls_crt=renewed, tls_key=renewed_key, ca_crt=corp.cert_pem), NOW)
     assert not isinstance(fresh, str)
-    changed = user_server_renewal(fresh, cluster_ca, trust, written, NOW)
+    changed = user_server_renewal(fresh, trust, written)
     assert changed == "the user's server certificate changed"
-    assert user_server_renewal(user, cluster_ca, cluster_ca.cert_pem, written, NOW) == (
+    assert user_server_renewal(user, cluster_ca.cert_pem, written) == (
         "the trusted certificate authorities changed")

@@ -42,21 +42,29 @@ from pg_operator.specs.ca_rotation import (
     authority_secret,
     finish,
     plan,
+    replication_ca_from_secret,
+    replication_ca_patch,
     secret_digest,
     start,
 )
 from pg_operator.specs.secrets import APP_CA_KEY
 from pg_operator.specs.tls import (
     CA_CERT_KEY,
+    REPLICATION_CA_KEY,
+    REPLICATION_CERT_KEY,
+    REPLICATION_KEY_KEY,
     TRUST_CHANGED,
     KeyPair,
+    ReplicationTrust,
     b64,
     certificates_in_use,
     expiring,
     issue_client,
     issue_server,
     new_ca,
+    new_replication_ca,
     pem_certificates,
+    replication_trust,
     secret_bytes,
     server_renewal,
     server_secret,
@@ -149,6 +157,7 @@ class TlsRoom(Room):
             # A new CA answers a rotation asked for already: none starts while it is being stored.
             authority = Authority(brought_ca or new_ca(p.cluster, now),
                                   rotated_for=objects.annotation(p.body, ROTATE_CA_ANNOTATION) or "")
+            replication_ca = new_replication_ca(p.cluster, now)
             _, server_name = tls_secret_names(p.cluster)
             if p.snapshot.find("v1", "Secret", server_name) is None:
                 # A new cluster: the leaves need the CA in hand, not stored, so both Secrets go in one
@@ -156,30 +165,56 @@ class TlsRoom(Room):
                 # name turn out taken, the server Secret is left as created: the next passes issue
                 # nothing until the CA is the cluster's.
                 return await all_of([
-                    self._store_ca(p, authority),
-                    self._leaves(p, observed_ca, authority, brought_ca, user, now)])  # fmt: skip
+                    self._store_ca(p, authority, replication_ca),
+                    self._leaves(p, observed_ca, authority, replication_ca, brought_ca, user,
+                                 now)])  # fmt: skip
             # The CA Secret went (or its name is held by a foreign one): the leaves follow only a CA
             # that could be stored, or each pass would re-issue them from a CA of its own.
-            stored = await self._store_ca(p, authority)
+            stored = await self._store_ca(p, authority, replication_ca)
             if p.claims.blocked(("v1", "Secret", ca_name)):
                 return stored
-            return stored + await self._leaves(p, observed_ca, authority, brought_ca, user, now)
+            leaves = await self._leaves(p, observed_ca, authority, replication_ca, brought_ca, user, now)
+            return stored + leaves
         self.memo.seen((p.namespace, "Secret", ca_name, "create"))
         found = authority_from_secret(observed_ca)
         if found is None:
             p.report(("CertificateAuthorityInvalid", f"Secret {ca_name} holds no readable ca.crt and "
                       "ca.key: no certificate can be issued"))
             return 0
-        return await self._leaves(p, observed_ca, found, brought_ca, user, now)
+        kept = replication_ca_from_secret(observed_ca)
+        if kept is None:
+            return await self._add_replication_ca(p, observed_ca, now)
+        return await self._leaves(p, observed_ca, found, kept, brought_ca, user, now)
 
-    async def _store_ca(self, p: ClusterPass, authority: Authority) -> int:
+    async def _add_replication_ca(self, p: ClusterPass, observed_ca: dict[str, Any], now: dt.datetime) -> int:
+        """A Secret <name>-ca written before the replication CA existed gets one; the leaves follow on the
+        pass that sees it."""
         ca_name, _ = tls_secret_names(p.cluster)
-        if await self._create(p, authority_secret(p.cluster, authority)):
+        rv = objects.resource_version(observed_ca)
+        ident = (p.namespace, "Secret", ca_name, "replication-ca")
+        if self.memo.pending(ident, rv, ""):
+            return 0
+        patch = replication_ca_patch(new_replication_ca(p.cluster, now), rv)
+        try:
+            if not await patch_owned(self.api, p.claims, Secret, observed_ca, patch):
+                return 1
+        except ApiError as exc:
+            if is_conflict(exc):
+                return 1
+            raise
+        self.memo.wrote(ident, rv, "")
+        log.info("%s/%s: made the cluster's replication CA", p.namespace, p.name)
+        return 1
+
+    async def _store_ca(self, p: ClusterPass, authority: Authority, replication_ca: KeyPair) -> int:
+        ca_name, _ = tls_secret_names(p.cluster)
+        if await self._create(p, authority_secret(p.cluster, authority, replication_ca)):
             self.memo.wrote((p.namespace, "Secret", ca_name, "create"), None, "")
         return 1
 
     async def _leaves(self, p: ClusterPass, observed_ca: dict[str, Any] | None, authority: Authority,
-                      brought_ca: KeyPair | None, user: UserServer | None, now: dt.datetime) -> int:
+                      replication_ca: KeyPair, brought_ca: KeyPair | None, user: UserServer | None,
+                      now: dt.datetime) -> int:  # fmt: skip
         """The server Secret (issued, renewed, or rotated to a new CA) and the application's CA."""
         _, server_name = tls_secret_names(p.cluster)
         observed_server = p.snapshot.find("v1", "Secret", server_name)
@@ -196,7 +231,8 @@ class TlsRoom(Room):
         # Applications keep trusting what the instances may still present until every instance serves
         # what the wanted bundle covers (the server Secret keeps the old CAs until then, and so do they).
         app_trust = trust_while_leaves_change(secret_bytes(observed_server, CA_CERT_KEY), trust)
-        return await self._server(p, step.leaf_ca, trust, now, user) + await self._app_ca(p, app_trust)
+        return (await self._server(p, step.leaf_ca, replication_ca, trust, now, user)
+                + await self._app_ca(p, app_trust))  # fmt: skip
 
     async def _user_tls(self, p: ClusterPass, now: dt.datetime) -> tuple[KeyPair | None, UserServer | None]:
         """The CA and server certificate the user brings (spec.tls), each None when not asked for or not
@@ -292,17 +328,22 @@ class TlsRoom(Room):
         self.memo.wrote((p.namespace, "Secret", name, "ca"), rv, wanted)
         return 1
 
-    async def _server(self, p: ClusterPass, ca: KeyPair, trust_pem: bytes, now: dt.datetime,
-                      user: UserServer | None) -> int:
+    async def _server(self, p: ClusterPass, ca: KeyPair, replication_ca: KeyPair, trust_pem: bytes,
+                      now: dt.datetime, user: UserServer | None) -> int:  # fmt: skip
         """Secret <name>-server-tls: the server certificate (the operator's, signed by `ca`, or the
-        user's), the replication role's (always the operator's), and `trust_pem` as ca.crt."""
+        user's), `trust_pem` as ca.crt, and the replication role's certificate with the CAs client
+        certificates are accepted from (the replication CA's: `replication_trust`)."""
         name = names.server_tls_secret(p.cluster)
         observed = p.snapshot.find("v1", "Secret", name)
         if user is None:
             why = server_renewal(p.cluster, ca, observed, now, trust_pem)
         else:
-            why = user_server_renewal(user, ca, trust_pem, observed, now)
+            why = user_server_renewal(user, trust_pem, observed)
+        everyone_loaded = observed is not None and not self._behind(p, observed)
+        replication = replication_trust(replication_ca, observed, now, everyone_loaded=everyone_loaded)
         ident = (p.namespace, "Secret", name, "issue")
+        if why is None and observed is not None and replication.why is not None:
+            return await self._replication(p, observed, replication_ca, replication, now)
         if why is None:
             # The cache shows what was issued: forget the write, or the Secret deleted soon after would
             # look like our issue not yet seen, and stay missing until the memo expires and a resync comes.
@@ -323,7 +364,11 @@ class TlsRoom(Room):
                 return 0
         elif why != TRUST_CHANGED and observed is not None:
             trust_pem = trust_while_leaves_change(observed_trust, trust_pem)
-        desired = server_secret(p.cluster, ca, served, issue_client(ca, REPLICATION_USER, now), trust_pem)
+        # The replication certificate in use is kept unless replication_trust moves it on.
+        cert, key = secret_bytes(observed, REPLICATION_CERT_KEY), secret_bytes(observed, REPLICATION_KEY_KEY)
+        client = (KeyPair(cert, key) if cert and key and not replication.reissue
+                  else issue_client(replication_ca, REPLICATION_USER, now))  # fmt: skip
+        desired = server_secret(p.cluster, ca, served, client, trust_pem, replication.bundle)
         if user is not None and observed is not None and why == USER_CERTIFICATE_CHANGED:
             # Peers must trust the new certificate's CA before any instance presents it: first the
             # bundle alone, then, once every instance loaded it, the certificate.
@@ -353,6 +398,31 @@ class TlsRoom(Room):
         if observed is not None:  # a new cluster's first certificate is no news
             await self.events.record(p.body, "Normal", "CertificateIssued",
                                      f"issued a new server certificate in Secret {name}: {why}")  # fmt: skip
+        return 1
+
+    async def _replication(self, p: ClusterPass, observed: Mapping[str, Any], replication_ca: KeyPair,
+                           step: ReplicationTrust, now: dt.datetime) -> int:  # fmt: skip
+        """Only the replication part of Secret <name>-server-tls changes: its trusted CAs, and with them or
+        after them the client certificate (`replication_trust` orders the steps)."""
+        name = names.server_tls_secret(p.cluster)
+        rv = objects.resource_version(observed)
+        ident = (p.namespace, "Secret", name, "replication")
+        if self.memo.pending(ident, rv, step.why or ""):
+            return 0
+        data = {REPLICATION_CA_KEY: b64(step.bundle)}
+        if step.reissue:
+            client = issue_client(replication_ca, REPLICATION_USER, now)
+            data |= {REPLICATION_CERT_KEY: b64(client.cert_pem), REPLICATION_KEY_KEY: b64(client.key_pem)}
+        try:
+            if not await patch_owned(self.api, p.claims, Secret, observed,
+                                     {"metadata": {"resourceVersion": rv}, "data": data}):  # fmt: skip
+                return 1
+        except ApiError as exc:
+            if is_conflict(exc):
+                return 1
+            raise
+        self.memo.wrote(ident, rv, step.why or "")
+        log.info("%s/%s: replication certificate: %s", p.namespace, p.name, step.why)
         return 1
 
     async def _create(self, p: ClusterPass, secret: dict[str, object]) -> bool:
