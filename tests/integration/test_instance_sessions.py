@@ -28,7 +28,13 @@ import pytest
 from harness import local_postgres, patroni_instance
 from harness.net import free_port
 from harness.waiting import wait_until
-from pg_operator.instance import archive_reporter, patroni_config, post_bootstrap, session_roles
+from pg_operator.instance import (
+    archive_reporter,
+    metrics_server,
+    patroni_config,
+    post_bootstrap,
+    session_roles,
+)
 from pg_operator.instance.inputs import Credentials
 from pg_operator.instance.metrics import MONITOR_ROLE
 
@@ -170,6 +176,12 @@ def test_the_monitor_role_logs_in_over_the_socket_only_to_postgres(server: Serve
     session_roles.ensure_monitor_role(socket_dir=s.socket_dir, pg_port=s.pg.port, superuser=SUPERUSER)
     with psycopg.connect(s.dsn(MONITOR_ROLE)) as conn:
         assert conn.execute("SELECT session_user").fetchone() == (MONITOR_ROLE,)
+    # /metrics as the entrypoint now starts it (main.start_metrics): logged in as the role itself, and
+    # pg_monitor suffices for every query of a scrape.
+    collector = metrics_server.Collector(socket_dir=s.socket_dir, port=s.pg.port, login_user=MONITOR_ROLE)
+    scrape = collector.collect()
+    assert "\npg_up 1\n" in "\n" + scrape, collector.last_error
+    assert collector.errors == 0
     with pytest.raises(psycopg.OperationalError, match=r"no pg_hba\.conf entry"):
         psycopg.connect(f"host={s.socket_dir} port={s.pg.port} dbname=template1 user={MONITOR_ROLE}")
 
