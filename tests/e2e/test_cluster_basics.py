@@ -31,7 +31,7 @@ from harness.pgcluster import Writer, connect_app, healthy, secret, service_ip, 
 from harness.waiting import wait_until
 from pg_operator.scram import scram_sha256_verifier
 from pg_operator.specs.credential_changes import APPLIED_ANNOTATION, fingerprint
-from pg_operator.specs.tls import issue_server, new_ca
+from pg_operator.specs.tls import KeyPair, issue_client, issue_server, new_ca
 
 SWITCHOVER = "db.example.com/switchover-to"
 
@@ -309,6 +309,7 @@ def test_a_server_certificate_the_user_brings_is_served_after_its_ca_is_trusted(
                              user=app["username"], password=app["password"], dbname=app["dbname"],
                              sslmode="verify-full", sslrootcert=str(corp_only), connect_timeout=5) as conn:
             assert conn.execute("select 1").fetchone() == (1,)
+        replication_is_the_clusters_alone(example, corp, ips, tmp_path)
         # Taken away: the operator's own certificate again, the user's CA trusted until it is served.
         use(None)
         wait_until("every instance to serve the operator's certificate again",
@@ -325,6 +326,31 @@ def test_a_server_certificate_the_user_brings_is_served_after_its_ca_is_trusted(
     walsenders = "select s.client_dn from pg_stat_replication r join pg_stat_ssl s using (pid)"
     wait_until("both replicas streaming",
                lambda: on_primary(example, walsenders).split() == ["/CN=replicator"] * 2, 120, 2)
+
+
+def replication_is_the_clusters_alone(kube: Kube, issuer: KeyPair, ips: dict[str, str],
+                                      tmp_path: Path) -> None:  # fmt: skip
+    """The attack on a shared issuer (one certificate manager's issuer for many namespaces): anyone it
+    serves can get a certificate with CN=replicator. The instances accept replication client certificates
+    from the cluster's replication CA alone, so that one is refused while the cluster's own is taken."""
+    forged = issue_client(issuer, "replicator", datetime.now(UTC))
+    own = secret(kube, NS, f"{NAME}-server-tls")
+    attempts = {"forged": (forged.cert_pem.decode(), forged.key_pem.decode()),
+                "own": (own["replication.crt"], own["replication.key"])}
+    outcome = {}
+    for who, (cert, key) in attempts.items():
+        (tmp_path / f"{who}.crt").write_text(cert)
+        (tmp_path / f"{who}.key").write_text(key)
+        (tmp_path / f"{who}.key").chmod(0o600)
+        try:
+            with psycopg.connect(host=next(iter(ips.values())), port=5432, user="replicator",
+                                 dbname="postgres", sslmode="require", sslcert=str(tmp_path / f"{who}.crt"),
+                                 sslkey=str(tmp_path / f"{who}.key"), connect_timeout=5) as conn:
+                outcome[who] = str(conn.execute("select current_user").fetchone())
+        except psycopg.OperationalError as exc:
+            outcome[who] = f"refused: {exc}"
+    assert outcome["own"] == "('replicator',)", outcome
+    assert outcome["forged"].startswith("refused"), outcome
 
 
 def restarts_of(kube: Kube, pod: str) -> int:
