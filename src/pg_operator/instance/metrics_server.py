@@ -16,14 +16,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from socket import socket
 from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from pg_operator import tls_server
 from pg_operator.instance import metrics as m
 
 # A scrape must never hang on a stuck PostgreSQL (Prometheus' default scrape timeout is 10 s).
@@ -159,31 +158,13 @@ class Collector:
                 self._conn = None
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: MetricsServer
-
-    def do_GET(self) -> None:  # the name http.server calls
-        if self.path.split("?")[0] != "/metrics":
-            self._send(404, "text/plain; charset=utf-8", b"not found: the endpoint is /metrics\n")
-            return
-        self._send(200, m.CONTENT_TYPE, self.server.collect().encode())
-
-    def _send(self, code: int, content_type: str, body: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:  # http.server's signature
-        pass  # one line per scrape would drown the pod's log
+NOT_FOUND = tls_server.Response(404, "text/plain; charset=utf-8", b"not found: the endpoint is /metrics\n")
 
 
-class MetricsServer(ThreadingHTTPServer):
+class MetricsServer(tls_server.BoundedHttpsServer):
     """HTTP, or HTTPS when given a certificate: the certificate is read again when its file changes (the
-    entrypoint installs a renewed one), checked before each accepted connection."""
-
-    daemon_threads = True
+    entrypoint installs a renewed one), checked before each accepted connection. Connections are capped
+    and given deadlines (pg_operator.tls_server): a peer may hold a socket for a while, never a thread."""
 
     def __init__(
         self,
@@ -192,12 +173,18 @@ class MetricsServer(ThreadingHTTPServer):
         *,
         cert: str | None = None,
         key: str | None = None,
+        limits: tls_server.ServerLimits = tls_server.DEFAULT_LIMITS,
     ) -> None:
         self.collect = collect
         self._cert, self._key = cert, key
         self._context: ssl.SSLContext | None = None
         self._cert_mtime = 0.0
-        super().__init__(address, _Handler)
+        super().__init__(address, self._answer, self._tls_context, limits)
+
+    def _answer(self, path: str) -> tls_server.Response:
+        if path.split("?")[0] != "/metrics":
+            return NOT_FOUND
+        return tls_server.Response(200, m.CONTENT_TYPE, self.collect().encode())
 
     def _tls_context(self) -> ssl.SSLContext | None:
         if self._cert is None or self._key is None:
@@ -213,14 +200,6 @@ class MetricsServer(ThreadingHTTPServer):
             self._context, self._cert_mtime = context, mtime
         return self._context
 
-    def get_request(self) -> tuple[socket, Any]:
-        conn, addr = super().get_request()
-        context = self._tls_context()
-        if context is None:
-            return conn, addr
-        # The handshake happens in the request's thread (first read), not in the accepting one.
-        return context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False), addr
-
 
 def start(
     *,
@@ -235,7 +214,7 @@ def start(
     """Serve /metrics from a daemon thread; returns the server (its server_address holds the port)."""
     collector = Collector(socket_dir=socket_dir, port=pg_port, login_user=login_user)
     server = MetricsServer((listen_host, port), collector.collect, cert=cert, key=key)
-    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    server.start("metrics")
     scheme = "https" if cert else "http"
     _log(
         f"serving {scheme}://{listen_host or '*'}:{server.server_address[1]}/metrics as role {collector.role}"

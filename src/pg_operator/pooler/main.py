@@ -20,11 +20,8 @@ import signal
 import ssl
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from pg_operator.pooler import metrics
 from pg_operator.pooler.config import (
@@ -41,6 +38,7 @@ from pg_operator.pooler.config import (
     settings_from_env,
 )
 from pg_operator.pooler.console import Console, ConsoleError
+from pg_operator.tls_server import BoundedHttpsServer, Response
 
 PGBOUNCER = os.environ.get("POOLER_PGBOUNCER", "/usr/sbin/pgbouncer")  # another path in tests only
 DEFAULT_PAUSE_SECONDS = 30.0
@@ -170,38 +168,29 @@ def scrape(s: Settings) -> str:
     return metrics.render(up=True, pools=pools, stats=stats, paused=is_paused(s), target=current_target(s))
 
 
-def serve_metrics(s: Settings, port: int = POOLER_METRICS_PORT) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.split("?")[0] != "/metrics":
-                self.send_error(404)
-                return
-            body = scrape(s).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: Any) -> None:
-            pass
-
-    server = _TlsHttpServer(("", port), Handler, s)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+def serve_metrics(s: Settings, port: int = POOLER_METRICS_PORT) -> BoundedHttpsServer:
+    """/metrics over HTTPS from a daemon thread, connections capped and given deadlines
+    (pg_operator.tls_server); the server is returned (its server_address holds the port)."""
+    server = BoundedHttpsServer(("", port), lambda path: _metrics_answer(s, path), _MetricsTls(s))
+    server.start("metrics")
     return server
 
 
-class _TlsHttpServer(ThreadingHTTPServer):
-    """HTTPS (TLS ≥ 1.2) with the certificate PgBouncer serves its clients (the mounted server Secret);
-    a renewed one is taken up for the next connection (the kubelet swaps the volume's `..data`)."""
+def _metrics_answer(s: Settings, path: str) -> Response:
+    if path.split("?")[0] != "/metrics":
+        return Response(404, "text/plain; charset=utf-8", b"not found: the endpoint is /metrics\n")
+    return Response(200, "text/plain; version=0.0.4; charset=utf-8", scrape(s).encode())
 
-    def __init__(self, address: tuple[str, int], handler: Any, s: Settings) -> None:
+
+class _MetricsTls:
+    """TLS (>= 1.2) with the certificate PgBouncer serves its clients (the mounted server Secret); a
+    renewed one is taken up for the next connection (the kubelet swaps the volume's `..data`)."""
+
+    def __init__(self, s: Settings) -> None:
         self.settings = s
         self._context: tuple[str, ssl.SSLContext] | None = None
-        super().__init__(address, handler)
 
-    def _current(self) -> ssl.SSLContext:
+    def __call__(self) -> ssl.SSLContext:
         version = _tls_version(self.settings)
         if self._context is None or self._context[0] != version:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -210,15 +199,6 @@ class _TlsHttpServer(ThreadingHTTPServer):
             context.load_cert_chain(os.path.join(tls, "tls.crt"), os.path.join(tls, "tls.key"))
             self._context = (version, context)
         return self._context[1]
-
-    def get_request(self) -> tuple[Any, Any]:
-        sock, address = self.socket.accept()
-        sock.settimeout(10)  # a client that never finishes its handshake holds no thread for long
-        # The handshake happens on the handler's first read, in its own thread.
-        return self._current().wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that failed its handshake or went away: nothing to report
 
 
 def deadline_passed(text: str | None, now: float) -> bool:
