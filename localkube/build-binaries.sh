@@ -6,6 +6,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/versions.env"
 cache=${PGOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pg-operator}
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+# One build at a time per cache: a second run started meanwhile (another checkout's tests, say) would
+# otherwise clear the first one's half-built directory; it waits, then finds the cache warm.
+mkdir -p "$cache"
+exec 9>"$cache/.build.lock"
+flock 9
 
 # key DIR -> short hash of a module's go.mod and go.sum, so a changed pin means a new cache entry
 key() { cat "$1/go.mod" "$1/go.sum" | sha256sum | cut -c1-12; }
