@@ -215,7 +215,8 @@ class NetworkPolicySpec(SpecModel):
         None,
         max_length=MAX_PEERS,
         description=(
-            "Who may scrape the instances' metrics port (9187). Unset: every pod of every namespace. A "
-            "list replaces that default."
+            "Who may scrape the instances' and the pooler's metrics ports (9187, 9127). Unset: the pods of "
+            "the monitoring namespace the operator's install names (--monitoring-namespace, default "
+            "monitoring), the cluster's own pods and the operator. A list replaces that default."
         ),
     )

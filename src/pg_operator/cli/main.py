@@ -6,12 +6,14 @@ import argparse
 import asyncio
 import json
 import logging
+import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from pg_operator.api.image_policy import AllowedRepositories
 from pg_operator.images import IMAGE_REPOSITORY
+from pg_operator.specs.network_policy import DEFAULT_MONITORING_NAMESPACE
 
 
 class JsonFormatter(logging.Formatter):
@@ -66,6 +68,17 @@ def _allowed_repositories(value: str) -> AllowedRepositories:
         return AllowedRepositories.parse(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _namespace_or_none(value: str) -> str:
+    """A namespace's name (a DNS label), or "" for none."""
+    if value and not NAMESPACE_NAME.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"not a namespace name (lowercase letters, digits and '-', at most 63): {value!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,6 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
         "admits every repository under it; a cluster naming another is refused (default: "
         f"{IMAGE_REPOSITORY}, the operator's own PostgreSQL images)",
     )
+    run.add_argument(
+        "--monitoring-namespace",
+        type=_namespace_or_none,
+        default=DEFAULT_MONITORING_NAMESPACE,
+        metavar="NS",
+        help="the namespace whose pods (a Prometheus) may scrape the instances' and poolers' metrics when a "
+        "cluster's spec.networkPolicy.metricsFrom is unset; empty: only the operator and the cluster's own "
+        f"pods (default: {DEFAULT_MONITORING_NAMESPACE})",
+    )
     run.add_argument("--log-format", choices=("json", "text"), default="text")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
@@ -180,6 +202,7 @@ def _run(args: argparse.Namespace) -> int:
         backup_retention_seconds=args.backup_retention_retry,
         allowed_image_repositories=args.allowed_image_repositories,
         ca_trust_period_seconds=args.ca_trust_period,
+        monitoring_namespace=args.monitoring_namespace,
         store_limits=StoreLimits(
             call_seconds=args.store_call_timeout,
             listing_seconds=args.store_listing_timeout,

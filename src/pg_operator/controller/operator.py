@@ -40,6 +40,7 @@ from pg_operator.controller.rooms.storage import STORAGE_CLASSES_UNREADABLE, sto
 from pg_operator.controller.secret_reads import api_reader
 from pg_operator.controller.wakeups import Wakeups, feeds
 from pg_operator.specs import MANAGED_KINDS
+from pg_operator.specs.network_policy import DEFAULT_MONITORING_NAMESPACE
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -81,6 +82,8 @@ class Options:
     resync_seconds: float = 300.0
     backup_retention_seconds: float = 600.0  # how long a failed retention waits before it is tried again
     ca_trust_period_seconds: float = 90.0  # how long a CA rotation trusts both CAs (specs/ca_rotation.py)
+    # Whose pods may scrape the instances and poolers when a cluster's metricsFrom is unset ("": none).
+    monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE
     store_limits: StoreLimits = field(default_factory=StoreLimits)  # calls to tenants' object stores
     # What spec.image may name (api/image_policy.py); a cluster naming another image is refused.
     allowed_image_repositories: AllowedRepositories = field(default_factory=AllowedRepositories)
@@ -205,7 +208,8 @@ async def _lead(
     pod_exec = PodExec(load_config(), metrics)
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity), pod_exec,
                             ca_trust_period=dt.timedelta(seconds=opts.ca_trust_period_seconds),
-                            allowed_images=opts.allowed_image_repositories)  # fmt: skip
+                            allowed_images=opts.allowed_image_repositories,
+                            monitoring_namespace=opts.monitoring_namespace)  # fmt: skip
     controller = ReconcileLoop(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds,
                                gives_up=namespace_being_deleted,
                                on_failure=reconciler.report_failure)  # fmt: skip

@@ -51,6 +51,7 @@ from pg_operator.controller.writes import Applier, Claims, WriteMemo, all_of, ca
 from pg_operator.controller.writes import delete as delete_owned
 from pg_operator.specs import MANAGED_KINDS, compute_status
 from pg_operator.specs.ca_rotation import TRUST_PERIOD
+from pg_operator.specs.network_policy import DEFAULT_MONITORING_NAMESPACE
 from pg_operator.specs.ownership import (
     conflict_event,
     conflict_message,
@@ -141,6 +142,7 @@ class Reconciler:
         pod_exec: PodExec | None = None,
         ca_trust_period: timedelta = TRUST_PERIOD,
         allowed_images: AllowedRepositories = DEFAULT_ALLOWED_REPOSITORIES,
+        monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE,
     ) -> None:
         self.api = api
         self.allowed_images = allowed_images
@@ -151,7 +153,8 @@ class Reconciler:
         self.memo = WriteMemo()
         self.applier = Applier(api, self.memo)
         self.high_availability = HighAvailabilityRoom(api, events, pod_exec)
-        pooler = PoolerRoom(api, self.memo, events, pod_exec, registry=metrics.registry)
+        pooler = PoolerRoom(api, self.memo, events, pod_exec, registry=metrics.registry,
+                            monitoring_namespace=monitoring_namespace)
         self.high_availability.switchover_guard = pooler  # paused around the switchovers it drives
         # In phase order: the storage check comes first so the StatefulSet waits for its class.
         self.rooms: tuple[Room, ...] = (
@@ -159,7 +162,7 @@ class Reconciler:
             MajorUpgradeRoom(api, events, pod_exec, self.high_availability),
             StorageRoom(api, self.memo),
             self.high_availability,
-            InstancesRoom(events),
+            InstancesRoom(events, monitoring_namespace=monitoring_namespace),
             CredentialsRoom(api, self.memo, events, pod_exec),
             TlsRoom(api, self.memo, events, registry=metrics.registry, ca_trust_period=ca_trust_period),
             RolesRoom(api, self.memo, events, pod_exec),

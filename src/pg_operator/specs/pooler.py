@@ -47,7 +47,13 @@ from pg_operator.pooler.config import (
 from pg_operator.scram import scram_sha256_verifier
 from pg_operator.specs import names
 from pg_operator.specs.labels import MANAGED_BY, child_metadata
-from pg_operator.specs.network_policy import OperatorPeer, _peers
+from pg_operator.specs.network_policy import (
+    DEFAULT_OPERATOR_PEER,
+    OperatorPeer,
+    _peers,
+    default_scrapers,
+    operator_peers,
+)
 
 COMPONENT_POOLER = "pooler"
 CONTAINER = "pgbouncer"
@@ -234,14 +240,16 @@ def pdb(cluster: PostgresCluster, side: str) -> dict[str, Any] | None:
     }
 
 
-def network_policy(cluster: PostgresCluster, operator: OperatorPeer | None = None) -> dict[str, Any] | None:
+def network_policy(cluster: PostgresCluster,
+                   operator: OperatorPeer = DEFAULT_OPERATOR_PEER) -> dict[str, Any] | None:  # fmt: skip
     """5432 from the cluster's allowFrom peers (unset: its namespace), metrics from metricsFrom (unset:
-    every namespace). `operator` is unused: the operator reaches pooler pods through exec only."""
+    the install's monitoring namespace and the operator, specs/network_policy.default_scrapers)."""
     spec = cluster.spec.network_policy
     if cluster.spec.pooler is None or not spec.enabled:
         return None
     clients = [{"podSelector": {}}] if spec.allow_from is None else _peers(spec.allow_from)
-    scrapers = [{"namespaceSelector": {}}] if spec.metrics_from is None else _peers(spec.metrics_from)
+    scrapers = (default_scrapers(operator, operator_peers(operator)) if spec.metrics_from is None
+                else _peers(spec.metrics_from))  # fmt: skip
     ingress = [{"from": clients, "ports": [{"protocol": "TCP", "port": POOLER_PORT}]}] if clients else []
     if scrapers:
         ingress.append({"from": scrapers, "ports": [{"protocol": "TCP", "port": POOLER_METRICS_PORT}]})
@@ -254,7 +262,8 @@ def network_policy(cluster: PostgresCluster, operator: OperatorPeer | None = Non
     }
 
 
-def children(cluster: PostgresCluster, image: str = DEFAULT_IMAGE) -> list[dict[str, Any]]:
+def children(cluster: PostgresCluster, image: str = DEFAULT_IMAGE,
+             operator: OperatorPeer = DEFAULT_OPERATOR_PEER) -> list[dict[str, Any]]:  # fmt: skip
     pooler = cluster.spec.pooler
     if pooler is None:
         return []
@@ -264,7 +273,7 @@ def children(cluster: PostgresCluster, image: str = DEFAULT_IMAGE) -> list[dict[
         budget = pdb(cluster, side)
         if budget is not None:
             out.append(budget)
-    policy = network_policy(cluster)
+    policy = network_policy(cluster, operator)
     if policy is not None:
         out.append(policy)
     return out

@@ -1,11 +1,13 @@
-"""The cluster's NetworkPolicy, built from plain specs: who reaches 5432, 8008 and 9187, defaults, the
-opt-out, and where the operator's connections come from (its pods, or a node's host network)."""
+"""The cluster's NetworkPolicy, built from plain specs: who reaches 5432, 8008 and 9187, defaults (metrics
+only from the install's monitoring namespace), the opt-out, and where the operator's connections come from
+(its pods, or a node's host network)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from harness.objects import cluster_model as cluster
+from pg_operator.api.pooler import POOLER_METRICS_PORT
 from pg_operator.specs import selector_labels
 from pg_operator.specs.network_policy import (
     METRICS_PORT,
@@ -14,6 +16,7 @@ from pg_operator.specs.network_policy import (
     host_cidrs,
     network_policy,
 )
+from pg_operator.specs.pooler import network_policy as pooler_network_policy
 
 IN_CLUSTER = OperatorPeer("pg-operator-system")
 OWN_PODS = {"podSelector": {"matchLabels": {
@@ -25,6 +28,9 @@ OPERATOR_PODS = {
         "matchLabels": {"app.kubernetes.io/name": "pg-operator", "app.kubernetes.io/component": "operator"}
     },
 }
+
+
+MONITORING_PODS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
 
 
 def rules_by_port(policy: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:
@@ -52,8 +58,22 @@ def test_default_peers_per_port() -> None:
     assert ports[5432] == [OWN_PODS, OPERATOR_PODS, {"podSelector": {}}]
     # Patroni's REST API: own pods and the operator only.
     assert ports[8008] == [OWN_PODS, OPERATOR_PODS]
-    # Metrics: every pod of every namespace.
-    assert ports[METRICS_PORT] == [{"namespaceSelector": {}}]
+    # Metrics: the install's monitoring namespace, own pods and the operator; never every namespace.
+    assert ports[METRICS_PORT] == [MONITORING_PODS, OWN_PODS, OPERATOR_PODS]
+    assert all(peer.get("namespaceSelector") != {} for peer in ports[METRICS_PORT])
+
+
+def test_the_monitoring_namespace_is_the_install_s() -> None:
+    ports = rules_by_port(network_policy(cluster(), OperatorPeer("pg-operator-system",
+                                                                 monitoring_namespace="observability")) or {})
+    assert ports[METRICS_PORT][0] == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}
+
+
+def test_without_a_monitoring_namespace_only_own_pods_and_the_operator_scrape() -> None:
+    ports = rules_by_port(network_policy(cluster(), OperatorPeer("pg-operator-system",
+                                                                 monitoring_namespace="")) or {})
+    assert ports[METRICS_PORT] == [OWN_PODS, OPERATOR_PODS]
 
 
 def test_own_pods_peer_is_the_statefulset_selector() -> None:
@@ -100,10 +120,24 @@ def test_operator_namespace_follows_where_it_runs() -> None:
     assert ns == {"kubernetes.io/metadata.name": "db-operators"}
 
 
-def test_out_of_cluster_operator_gets_the_node_addresses_on_both_ports() -> None:
+def test_out_of_cluster_operator_gets_the_node_addresses_on_every_port() -> None:
     peer = OperatorPeer("pg-operator-system", host_cidrs(["10.0.0.5", "10.0.0.4", "10.0.0.5", "", "fd00::1"]))
     assert peer.host_cidrs == ("10.0.0.4/32", "10.0.0.5/32", "fd00::1/128")
     ports = rules_by_port(network_policy(cluster(), peer) or {})
     hosts = [{"ipBlock": {"cidr": c}} for c in peer.host_cidrs]
     assert ports[8008] == [OWN_PODS, OPERATOR_PODS, *hosts]
     assert ports[5432][: 2 + len(hosts)] == [OWN_PODS, OPERATOR_PODS, *hosts]
+    assert ports[METRICS_PORT] == [MONITORING_PODS, OWN_PODS, OPERATOR_PODS, *hosts]
+
+
+def test_the_pooler_s_metrics_follow_the_same_default() -> None:
+    c = cluster(pooler={})
+    policy = pooler_network_policy(c, IN_CLUSTER)
+    assert policy is not None
+    ports = rules_by_port(policy)
+    assert ports[POOLER_METRICS_PORT] == [MONITORING_PODS, OPERATOR_PODS]
+    quiet = pooler_network_policy(c, OperatorPeer("pg-operator-system", monitoring_namespace=""))
+    assert rules_by_port(quiet or {})[POOLER_METRICS_PORT] == [OPERATOR_PODS]
+    chosen = [{"ipBlock": {"cidr": "10.1.2.3/32"}}]
+    given = pooler_network_policy(cluster(pooler={}, networkPolicy={"metricsFrom": chosen}), IN_CLUSTER)
+    assert rules_by_port(given or {})[POOLER_METRICS_PORT] == chosen

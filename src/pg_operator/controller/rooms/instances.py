@@ -15,7 +15,12 @@ from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.specs import desired_children
 from pg_operator.specs.backup_pod import wired_for_pods
-from pg_operator.specs.network_policy import DEFAULT_OPERATOR_NAMESPACE, OperatorPeer, host_cidrs
+from pg_operator.specs.network_policy import (
+    DEFAULT_MONITORING_NAMESPACE,
+    DEFAULT_OPERATOR_NAMESPACE,
+    OperatorPeer,
+    host_cidrs,
+)
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -43,18 +48,21 @@ def instance_host_ips(pods: list[dict[str, Any]]) -> list[str]:
 
 
 class InstancesRoom(Room):
-    def __init__(self, events: EventRecorder, *, in_cluster: bool | None = None) -> None:
+    def __init__(self, events: EventRecorder, *, in_cluster: bool | None = None,
+                 monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE) -> None:  # fmt: skip
         self.events = events
         self.operator_namespace = operator_namespace()
+        self.monitoring_namespace = monitoring_namespace  # whose pods may scrape by default
         # Outside the cluster the operator connects from a node's host network (a pod selector cannot
         # name it): the policy then also admits the addresses of the nodes the instances run on.
         self.in_cluster = runs_in_cluster() if in_cluster is None else in_cluster
 
     def operator_peer(self, p: ClusterPass) -> OperatorPeer:
         if self.in_cluster:
-            return OperatorPeer(self.operator_namespace)
+            return OperatorPeer(self.operator_namespace, monitoring_namespace=self.monitoring_namespace)
         pods = p.snapshot.of_kind("v1", "Pod")
-        return OperatorPeer(self.operator_namespace, host_cidrs(instance_host_ips(pods)))
+        return OperatorPeer(self.operator_namespace, host_cidrs(instance_host_ips(pods)),
+                            self.monitoring_namespace)
 
     def children(self, p: ClusterPass) -> list[dict[str, Any]]:
         operator = self.operator_peer(p)

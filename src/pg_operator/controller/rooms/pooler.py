@@ -40,10 +40,12 @@ from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.kube_api import Api, is_not_found, resource_for
 from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
 from pg_operator.controller.rooms import ClusterPass, Room
+from pg_operator.controller.rooms.instances import operator_namespace
 from pg_operator.controller.writes import Made, WriteMemo
 from pg_operator.controller.writes import create as create_owned
 from pg_operator.orchestration.failover import leader_configmap_name
 from pg_operator.orchestration.instances import instances_from_pods, patroni_state
+from pg_operator.specs.network_policy import DEFAULT_MONITORING_NAMESPACE, OperatorPeer
 from pg_operator.specs.pooler import (
     CONDITION,
     CONTAINER,
@@ -137,8 +139,11 @@ class Paused:
 
 class PoolerRoom(Room):
     def __init__(self, api: Api, memo: WriteMemo, events: EventRecorder, pod_exec: PodExec | None,
-                 registry: CollectorRegistry | None = None, image: str | None = None) -> None:  # fmt: skip
+                 registry: CollectorRegistry | None = None, image: str | None = None,
+                 monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE) -> None:  # fmt: skip
         self.api = api
+        # Who may scrape the pooler by default besides the operator (specs/network_policy.py).
+        self.peers = OperatorPeer(operator_namespace(), monitoring_namespace=monitoring_namespace)
         self.memo = memo
         self.events = events
         self.exec = pod_exec
@@ -155,7 +160,7 @@ class PoolerRoom(Room):
     # --- children ---------------------------------------------------------------------------------------
 
     def children(self, p: ClusterPass) -> list[dict[str, Any]]:
-        return children(p.cluster, self.image)
+        return children(p.cluster, self.image, self.peers)
 
     async def create(self, p: ClusterPass) -> int:
         if p.cluster.spec.pooler is None:
