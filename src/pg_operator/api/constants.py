@@ -37,8 +37,8 @@ PG_PORT: Final = 5432
 PG_PORT_NAME: Final = "postgresql"
 PATRONI_PORT: Final = 8008
 PATRONI_PORT_NAME: Final = "patroni"
-# On pods whose Patroni serves its REST API over HTTPS (the operator speaks plain HTTP to pods of an
-# older template until they are replaced).
+# On the instances' pods: their Patroni serves its REST API over HTTPS. Informational only: the operator
+# speaks HTTPS to every pod, verified against the cluster's CA, whatever the pod says (no plain HTTP).
 PATRONI_TLS_ANNOTATION: Final = "db.example.com/patroni-api-tls"
 CONFIG_MOUNT: Final = "/etc/pg-operator/config"
 INSTANCE_CONFIG_KEY: Final = "instance.yaml"

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from pg_operator import objects
-from pg_operator.api.constants import PATRONI_TLS_ANNOTATION, ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA
+from pg_operator.api.constants import ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA
 from pg_operator.tls_files import LOADED_TAG
 
 # Patroni's role labels (older versions say master) and what they mean here.
@@ -64,8 +64,6 @@ class Instance:
     state: str = ""
     # Since when the pod is not ready (its Ready condition's last transition), None while ready.
     not_ready_since: datetime | None = None
-    # Its Patroni serves HTTPS (the pod template says so; older pods speak HTTP until replaced).
-    patroni_https: bool = False
     # The timeline Patroni publishes the member on (None while its PostgreSQL is not running), and, for
     # a leader, whether the checkpoint after its promotion is still to be published: until then no
     # other member can pg_rewind from it.
@@ -197,7 +195,6 @@ def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | No
         state=str(published.get("state") or ""),
         not_ready_since=None if pod_ready(pod) else _parse_time(
             (objects.condition(objects.status(pod), "Ready") or {}).get("lastTransitionTime")),
-        patroni_https=(meta.get("annotations") or {}).get(PATRONI_TLS_ANNOTATION) == "true",
         timeline=_timeline(published),
         checkpoint_pending=published.get("checkpoint_after_promote") is False,
         streaming=published.get("replication_state") == "streaming",

@@ -3,9 +3,10 @@
 The operator reads the members' view (GET /cluster: roles, state, timeline, lag), asks for planned
 switchovers (POST /switchover), keeps the dynamic configuration (PATCH /config) and restarts members
 that wait for a restart (POST /restart). Unsafe endpoints are protected by basic auth when the cluster's
-instances were configured with REST API credentials; those are passed in, never logged. Instances serve
-HTTPS: the client verifies the certificate against the cluster's CA and the member's DNS name while it
-connects to the pod's IP (no DNS lookup on the operator's side).
+instances were configured with REST API credentials; those are passed in, never logged. Only HTTPS: the
+client verifies the certificate against the cluster's CA and the member's DNS name while it connects to the
+pod's IP (no DNS lookup on the operator's side). There is no plain-HTTP endpoint to ask: a member whose
+certificate cannot be verified is not asked at all, so basic auth never travels in clear.
 """
 
 from __future__ import annotations
@@ -35,20 +36,25 @@ class PatroniAuth:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One member's REST API: the pod's IP, and for HTTPS the context that trusts the cluster's CA and the
+    """One member's REST API over HTTPS: the pod's IP, the context that trusts the cluster's CA, and the
     name the member's certificate carries (checked instead of the IP)."""
 
     address: str
-    tls: ssl.SSLContext | None = None
-    server_name: str = ""
+    tls: ssl.SSLContext
+    server_name: str
     port: int = PATRONI_PORT
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tls, ssl.SSLContext) or self.tls.verify_mode != ssl.CERT_REQUIRED \
+                or not self.tls.check_hostname or not self.server_name:  # fmt: skip
+            raise ValueError("Patroni is asked over verified HTTPS only: a CA context and the member's name")
 
     def url(self, path: str) -> str:
         host = f"[{self.address}]" if ":" in self.address else self.address
-        return f"{'https' if self.tls else 'http'}://{host}:{self.port}{path}"
+        return f"https://{host}:{self.port}{path}"
 
     def options(self) -> dict[str, Any]:
-        return {"ssl": self.tls, "server_hostname": self.server_name} if self.tls else {}
+        return {"ssl": self.tls, "server_hostname": self.server_name}
 
     def __str__(self) -> str:
         return self.address
@@ -64,6 +70,8 @@ class TrustStore:
         self._contexts: dict[str, ssl.SSLContext] = {}
 
     def context(self, ca_pem: bytes) -> ssl.SSLContext:
+        if not ca_pem.strip():
+            raise ValueError("no CA certificate to trust")  # not the system's trust store instead
         key = hashlib.sha256(ca_pem).hexdigest()
         found = self._contexts.get(key)
         if found is None:

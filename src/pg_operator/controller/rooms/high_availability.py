@@ -90,6 +90,8 @@ SWITCHOVER_ANNOTATION = "db.example.com/switchover-to"
 
 
 UNAUTHORIZED = "HTTP 401"  # in a PatroniError: the basic-auth password was refused
+# Patroni could not be asked: no CA to verify its certificate with (HTTPS only, no plain-HTTP fallback).
+UNVERIFIED_REASON = "PatroniUnverified"
 CREDENTIALS_RETRY_SECONDS = 2.0
 # A requested switchover Patroni refuses is asked again this often, this many times in all.
 SWITCHOVER_RETRY_SECONDS = 5.0
@@ -151,6 +153,9 @@ class HighAvailabilityRoom(Room):
         self._session: aiohttp.ClientSession | None = None
         self.settings = SettingsChanges(events, self.session, pod_exec)
         self._halt_told: dict[tuple[str, str], str] = {}  # the RolloutHalted message last posted
+        # Why Patroni could not be asked in this pass, and the PatroniUnverified Warning last posted.
+        self._unverified: dict[tuple[str, str], str] = {}
+        self._unverified_told: dict[tuple[str, str], str] = {}
         self._wait_told: dict[tuple[str, str], str] = {}  # the wait last logged
         self._refusals: dict[tuple[str, str], int] = {}  # of the requested switchover, by cluster
         self._asked: dict[tuple[str, str], Asked] = {}  # the requested switchover put to Patroni, by cluster
@@ -176,6 +181,8 @@ class HighAvailabilityRoom(Room):
     def forget(self, key: tuple[str, str]) -> None:
         self.settings.forget(key)
         self._halt_told.pop(key, None)
+        self._unverified.pop(key, None)
+        self._unverified_told.pop(key, None)
         self._wait_told.pop(key, None)
         self._refusals.pop(key, None)
         self._asked.pop(key, None)
@@ -191,12 +198,25 @@ class HighAvailabilityRoom(Room):
             # from being reconciled; the next pass tries again.
             log.warning("%s/%s: data-plane action failed: %s", p.namespace, p.name, exc.status.message)
             step = StepResult(problem=("DataPlaneActionFailed", str(exc.status.message)))
-        p.writes += step.writes
+        p.writes += step.writes + await self._tell_unverified(p)
         p.report(step.problem)
         if step.problem is None or step.problem[0] != "RolloutHalted":
             self._halt_told.pop((p.namespace, p.name), None)  # a later halt is news again
         if step.replicas is not None:
             p.replicas = step.replicas
+
+    async def _tell_unverified(self, p: ClusterPass) -> int:
+        """One Warning Event per message while Patroni cannot be verified (the condition says it on every
+        pass); a later failure is news again once it could be asked."""
+        key = (p.namespace, p.name)
+        message = self._unverified.pop(key, None)
+        if message is None:
+            self._unverified_told.pop(key, None)
+            return 0
+        if self._unverified_told.get(key) == message:
+            return 0
+        self._unverified_told[key] = message
+        return int(await self.events.record(p.body, "Warning", UNVERIFIED_REASON, message))
 
     async def step(self, p: ClusterPass) -> StepResult:
         result = StepResult()
@@ -319,11 +339,11 @@ class HighAvailabilityRoom(Room):
 
     def endpoint(self, p: ClusterPass, inst: Instance) -> Endpoint | None:
         """Where the operator reaches an instance's Patroni: HTTPS verified against the cluster's CA and
-        the pod's name under the headless Service; None without an IP, or without a CA to verify with."""
+        the pod's name under the headless Service, never plain HTTP. None without an IP, or without a CA to
+        verify with: then Patroni is not asked, and the pass reports why (PatroniUnverified) instead of
+        acting on a view it could not check."""
         if not inst.pod_ip:
             return None
-        if not inst.patroni_https:
-            return Endpoint(inst.pod_ip)
         ca = (p.snapshot.find("v1", "Secret", names.ca_secret(p.cluster)) or {}).get("data") or {}
         served = (p.snapshot.find("v1", "Secret", names.server_tls_secret(p.cluster)) or {}).get("data") or {}
         try:
@@ -331,10 +351,16 @@ class HighAvailabilityRoom(Room):
             # during a CA rotation a member may still present the previous CA's certificate.
             ca_pem = b"".join(base64.b64decode(source[key], validate=True) for source, key in (
                 (served, CA_CERT_KEY), (ca, CA_CERT_KEY), (ca, PREVIOUS_CERT_KEY)) if key in source)
+            if not ca_pem.strip():
+                # An empty bundle would leave the context to the system's trust store: not this cluster's.
+                raise ValueError("no CA certificate")
             context = self.trust.context(ca_pem)
         except (KeyError, ValueError, ssl.SSLError):
-            log.info("%s/%s: no readable CA in Secret %s to verify Patroni on %s with", p.namespace, p.name,
-                     names.ca_secret(p.cluster), inst.name)
+            message = (f"Patroni on {inst.name} is not asked: no readable CA in Secret "
+                       f"{names.ca_secret(p.cluster)} to verify its certificate with (never plain HTTP)")
+            log.info("%s/%s: %s", p.namespace, p.name, message)
+            p.report((UNVERIFIED_REASON, message))
+            self._unverified[(p.namespace, p.name)] = message
             return None
         host = f"{inst.name}.{names.headless_service(p.cluster)}.{p.namespace}.svc"
         return Endpoint(inst.pod_ip, context, host)
