@@ -117,19 +117,23 @@ def test_the_cluster_gets_its_policy_by_default(guarded: Kube) -> None:
     policy = wait_until("the NetworkPolicy", lambda: the_policy(guarded), 60)
     ports = {r["ports"][0]["port"]: r["from"] for r in policy["spec"]["ingress"]}
     assert set(ports) == {5432, 8008, 9187}, ports
+    # Metrics from the install's monitoring namespace (the chart's default), never from every namespace.
+    assert {"namespaceSelector": {}} not in ports[9187], ports[9187]
+    monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    assert monitoring in ports[9187], ports[9187]
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     owner = policy["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"]) == ("PostgresCluster", NAME)
 
 
-def test_a_pod_outside_the_allowed_set_reaches_neither_postgresql_nor_patroni(guarded: Kube) -> None:
+def test_a_pod_outside_the_allowed_set_reaches_no_port_of_the_instances(guarded: Kube) -> None:
     leader = primary(guarded)
     ip = pod_ip(guarded, leader)
     rw = str(get_json(guarded, "service", f"{NAME}-rw", "-n", NS)["spec"]["clusterIP"])
     # The positive control first: the same probe from the insider connects, so a failure below is the
     # policy and not the probe.
     assert tcp_connects(guarded, NS, INSIDER, ip, 5432), "the insider cannot reach 5432: the probe is broken"
-    for target, port in ((ip, 5432), (ip, 8008), (rw, 5432)):
+    for target, port in ((ip, 5432), (ip, 8008), (ip, 9187), (rw, 5432)):
         reached = tcp_connects(guarded, OUTSIDE_NS, OUTSIDER, target, port)
         assert not reached, f"the outsider reached {target}:{port}"
     res = psql_over_tls(guarded, OUTSIDE_NS, OUTSIDER)
