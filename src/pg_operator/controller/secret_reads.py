@@ -52,12 +52,20 @@ class SecretReader:
         self._deliver = deliver
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def read(self, key: ClusterKey, names: Iterable[str]) -> None:
-        task = asyncio.get_running_loop().create_task(self._read_all(key, sorted(names)))
+    def read(self, key: ClusterKey, names: Iterable[str], then: Callable[[], None] | None = None) -> None:
+        """Read `names` and deliver each found; `then` runs after the last, whatever each read gave."""
+        task = asyncio.get_running_loop().create_task(self._read_all(key, sorted(names), then))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _read_all(self, key: ClusterKey, names: list[str]) -> None:
+    async def _read_all(self, key: ClusterKey, names: list[str], then: Callable[[], None] | None) -> None:
+        try:
+            await self._read_each(key, names)
+        finally:
+            if then is not None:
+                then()
+
+    async def _read_each(self, key: ClusterKey, names: list[str]) -> None:
         namespace, cluster = key
         for name in names:
             try:

@@ -114,8 +114,11 @@ class Wakeups:
         key = cluster_key_of_cluster(body)
         unread = self.cache.take_unread(key)
         if unread and self.secret_reader is not None:
-            self.secret_reader.read(key, unread)
-        self.controller.wake(key)
+            # The pass comes once the Secrets the spec now names are in (or known missing): woken at
+            # once, it would report a Secret the cluster names as not there, then take it back.
+            self.secret_reader.read(key, unread, then=lambda: self.controller.wake(key))
+        else:
+            self.controller.wake(key)
         if self.backups is not None:
             self.backups.on_cluster(body)
 
