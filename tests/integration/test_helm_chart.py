@@ -34,6 +34,8 @@ CHART_ONLY_ARGS = ["--log-level=info"]
 # Labels the chart adds to every object and to the pod template (Helm's and the release's).
 CHART_LABELS = {"app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/managed-by",
                 "helm.sh/chart"}  # fmt: skip
+# The admission policies that keep the operator's exec and ephemeral containers to its own pods.
+ADMISSION_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 MONITORING = [
     "--set", "monitoring.serviceMonitor.enabled=true",
     "--set", "monitoring.podMonitor.enabled=true",
@@ -148,6 +150,8 @@ def test_cluster_wide_mode_renders_deploy() -> None:
             assert ours["rules"] == theirs["rules"], f"{kind} {name}"
         if "subjects" in theirs:
             assert (ours["subjects"], ours["roleRef"]) == (theirs["subjects"], theirs["roleRef"]), name
+        if kind in ADMISSION_KINDS:  # the exec and ephemeral-container policies and their bindings
+            assert ours["spec"] == theirs["spec"], f"{kind} {name}"
         assert {k: v for k, v in ours["metadata"].get("labels", {}).items() if k not in CHART_LABELS} == (
             theirs["metadata"].get("labels") or {}), f"{kind} {name}"  # fmt: skip
     ours = find(chart, "Deployment", "pg-operator", OPERATOR_NAMESPACE)
@@ -171,11 +175,29 @@ def test_namespaced_mode_renders_the_overlay(tmp_path: Path) -> None:
             assert ours["rules"] == theirs["rules"], f"{kind} {namespace}/{name}"
         if "subjects" in theirs:
             assert (ours["subjects"], ours["roleRef"]) == (theirs["subjects"], theirs["roleRef"]), name
+        if kind in ADMISSION_KINDS:
+            assert ours["spec"] == theirs["spec"], f"{kind} {name}"
     ours = find(chart, "Deployment", "pg-operator", OPERATOR_NAMESPACE)
     theirs = find(overlay, "Deployment", "pg-operator", OPERATOR_NAMESPACE)
     assert comparable_deployment(ours) == theirs["spec"]
     args = ours["spec"]["template"]["spec"]["containers"][0]["args"]
     assert build_parser().parse_args(["run", *args]).namespaces == watched
+
+
+def test_the_admission_policies_name_the_releases_service_account() -> None:
+    """Another release name and namespace: the policies apply to that release's ServiceAccount, and the
+    policies and their bindings are named after the release (two releases must not collide)."""
+    chart = render(namespace="dbs", release="tenant-db")
+    policies = [o for o in chart if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert sorted(p["metadata"]["name"] for p in policies) == ["tenant-db-pg-operator-ephemeral-containers",
+                                                               "tenant-db-pg-operator-exec"]  # fmt: skip
+    for policy in policies:
+        (match,) = policy["spec"]["matchConditions"]
+        assert match["expression"] == (
+            "request.userInfo.username == 'system:serviceaccount:dbs:tenant-db-pg-operator'")
+    bindings = [o for o in chart if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    bound = sorted(b["spec"]["policyName"] for b in bindings)
+    assert bound == sorted(p["metadata"]["name"] for p in policies)
 
 
 def test_monitoring_objects_are_deploys() -> None:

@@ -33,6 +33,11 @@ app.kubernetes.io/name: pg-operator
 app.kubernetes.io/component: operator
 {{- end -}}
 
+{{/* The user name the API server gives the operator's ServiceAccount (what the admission policies match). */}}
+{{- define "pg-operator.serviceAccountUser" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "pg-operator.fullname" .) -}}
+{{- end -}}
+
 {{/* The namespaced install: a list of watched namespaces was given. */}}
 {{- define "pg-operator.namespaced" -}}
 {{- if .Values.watchNamespaces -}}true{{- end -}}

@@ -152,6 +152,35 @@ def read_state(body: Mapping[str, Any]) -> dict[str, Any] | None:
     return state if isinstance(state, dict) else None
 
 
+def staging_container(name: str, version: str) -> dict[str, Any]:
+    """The ephemeral container that copies the new major's tree onto the primary's volume. Its security
+    context passes the `restricted` Pod Security level, as the instance's own container does: an
+    ephemeral container is admitted against the namespace's level like any other."""
+    target = mu.staged_binaries(version)
+    return {
+        "name": name,
+        "image": default_image(version.split(".")[0]),
+        "imagePullPolicy": "IfNotPresent",
+        "command": [
+            "/bin/sh",
+            "-c",
+            f"rm -rf {target}.tmp && mkdir -p {mu.WORK_DIR} && "
+            f"cp -a /usr/lib/postgresql/{version} {target}.tmp && rm -rf {target} && "
+            f"mv {target}.tmp {target}",
+        ],
+        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/postgresql/data"}],
+        "securityContext": {
+            "runAsUser": 999,
+            "runAsGroup": 999,
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+
+
 class MajorUpgradeRoom(Room):
     def __init__(
         self,
@@ -552,27 +581,7 @@ class MajorUpgradeRoom(Room):
                 return None if done is None else int(done.get("exitCode", 1)) != 0
         if any(c.get("name") == name for c in objects.spec(pod).get("ephemeralContainers") or ()):
             return None
-        target = mu.staged_binaries(version)
-        container = {
-            "name": name,
-            "image": default_image(version.split(".")[0]),
-            "imagePullPolicy": "IfNotPresent",
-            "command": [
-                "/bin/sh",
-                "-c",
-                f"rm -rf {target}.tmp && mkdir -p {mu.WORK_DIR} && "
-                f"cp -a /usr/lib/postgresql/{version} {target}.tmp && rm -rf {target} && "
-                f"mv {target}.tmp {target}",
-            ],
-            "volumeMounts": [{"name": "data", "mountPath": "/var/lib/postgresql/data"}],
-            "securityContext": {
-                "runAsUser": 999,
-                "runAsGroup": 999,
-                "runAsNonRoot": True,
-                "allowPrivilegeEscalation": False,
-            },
-        }
-        containers = [*(objects.spec(pod).get("ephemeralContainers") or ()), container]
+        containers = [*(objects.spec(pod).get("ephemeralContainers") or ()), staging_container(name, version)]
         await self.api.client.patch(
             Pod.Ephemeralcontainers,
             primary.name,
