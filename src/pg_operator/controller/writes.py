@@ -137,8 +137,11 @@ def uid_refused(exc: ApiError) -> bool:
     causes = (status.details.causes if status.details is not None else None) or ()
     if any(str(c.field or "") == "metadata.uid" for c in causes):
         return True
-    message = str(status.message or "")
-    return "uid" in message.lower() or "UID in precondition" in message
+    # 422 "metadata.uid: ... field is immutable" (apply, merge patch), 409 "uid mismatch ... no existing
+    # object was found" (apply), 409 "the UID in the precondition ... does not match" (delete)
+    message = str(status.message or "").lower()
+    return any(s in message for s in ("metadata.uid", "uid mismatch", "uid in the precondition",
+                                       "uid in precondition"))  # fmt: skip
 
 
 async def create(api: Api, claims: Claims, body: Mapping[str, Any]) -> tuple[Made, Any]:
