@@ -24,6 +24,7 @@ from psycopg.rows import dict_row
 
 from pg_operator import tls_server
 from pg_operator.instance import metrics as m
+from pg_operator.instance.session_roles import PINNED_SEARCH_PATH
 
 # A scrape must never hang on a stuck PostgreSQL (Prometheus' default scrape timeout is 10 s).
 STATEMENT_TIMEOUT_MS = 5000
@@ -35,36 +36,15 @@ def _log(message: str) -> None:
     print(f"pg-operator-instance metrics: {message}", file=sys.stderr, flush=True)
 
 
-def monitor_role_statements(role: str = m.MONITOR_ROLE) -> list[sql.Composed]:
-    """Create the monitoring role: it may log in only through the Unix socket's peer map (it has no
-    password, so scram over the network always fails) and reads statistics as pg_monitor does."""
-    ident = sql.Identifier(role)
-    return [
-        sql.SQL(
-            "CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION CONNECTION LIMIT 5"
-        ).format(ident),
-        sql.SQL("GRANT pg_monitor TO {}").format(ident),
-    ]
-
-
-def ensure_monitor_role(conn: psycopg.Connection[Any], role: str = m.MONITOR_ROLE) -> bool:
-    """Create the role when missing (on a primary; a standby gets it by replication). True if created."""
-    row = conn.execute("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %s", (role,)).fetchone()
-    if row is not None:
-        return False
-    for statement in monitor_role_statements(role):
-        conn.execute(statement)
-    return True
-
-
 class Collector:
     """One connection, reused across scrapes and re-opened after an error; scrapes run one at a time."""
 
-    def __init__(self, *, socket_dir: str, port: int, login_user: str, role: str = m.MONITOR_ROLE) -> None:
+    def __init__(self, *, socket_dir: str, port: int, login_user: str = m.MONITOR_ROLE) -> None:
         self.socket_dir = socket_dir
         self.port = port
+        # The monitoring role itself, through its own peer map (session_roles.py): the session holds no
+        # more than pg_monitor, with no superuser to RESET back to.
         self.login_user = login_user
-        self.role = role
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
         self.scrapes = 0
@@ -83,15 +63,11 @@ class Collector:
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
             autocommit=True,
             row_factory=dict_row,
+            # Tenants own databases and may set their search path; this session names nothing through it.
+            options=PINNED_SEARCH_PATH,
         )
         try:
             conn.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(STATEMENT_TIMEOUT_MS)))
-            if self.login_user != self.role:
-                # Logged in through the superuser's peer map: make this session the monitoring role's.
-                in_recovery = conn.execute("SELECT pg_is_in_recovery() AS r").fetchone()
-                if in_recovery is not None and not in_recovery["r"] and ensure_monitor_role(conn, self.role):
-                    _log(f"created role {self.role} (member of pg_monitor)")
-                conn.execute(sql.SQL("SET SESSION AUTHORIZATION {}").format(sql.Identifier(self.role)))
         except BaseException:
             conn.close()
             raise
@@ -216,7 +192,6 @@ def start(
     server = MetricsServer((listen_host, port), collector.collect, cert=cert, key=key)
     server.start("metrics")
     scheme = "https" if cert else "http"
-    _log(
-        f"serving {scheme}://{listen_host or '*'}:{server.server_address[1]}/metrics as role {collector.role}"
-    )
+    where = f"{listen_host or '*'}:{server.server_address[1]}"
+    _log(f"serving {scheme}://{where}/metrics as role {collector.login_user}")
     return server

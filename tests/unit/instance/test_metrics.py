@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from pg_operator.instance import metrics as m
-from pg_operator.instance.metrics_server import monitor_role_statements
+from pg_operator.instance.session_roles import monitor_role_statements
 
 MONITORING = Path(__file__).resolve().parents[3] / "deploy" / "monitoring"
 
