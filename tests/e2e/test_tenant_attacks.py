@@ -1,7 +1,10 @@
 """Attacks a tenant can make from inside a database it owns, each as the tenant would make it, on the shared
-example cluster (orders-db in shop). The tenant is a declared role that owns a declared database and logs
-in with its generated Secret; every test asserts the secure outcome and that the cluster keeps serving.
-What the module adds is removed at its end.
+example cluster (orders-db in shop). The tenant acts through a ServiceAccount of its namespace that may
+only read and change PostgresClusters and read Secrets there (its spec edits and Secret reads below go
+through it), and in the database as a declared role that owns a declared database, logging in with its
+generated Secret; every test asserts the secure outcome and that the cluster keeps serving. What the
+module adds is removed at its end. (A user's CA shared with others is attacked in test_cluster_basics'
+server-certificate test, which has that certificate in place.)
 
 The operator's read-back and converging SQL run as the superuser inside databases the tenant owns. A
 tenant owns `public` there (PostgreSQL 15+) and may `ALTER DATABASE … SET search_path`, so any name such a
@@ -9,6 +12,7 @@ session resolves through the tenant's search path runs the tenant's code as the 
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +25,7 @@ from harness.deployed_operator import EXAMPLE, EXAMPLE_NAMESPACE
 from harness.e2e_backup import superuser_sql
 from harness.kube import get_json
 from harness.local_cluster import Kube
-from harness.pgcluster import secret, service_ip, status, wait_serving
+from harness.pgcluster import service_ip, status, wait_serving
 from harness.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -73,8 +77,33 @@ EXTENSION_OWNER = "SELECT pg_catalog.pg_get_userbyid(e.extowner) || '|' || n.nsp
 EXTENSION_SCHEMA = "SELECT n.nspname || '|' || pg_catalog.pg_get_userbyid(n.nspowner) " + _EXTENSION
 
 
+TENANT_ACCOUNT = f"system:serviceaccount:{NS}:e2e-tenant"
+# What a tenant team is given: its own clusters and Secrets, nothing else.
+TENANT_RBAC = [
+    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "e2e-tenant", "namespace": NS}},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+     "metadata": {"name": "e2e-tenant", "namespace": NS},
+     "rules": [{"apiGroups": ["db.example.com"], "resources": ["postgresclusters"],
+                "verbs": ["get", "list", "watch", "create", "patch", "update"]},
+               {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+     "metadata": {"name": "e2e-tenant", "namespace": NS},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "e2e-tenant"},
+     "subjects": [{"kind": "ServiceAccount", "name": "e2e-tenant", "namespace": NS}]},
+]  # fmt: skip
+
+
+def as_tenant(kube: Kube, *args: str) -> Any:
+    return kube.kubectl(f"--as={TENANT_ACCOUNT}", *args)
+
+
 def patch_spec(kube: Kube, spec: dict[str, Any]) -> None:
-    kube.kubectl("patch", "pgc", NAME, "-n", NS, "--type=merge", "-p", json.dumps({"spec": spec}))
+    as_tenant(kube, "patch", "pgc", NAME, "-n", NS, "--type=merge", "-p", json.dumps({"spec": spec}))
+
+
+def tenant_secret(kube: Kube, name: str) -> dict[str, str]:
+    data = json.loads(as_tenant(kube, "get", "secret", name, "-n", NS, "-o", "json").stdout)["data"]
+    return {k: base64.b64decode(v).decode() for k, v in data.items()}
 
 
 def on_primary(kube: Kube, query: str, database: str = "postgres") -> str:
@@ -89,7 +118,7 @@ def entries(kube: Kube) -> dict[str, dict[str, Any]]:
 
 def tenant_connection(kube: Kube, tmp_path: Path) -> psycopg.Connection[Any]:
     """What the tenant has: its generated Secret, verify-full through -rw, into the database it owns."""
-    values = secret(kube, NS, f"{NAME}-{TENANT.replace('_', '-')}")
+    values = tenant_secret(kube, f"{NAME}-{TENANT.replace('_', '-')}")
     ca = tmp_path / "tenant-ca.crt"
     ca.write_text(values["ca.crt"])
     return psycopg.connect(host=values["host"], hostaddr=service_ip(kube, NS, f"{NAME}-rw"),
@@ -106,6 +135,12 @@ def superusers(kube: Kube) -> set[str]:
 def tenant(example: Kube) -> Iterator[Kube]:
     """A tenant role owning a tenant database on the example cluster; removed (dropped) at the end."""
     wait_serving(example, NS, NAME, 3, 300)
+    rbac = {"apiVersion": "v1", "kind": "List", "items": TENANT_RBAC}
+    example.kubectl("apply", "-f", "-", input=json.dumps(rbac))
+    # The account is a tenant's, no more: it may not exec into pods.
+    denied = example.kubectl(f"--as={TENANT_ACCOUNT}", "auth", "can-i", "create", "pods/exec", "-n", NS,
+                             check=False)  # fmt: skip
+    assert denied.stdout.strip() == "no", denied.stdout
     patch_spec(example, {"roles": ROLES, "databases": DATABASES})
     wait_until("the tenant's role and database applied",
                lambda: all(entries(example).get(n, {}).get("applied") for n in (TENANT, TENANT_DB)),
@@ -121,6 +156,8 @@ def tenant(example: Kube) -> Iterator[Kube]:
                    lambda: on_primary(example, TENANT_ROLES) == "0"
                    and not status(example, NS, NAME).get("roles"), CHECK_TIMEOUT, 2)  # fmt: skip
         patch_spec(example, {"removalPolicy": None})
+        example.kubectl("delete", "rolebinding,role,serviceaccount", "e2e-tenant", "-n", NS,
+                        "--ignore-not-found")  # fmt: skip
         wait_serving(example, NS, NAME, 3, 120)
 
 
