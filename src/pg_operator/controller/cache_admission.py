@@ -7,9 +7,9 @@ judged by what a reconcile of its cluster reads:
 
 - Secrets: held whole only under a name the cluster's reconcile reads: the operator's own (credentials,
   TLS, the pooler's, the declared roles' generated ones) and those the spec names (password Secrets,
-  `spec.tls` Secrets, the backup credentials). A name is unique in a namespace, so this is bounded by the
-  spec. Any other Secret the cluster controls (a removed role's, say) is held as a stub of its identity,
-  enough to hand it over or delete it; anything else is dropped.
+  `spec.tls` Secrets, the backup credentials, a restore's source credentials). A name is unique in a
+  namespace, so this is bounded by the spec. Any other Secret the cluster controls (a removed role's,
+  say) is held as a stub of its identity, enough to hand it over or delete it; anything else is dropped.
 - ConfigMaps: the instance ConfigMap and Patroni's four DCS ConfigMaps by name; others as for Secrets.
 - PVCs: the data volumes of the StatefulSet's members by name.
 - Pods: only those a StatefulSet controls under a member's name (orchestration/instance_pods.py decides,
@@ -75,6 +75,9 @@ def secret_reads(cluster_body: Mapping[str, Any]) -> SecretReads:
             wanted.add(role_secret_name(cluster, role.name))
     if cluster.spec.backup is not None:
         wanted.add(cluster.spec.backup.s3.credentials.secret_name)
+    recovery = cluster.spec.bootstrap.recovery
+    if recovery is not None:  # the source's store, which a restore reads
+        wanted.add(recovery.source.s3.credentials.secret_name)
     return SecretReads(generation, frozenset(wanted))
 
 

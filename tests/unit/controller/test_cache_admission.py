@@ -51,6 +51,13 @@ def test_a_cluster_reads_its_own_secrets_and_those_its_spec_names() -> None:
     assert {"db-superuser", "db-replication", "db-app", "db-patroni-api", "db-ca", "db-server-tls",
             "db-pooler-auth", "my-ca", "bob-pw", "db-alice"} <= reads.names  # fmt: skip
     assert "db-bob" not in reads.names  # bob's password comes from the Secret he names
+    store = {"bucket": "backups", "endpointURL": "https://s3.example", "credentials": {"secretName": "x"}}
+    restored = secret_reads(cluster_body(
+        backup={"s3": {**store, "credentials": {"secretName": "own-s3"}}},
+        bootstrap={"recovery": {"source": {"clusterName": "old-db",
+                                           "s3": {**store, "credentials": {"secretName": "old-s3"}}}}},
+    ))  # fmt: skip
+    assert {"own-s3", "old-s3"} <= restored.names  # its own store, and the source's a restore reads
     assert secret_reads({"metadata": {"name": "db"}, "spec": {"replicas": "many"}}).names == frozenset()
 
 
