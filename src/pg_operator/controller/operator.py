@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 from lightkube.core.exceptions import ApiError
 
 from pg_operator.api.image_policy import AllowedRepositories
+from pg_operator.backup.store_policy import StoreLimits
 from pg_operator.controller import cache_sync
 from pg_operator.controller.backoff import Backoff
-from pg_operator.backup.store_policy import StoreLimits
 from pg_operator.controller.backup_reconcilers.loops import BackupLoops
 from pg_operator.controller.cache import Cache, WatchedKind, watched_kinds
 from pg_operator.controller.events import EventRecorder
@@ -84,9 +84,9 @@ class Options:
     ca_trust_period_seconds: float = 90.0  # how long a CA rotation trusts both CAs (specs/ca_rotation.py)
     # Whose pods may scrape the instances and poolers when a cluster's metricsFrom is unset ("": none).
     monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE
-    store_limits: StoreLimits = field(default_factory=StoreLimits)  # calls to tenants' object stores
     # What spec.image may name (api/image_policy.py); a cluster naming another image is refused.
     allowed_image_repositories: AllowedRepositories = field(default_factory=AllowedRepositories)
+    store_limits: StoreLimits = field(default_factory=StoreLimits)  # calls to tenants' object stores
 
 
 async def unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> tuple[bool, T | None]:

@@ -399,8 +399,8 @@ class MajorUpgradeRoom(Room):
         state["checkpoint"] = checkpoint
         script = mu.upgrade_script(layout, state["from"], state["to"],
                                    require_archived=p.cluster.spec.backup is not None)  # fmt: skip
-        replica_stop = mur.stop_replica_script(layout, state["from"], state["to"], checkpoint, " ".join(PSQL_ARGV),
-                                               REPLICA_CATCH_UP_SECONDS)  # fmt: skip
+        replica_stop = mur.stop_replica_script(layout, state["from"], state["to"], checkpoint,
+                                               " ".join(PSQL_ARGV), REPLICA_CATCH_UP_SECONDS)  # fmt: skip
         res, *replica_stops = await asyncio.gather(
             self._exec(p, primary.name, script, 3600),
             *(self._exec(p, inst.name, replica_stop, REPLICA_CATCH_UP_SECONDS + 150) for inst in replicas),
