@@ -7,8 +7,8 @@ cluster's) exactly as they were — not rewritten, not merged into, no owner ref
 the cluster — report the conflict (Degraded `Conflict`, a Warning Event per object) and still write the
 cluster's other objects. Also: a foreign PodDisruptionBudget at the cluster's name is neither adopted
 while the cluster wants one nor deleted once it does not, and the API server facts the write path rests
-on (a uid in an apply body is a precondition; a POST never takes over; the field manager entry a POST
-left is turned into an apply's)."""
+on (a uid in an apply body is a precondition; an apply carrying resourceVersion "1" only creates; a POST
+never takes over)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from harness.kube import apply, condition, events_for, get_json, get_or_none, ma
 from harness.objects import CLUSTER_LABEL, cluster
 from harness.operator_process import OperatorEnv, OperatorProcess, OperatorSpec, reconcile_passes
 from harness.waiting import wait_until
-from pg_operator.controller.kube_api import Api, resource_for
+from pg_operator.controller.kube_api import CREATE_ONLY_VERSION, Api, resource_for
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.writes import Claims, Made, uid_refused
 from pg_operator.controller.writes import create as create_owned
@@ -151,8 +151,8 @@ def test_an_admins_objects_at_the_clusters_names_survive_the_cluster_and_its_del
                    lambda k=kind, c=child: ours(get_or_none(kube, KUBECTL_NAMES[k], c, "-n", ns), uid), 30)
     assert get_or_none(kube, KUBECTL_NAMES["StatefulSet"], name, "-n", ns) is None
 
-    # Created with POST, the children carry one field manager entry of the operator's, an apply's: later
-    # applies can remove what they stop setting.
+    # Created by create-only applies, the children carry one field manager entry of the operator's, an
+    # apply's: later applies can remove what they stop setting.
     account = get_json(kube, "serviceaccount", f"{name}-instance", "-n", ns, "--show-managed-fields")
     entries = [(e["manager"], e["operation"]) for e in account["metadata"]["managedFields"]]
     assert entries == [("pg-operator", "Apply")], entries
@@ -203,20 +203,22 @@ def test_a_foreign_budget_at_the_clusters_name_is_neither_adopted_nor_deleted_wh
     assert "Recovered" in reasons
 
 
-def test_the_api_server_takes_a_uid_in_an_apply_as_a_precondition(
+def test_the_api_server_checks_the_preconditions_the_write_path_sends(
     operator_env: OperatorEnv, namespace: str
 ) -> None:
     """What controller/writes.py rests on, on this API server: an apply carrying the uid of the object
     it means is refused when another object holds the name, or none does (it never creates); with the
-    right uid it applies. A POST never writes over an existing object."""
+    right uid it applies. An apply carrying resourceVersion "1" (kube_api.CREATE_ONLY_VERSION) is refused
+    by an existing object, even forced, and creates a missing one with an apply's field manager entry.
+    A POST never writes over an existing object."""
     kube, ns = operator_env.kube, namespace
     name = f"cm-{uuid.uuid4().hex[:6]}"
     theirs = create(kube, {"apiVersion": "v1", "kind": "ConfigMap",
                            "metadata": {"name": name, "namespace": ns}, "data": {"who": "them"}})  # fmt: skip
 
-    def server_side_apply(uid: str, target: str = name) -> Any:
-        body = {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": target, "namespace": ns, "uid": uid}, "data": {"who": "us"}}  # fmt: skip
+    def server_side_apply(uid: str, target: str = name, precondition: str = "uid") -> Any:
+        meta = {"name": target, "namespace": ns, precondition: uid}
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"who": "us"}}
         return kube.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=pg-operator",
                             "-f", "-", input=json.dumps(body), check=False)  # fmt: skip
 
@@ -233,6 +235,15 @@ def test_the_api_server_takes_a_uid_in_an_apply_as_a_precondition(
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}}))
     assert posted.returncode != 0 and "AlreadyExists" in posted.stderr, posted.stderr
     assert same(theirs, kube) is not None
+
+    taken = server_side_apply(CREATE_ONLY_VERSION, precondition="resourceVersion")
+    assert taken.returncode != 0 and "the object has been modified" in taken.stderr, taken.stderr
+    assert same(theirs, kube) is not None
+    made = server_side_apply(CREATE_ONLY_VERSION, target=f"{name}-new", precondition="resourceVersion")
+    assert made.returncode == 0, made.stderr
+    new = get_json(kube, "configmap", f"{name}-new", "-n", ns, "--show-managed-fields")
+    assert [(e["manager"], e["operation"]) for e in new["metadata"]["managedFields"]] == [
+        ("pg-operator", "Apply")]
 
     accepted = server_side_apply(theirs["metadata"]["uid"])
     assert accepted.returncode == 0, accepted.stderr

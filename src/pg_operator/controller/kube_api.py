@@ -57,6 +57,10 @@ def resource_for(api_version: str, kind: str) -> type[Any]:
     return resource_registry.load(api_version, kind)
 
 
+# The resourceVersion of a create-only apply (Api.apply): no live object has it.
+CREATE_ONLY_VERSION = "1"
+
+
 def list_path(res: type[Any], namespace: str | None) -> str:
     """The URL path listing a kind (in `namespace` when it is namespaced)."""
     info = api_info(res).resource
@@ -204,20 +208,29 @@ class Api:
         async with self._slots:
             return await self.client.replace(obj)
 
-    async def apply(self, body: Mapping[str, Any], *, uid: str | None = None) -> Any:
+    async def apply(self, body: Mapping[str, Any], *, uid: str | None = None,
+                    create_only: bool = False) -> Any:  # fmt: skip
         """Server-side apply of a complete object (dict), forcing ownership of the fields we set.
 
-        `uid`: the object this must be (controller/writes.py applies only to objects it found to be
-        the cluster's). The API server treats `metadata.uid` in an apply body as a precondition: another
-        object under the name is refused with 409 or 422 (uid is immutable), none at all with 409 ("uid
-        mismatch ... no existing object was found"), so a forced apply never takes over, nor creates, an
-        object that replaced ours meanwhile (tests/integration/test_ownership_conflict.py shows both)."""
+        Never over an object that is not the one meant (controller/writes.py), by preconditions the API
+        server checks (tests/integration/test_ownership_conflict.py shows each on it):
+        - `uid`: the object this must be. `metadata.uid` in an apply body is compared with the stored
+          object's: another object under the name is refused (422, uid is immutable), none at all too
+          (409 "uid mismatch ... no existing object was found"): such an apply neither takes over nor
+          creates.
+        - `create_only`: create, or nothing. `metadata.resourceVersion` "1" is a version no object of a
+          running cluster has (etcd's first revision went to the API server's own bootstrap), so an
+          existing object refuses the apply (409) whatever `force` says, while a create ignores it. Unlike
+          a POST, the object then carries an apply's field manager entry: later applies remove what
+          they stop setting (a POST's entry would co-own every field and keep them)."""
         meta = body["metadata"]
         res = resource_for(body["apiVersion"], body["kind"])
         namespace = meta.get("namespace") if issubclass(res, NamespacedResource) else None
         payload = dict(body)
         if uid is not None:
             payload["metadata"] = {**meta, "uid": uid}
+        elif create_only:
+            payload["metadata"] = {**meta, "resourceVersion": CREATE_ONLY_VERSION}
         self._count("apply")
         async with self._slots:
             return await self.client.patch(
@@ -231,34 +244,10 @@ class Api:
             )
 
     async def create_dict(self, body: Mapping[str, Any]) -> Any:
-        """POST: fails with 409 when any object holds the name (the only atomic create-only write)."""
+        """POST: fails with 409 when any object holds the name."""
         self._count("create")
         async with self._slots:
             return await self.client.create(codecs.from_dict(dict(body)))
-
-    async def applied_from_now_on(self, created: Mapping[str, Any]) -> None:
-        """Turn the field manager entry a POST left (operation Update) into the one a server-side apply
-        keeps (operation Apply), as client-go's csaupgrade does: later applies then remove the fields they
-        stop setting, which fields an Update entry co-owns would keep. A JSON patch whose tests pin the
-        object (uid) and the entry, so it changes nothing else and nothing of another object."""
-        meta = created.get("metadata") or {}
-        entries = meta.get("managedFields") or []
-        index = next((i for i, e in enumerate(entries) if e.get("manager") == FIELD_MANAGER
-                      and e.get("operation") == "Update" and not e.get("subresource")), None)  # fmt: skip
-        if index is None:
-            return
-        patch = [
-            {"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
-            {"op": "test", "path": f"/metadata/managedFields/{index}/manager", "value": FIELD_MANAGER},
-            {"op": "test", "path": f"/metadata/managedFields/{index}/operation", "value": "Update"},
-            {"op": "replace", "path": f"/metadata/managedFields/{index}/operation", "value": "Apply"},
-        ]
-        res = resource_for(str(created.get("apiVersion")), str(created.get("kind")))
-        namespace = meta.get("namespace") if issubclass(res, NamespacedResource) else None
-        self._count("patch")
-        async with self._slots:
-            await self.client.patch(res, str(meta.get("name")), patch, namespace=namespace,
-                                    patch_type=PatchType.JSON, field_manager=FIELD_MANAGER)  # fmt: skip
 
     async def find_metadata(
         self, api_version: str, kind: str, name: str, namespace: str | None

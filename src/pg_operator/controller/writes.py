@@ -2,11 +2,12 @@
 does not repeat a write the watch cache has not shown yet, and independent writes sent together.
 
 A cluster writes only what it owns (specs/ownership.py): every write of a cluster's object goes through
-here with the pass's `Claims`. An object the cache does not show is created with POST, which fails when
-any object holds the name (then its metadata is read: ours, because the cache lags, or foreign, a
-conflict); an object the cache shows as the cluster's is applied, patched or deleted with its uid as a
-precondition, so one that replaced it meanwhile is refused by the API server instead of taken over. No
-write path applies with force to an object it has not seen to be the cluster's.
+here with the pass's `Claims`. An object the cache does not show is created by a create-only write (a
+child by an apply that an existing object refuses, a Secret by POST), which fails when any object holds
+the name (then its metadata is read: ours, because the cache lags, or foreign, a conflict); an object the
+cache shows as the cluster's is applied, patched or deleted with its uid as a precondition, so one that
+replaced it meanwhile is refused by the API server instead of taken over. No write path applies with
+force to an object it has not seen to be the cluster's.
 """
 
 from __future__ import annotations
@@ -144,17 +145,8 @@ def uid_refused(exc: ApiError) -> bool:
                                        "uid in precondition"))  # fmt: skip
 
 
-async def create(api: Api, claims: Claims, body: Mapping[str, Any]) -> tuple[Made, Any]:
-    """Create-only (POST), never over another object: (what happened, the object created or the
-    metadata of the one found)."""
-    ident = ident_of(body)
-    if claims.blocked(ident):
-        return Made.FOREIGN, None
-    try:
-        return Made.CREATED, await api.create_dict(body)
-    except ApiError as exc:
-        if not is_conflict(exc):
-            raise
+async def _holder(api: Api, claims: Claims, ident: ObjectId) -> tuple[Made, Any]:
+    """After a create-only write was refused: whose is the object under the name?"""
     meta = await api.find_metadata(ident[0], ident[1], ident[2], claims.namespace)
     if meta is None:
         return Made.GONE, None
@@ -164,6 +156,20 @@ async def create(api: Api, claims: Claims, body: Mapping[str, Any]) -> tuple[Mad
                 ident[2], holder({"metadata": meta}))  # fmt: skip
     claims.found(ident, {"metadata": meta})
     return Made.FOREIGN, meta
+
+
+async def create(api: Api, claims: Claims, body: Mapping[str, Any]) -> tuple[Made, Any]:
+    """Create-only (POST), never over another object: (what happened, the object created or the
+    metadata of the one found). For objects written once (Secrets); children are applied."""
+    ident = ident_of(body)
+    if claims.blocked(ident):
+        return Made.FOREIGN, None
+    try:
+        return Made.CREATED, await api.create_dict(body)
+    except ApiError as exc:
+        if not is_conflict(exc):
+            raise
+    return await _holder(api, claims, ident)
 
 
 async def patch(api: Api, claims: Claims, res: type[Any], observed: Mapping[str, Any] | None,
@@ -244,15 +250,16 @@ class Applier:
         return True
 
     async def _create(self, claims: Claims, body: dict[str, Any]) -> bool:
-        made, found = await create(self.api, claims, body)
-        if made is Made.CREATED:
-            try:
-                await self.api.applied_from_now_on(found.to_dict() if hasattr(found, "to_dict") else found)
-            except ApiError as exc:  # the object changed meanwhile: it works, later applies may keep a field
-                log.warning("%s %s/%s: field manager entry not turned into an apply's: %s", body["kind"],
-                            claims.namespace, body["metadata"]["name"], exc)  # fmt: skip
+        """The cache shows none: a create-only apply (Api.apply), then, if something holds the name,
+        an apply pinned to it only if it is the cluster's (the cache had not shown it yet)."""
+        try:
+            await self.api.apply(body, create_only=True)
             return True
-        if made is Made.OURS:  # ours, and the cache has not shown it yet
+        except ApiError as exc:
+            if not is_conflict(exc):
+                raise
+        made, found = await _holder(self.api, claims, ident_of(body))
+        if made is Made.OURS:
             return await self._apply(body, str(found.get("uid") or ""))
         return False
 
