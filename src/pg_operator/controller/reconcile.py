@@ -76,6 +76,9 @@ class Outcome:
     requeue_after: float | None = None  # the loop's Outcome protocol (loop.py); resyncs suffice here
 
 
+# How long a foreign object a write met (and the cache does not show) is taken as known by later passes.
+FOREIGN_KNOWN_SECONDS = 120.0
+
 # After a status write lost the race to another writer (the backup reconcilers): the watch event of the
 # newer cluster wakes it anyway; this is the fallback.
 STATUS_CONFLICT_RETRY_SECONDS = 1.0
@@ -176,6 +179,10 @@ class Reconciler:
         self.failures = FailureReporter(api, events, cache.cluster)
         # The foreign objects each cluster's Warning Events have named (one Event per object and episode).
         self._conflicts_told: dict[ClusterKey, set[ObjectId]] = {}
+        # Foreign objects writes met that the cache does not hold (no cluster label), with when they were
+        # met: a pass within FOREIGN_KNOWN_SECONDS takes them as known instead of asking again (their
+        # removal sends no watch event; a later pass asks anew).
+        self._met: dict[ClusterKey, dict[ObjectId, tuple[dict[str, Any], float]]] = {}
 
     async def reconcile(self, key: ClusterKey) -> Outcome:
         started = time.perf_counter()
@@ -209,8 +216,12 @@ class Reconciler:
         children, foreign = set_aside(snapshot.children, cluster.uid, generated_names(cluster))
         snapshot = Snapshot(snapshot.cluster, children, snapshot.storage_classes,
                             snapshot.storage_classes_known)  # fmt: skip
+        now = time.monotonic()
+        met = {i: seen for i, seen in self._met.pop(key, {}).items() if now - seen[1] < FOREIGN_KNOWN_SECONDS}
+        known: dict[ObjectId, Mapping[str, Any]] = {i: b for i, (b, _) in met.items()}
+        claims = Claims(cluster.namespace, cluster.uid, {**known, **foreign})
         p = ClusterPass(body, cluster, snapshot, snapshot.find("apps/v1", "StatefulSet", cluster.name),
-                        claims=Claims(cluster.namespace, cluster.uid, dict(foreign)))  # fmt: skip
+                        claims=claims)  # fmt: skip
         refusal = image_refusal(cluster.spec.image, self.allowed_images)
         if refusal is not None:  # refuse invalid: no room runs, nothing is written but the report
             return await self._refused(p, refusal)
@@ -219,6 +230,9 @@ class Reconciler:
         await self._apply_children(p)
         await self._delete_undesired(p)
         p.writes += await self._report_conflicts(key, p)
+        met.update({i: (dict(b), now) for i, b in p.claims.met.items()})
+        if met:
+            self._met[key] = {i: v for i, v in met.items() if i in p.claims.conflicts}
         for room in self.rooms:
             p.writes += await room.settle(p)
         outcome = Outcome(problem=p.problem, requeue_after=p.requeue_after)
@@ -235,6 +249,7 @@ class Reconciler:
             self._invalid_seen.pop(key, None)
             self._terminating.pop(key, None)
             self._conflicts_told.pop(key, None)
+            self._met.pop(key, None)
             self.failures.succeeded(key)
             for room in self.rooms:
                 room.forget(key)

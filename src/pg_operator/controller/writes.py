@@ -99,6 +99,9 @@ class Claims:
     conflicts: dict[ObjectId, str] = field(default_factory=dict)
     # Objects not written because they would put a foreign one to use (specs.ownership.needs).
     held: dict[ObjectId, set[ObjectId]] = field(default_factory=dict)
+    # Foreign objects a write found in its way (the cache does not hold them: no cluster label), which
+    # the next passes may take as known for a while instead of asking again (Reconciler).
+    met: dict[ObjectId, Mapping[str, Any]] = field(default_factory=dict)
 
     def blocked(self, ident: ObjectId) -> bool:
         """Whether a foreign object is known to hold `ident`; if so the write is a conflict."""
@@ -114,6 +117,7 @@ class Claims:
         """A write found a foreign object in its way."""
         self.foreign[ident] = body
         self.conflicts[ident] = holder(body)
+        self.met[ident] = body
 
     def foreign_among(self, idents: Iterable[ObjectId]) -> set[ObjectId]:
         return {i for i in idents if i in self.conflicts or i in self.foreign}
