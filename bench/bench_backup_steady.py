@@ -69,13 +69,20 @@ from pg_operator.backup.catalog import parse_time  # noqa: E402
 from pg_operator.controller.backup_reconcilers.shared import backup_config, store_of  # noqa: E402
 
 BUCKET = "bench"
-SECRET = "s3-creds"
+
+
+def secret_name(cluster_name: str) -> str:
+    """Each cluster's own credentials Secret: the operator takes backup credentials only from a Secret
+    labelled for the cluster that names it."""
+    return f"{cluster_name}-s3"
 
 
 def bodies(ns: str, names: list[str], replicas: int, endpoint: str) -> list[dict[str, Any]]:
-    backup = {"s3": {"endpointURL": endpoint, "bucket": BUCKET, "path": "steady",
-                     "credentials": {"secretName": SECRET}}}  # fmt: skip
-    return [cluster(name, ns, replicas=replicas, storageClassName=STORAGE_CLASS, backup=backup,
+    def backup(name: str) -> dict[str, Any]:
+        return {"s3": {"endpointURL": endpoint, "bucket": BUCKET, "path": "steady",
+                       "credentials": {"secretName": secret_name(name)}}}  # fmt: skip
+
+    return [cluster(name, ns, replicas=replicas, storageClassName=STORAGE_CLASS, backup=backup(name),
                     resources={"requests": {"cpu": "10m", "memory": "128Mi"}})
             for name in names]  # fmt: skip
 
@@ -140,8 +147,12 @@ def one_mode(mode: str, args: argparse.Namespace, client: Client, admin: KubeCon
     n, r = args.clusters, args.replicas
     ns = f"bench-steady-{mode}-{time.strftime('%H%M%S')}"
     ensure_namespace(client, ns)
-    client.create(codecs.from_dict(s3_credentials_secret(SECRET, ns, s3.access_key_id, s3.secret_access_key)))
     names = cluster_names(n)
+    for name in names:
+        secret = s3_credentials_secret(
+            secret_name(name), ns, s3.access_key_id, s3.secret_access_key, cluster=name
+        )
+        client.create(codecs.from_dict(secret))
     prepare_volumes(client, admin, ns, claims_of(names, r), r, args.timeout)
     op = OperatorProcess(op_config, work, f"steady-{mode}", "--namespace", ns, "--workers", str(args.workers),
                          "--lease-duration", str(args.lease_duration),

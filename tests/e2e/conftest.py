@@ -18,11 +18,11 @@ from contextlib import contextmanager
 import pytest
 
 from harness.deployed_operator import EXAMPLE, EXAMPLE_NAMESPACE, install_operator
-from harness.e2e_backup import BRIDGE_HOST, BUCKET, DAY2_NAME, Day2, Moto, backup_cluster, s3
+from harness.e2e_backup import BRIDGE_HOST, BUCKET, DAY2_NAME, Day2, Moto, backup_cluster, credentials, s3
 from harness.failure_report import report
 from harness.kube import apply_objects, get_json
 from harness.local_cluster import Kube
-from harness.objects import cluster, s3_credentials_secret
+from harness.objects import cluster
 from harness.paths import REPO
 from harness.pgcluster import SMALL, SYNC_NAME, SYNC_NAMESPACE, SYNC_SPEC, wait_serving
 from harness.s3 import s3_server
@@ -88,12 +88,11 @@ def _store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
 
 
 @contextmanager
-def _store_namespace(operator: Kube, moto: Moto) -> Iterator[str]:
+def _store_namespace(operator: Kube) -> Iterator[str]:
+    """A namespace for clusters with backups; each cluster brings its own credentials Secret
+    (e2e_backup.credentials)."""
     name = f"bk-{uuid.uuid4().hex[:6]}"
     operator.kubectl("create", "namespace", name)
-    for secret_name, secret_key in (("s3-creds", moto.secret_access_key), ("s3-wrong", "not-the-secret-key")):
-        body = s3_credentials_secret(secret_name, name, moto.access_key_id, secret_key)
-        operator.kubectl("apply", "-f", "-", input=json.dumps(body))
     try:
         yield name
     finally:
@@ -119,9 +118,9 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
 
 @pytest.fixture(scope="module")
 def ns(operator: Kube, moto: Moto) -> Iterator[str]:
-    """The backup modules' namespace (one per module), with the store's credentials Secret `s3-creds`
-    and `s3-wrong` (a wrong secret key). (test_localkube_full has an `ns` of its own.)"""
-    with _store_namespace(operator, moto) as name:
+    """The backup modules' namespace (one per module); a module creates each cluster's credentials Secret
+    with the cluster (e2e_backup.credentials). (test_localkube_full has an `ns` of its own.)"""
+    with _store_namespace(operator) as name:
         yield name
 
 
@@ -130,9 +129,13 @@ def day2(operator: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[D
     """Two instances archiving every 10 s to a store of their own, the metrics port open to the host
     (where the tests' Prometheus runs) and every namespace. Modules leave it serving, its store's
     credentials working; they may switch it over, restart it and take backups."""
-    with _store(tmp_path_factory) as moto, _store_namespace(operator, moto) as namespace:
-        store = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "delete"}
+    with _store(tmp_path_factory) as moto, _store_namespace(operator) as namespace:
+        store = {"s3": s3(moto, DAY2_NAME), "archiveTimeout": "10s", "onDelete": "delete"}
         policy = {"metricsFrom": [{"ipBlock": {"cidr": f"{BRIDGE_HOST}/32"}}, {"namespaceSelector": {}}]}
-        apply_objects(operator, backup_cluster(DAY2_NAME, namespace, 2, backup=store, networkPolicy=policy))
+        apply_objects(
+            operator,
+            credentials(moto, namespace, DAY2_NAME),
+            backup_cluster(DAY2_NAME, namespace, 2, backup=store, networkPolicy=policy),
+        )
         wait_serving(operator, namespace, DAY2_NAME, 2, 900)
         yield Day2(namespace, DAY2_NAME, moto)

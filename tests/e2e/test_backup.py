@@ -23,6 +23,7 @@ from harness.e2e_backup import (
     Moto,
     archived_after_switch,
     backup_cluster,
+    credentials,
     rows,
     s3,
     status_condition,
@@ -32,7 +33,7 @@ from harness.e2e_backup import (
 )
 from harness.kube import apply_objects, events, get_json
 from harness.local_cluster import Kube
-from harness.objects import backup, s3_credentials_secret, scheduled_backup
+from harness.objects import backup, scheduled_backup
 from harness.pgcluster import connect_app, status, wait_serving
 from harness.waiting import wait_until
 from pg_operator.backup.archive_report import REFRESH_SECONDS, ArchiveReport, parse_report
@@ -43,8 +44,8 @@ from pg_operator.backup.store_ownership import MARKER_NAME
 
 @pytest.fixture(scope="module")
 def source(operator: Kube, ns: str, moto: Moto) -> str:
-    store = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "delete"}
-    apply_objects(operator, backup_cluster("src-db", ns, 2, backup=store))
+    store = {"s3": s3(moto, "src-db"), "archiveTimeout": "10s", "onDelete": "delete"}
+    apply_objects(operator, credentials(moto, ns, "src-db"), backup_cluster("src-db", ns, 2, backup=store))
     wait_serving(operator, ns, "src-db", 2, 900)
     return "src-db"
 
@@ -138,8 +139,9 @@ def history(operator: Kube, ns: str, source: str) -> dict[str, Any]:
     return {"target": stamp}
 
 
-def recovery(moto: Moto, source: str, **target: Any) -> dict[str, Any]:
-    return {"recovery": {"source": {"clusterName": source, "s3": s3(moto)}, **target}}
+def recovery(moto: Moto, source: str, restored: str, **target: Any) -> dict[str, Any]:
+    """spec.bootstrap of `restored` from `source`'s backups, read with `restored`'s own credentials."""
+    return {"recovery": {"source": {"clusterName": source, "s3": s3(moto, restored)}, **target}}
 
 
 @pytest.fixture(scope="module")
@@ -147,10 +149,12 @@ def restores(operator: Kube, ns: str, source: str, moto: Moto, history: dict[str
     """Both restores asked for at once (they wait on different things): pitr-db to the target time,
     latest-db to the latest point with a store of its own; and the source's archive as it was before."""
     before = moto.keys(f"e2e/{source}/")
-    own = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "keep"}
-    to_time = recovery(moto, source, targetTime=history["target"])
-    apply_objects(operator, backup_cluster("pitr-db", ns, 1, bootstrap=to_time),
-                  backup_cluster("latest-db", ns, 1, bootstrap=recovery(moto, source), backup=own))
+    own = {"s3": s3(moto, "latest-db"), "archiveTimeout": "10s", "onDelete": "keep"}
+    to_time = recovery(moto, source, "pitr-db", targetTime=history["target"])
+    latest = recovery(moto, source, "latest-db")
+    apply_objects(operator, credentials(moto, ns, "pitr-db"), credentials(moto, ns, "latest-db"),
+                  backup_cluster("pitr-db", ns, 1, bootstrap=to_time),
+                  backup_cluster("latest-db", ns, 1, bootstrap=latest, backup=own))  # fmt: skip
     return {"source_keys_before": before}
 
 
@@ -198,17 +202,21 @@ def test_archiving_continues_from_the_new_primary_after_a_failover(
 
 
 BROKEN_STORES = [
-    ("badcred-db", {"secret": "s3-wrong"}, "InvalidCredentials"),
+    ("badcred-db", {}, "InvalidCredentials"),
     ("nobucket-db", {"bucket": "no-such-bucket"}, "BucketNotFound"),
     ("noendpoint-db", {"endpoint": f"http://{BRIDGE_HOST}:9"}, "EndpointUnreachable"),
 ]
+WRONG_KEYS = {"badcred-db": "not-the-secret-key"}  # the credentials Secret of these holds a wrong key
 
 
 @pytest.fixture(scope="module")
 def broken_stores(operator: Kube, ns: str, moto: Moto) -> None:
     """One single-instance cluster per broken store, asked for at once."""
-    stores = {name: {"s3": s3(moto, **store), "archiveTimeout": "10s"} for name, store, _ in BROKEN_STORES}
-    apply_objects(operator, *(backup_cluster(name, ns, 1, backup=store) for name, store in stores.items()))
+    stores = {name: {"s3": s3(moto, name, **store), "archiveTimeout": "10s"}
+              for name, store, _ in BROKEN_STORES}  # fmt: skip
+    secrets = [credentials(moto, ns, name, secret_key=WRONG_KEYS.get(name)) for name in stores]
+    apply_objects(operator, *secrets,
+                  *(backup_cluster(name, ns, 1, backup=store) for name, store in stores.items()))  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "store", "reason"), BROKEN_STORES)
@@ -273,8 +281,8 @@ def test_a_same_named_cluster_elsewhere_refuses_the_prefix_and_deleting_it_leave
 ) -> None:
     name, prefix = "dup", "e2e/dup/"
     # The owner: `dup` in this module's namespace, onDelete keep, with WAL archived and a base backup.
-    owner_store = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "keep"}
-    apply_objects(operator, backup_cluster(name, ns, 1, backup=owner_store))
+    owner_store = {"s3": s3(moto, name), "archiveTimeout": "10s", "onDelete": "keep"}
+    apply_objects(operator, credentials(moto, ns, name), backup_cluster(name, ns, 1, backup=owner_store))
     wait_serving(operator, ns, name, 1, 900)
     # An idle new cluster may not finish its first segment for minutes: switch one.
     archived_after_switch(operator, ns, name, 300)
@@ -290,11 +298,10 @@ def test_a_same_named_cluster_elsewhere_refuses_the_prefix_and_deleting_it_leave
     # The second: `dup` in another namespace, same bucket and path, onDelete delete.
     other_ns = f"{ns}-b"
     operator.kubectl("create", "namespace", other_ns)
-    creds = s3_credentials_secret("s3-creds", other_ns, moto.access_key_id, moto.secret_access_key)
-    operator.kubectl("apply", "-f", "-", input=json.dumps(creds))
     before = store_objects(moto, prefix)
-    second_store = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "delete"}
-    apply_objects(operator, backup_cluster(name, other_ns, 1, backup=second_store))
+    second_store = {"s3": s3(moto, name), "archiveTimeout": "10s", "onDelete": "delete"}
+    apply_objects(operator, credentials(moto, other_ns, name),
+                  backup_cluster(name, other_ns, 1, backup=second_store))  # fmt: skip
     wait_serving(operator, other_ns, name, 1, 900)
     refusal = "StorePrefixOwnedElsewhere"
     cond = wait_condition(operator, other_ns, name, "ContinuousArchiving", "False", refusal, 180)

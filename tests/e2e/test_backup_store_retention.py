@@ -15,7 +15,16 @@ from typing import Any
 
 import pytest
 
-from harness.e2e_backup import Moto, archived_after_switch, backup_cluster, get_backup, rows, s3, wait_backup
+from harness.e2e_backup import (
+    Moto,
+    archived_after_switch,
+    backup_cluster,
+    credentials,
+    get_backup,
+    rows,
+    s3,
+    wait_backup,
+)
 from harness.kube import apply_objects, events
 from harness.local_cluster import Kube
 from harness.objects import backup
@@ -66,8 +75,8 @@ def listed_in_pod(kube: Kube, ns: str, moto: Moto) -> list[dict[str, Any]]:
 def history(operator: Kube, ns: str, moto: Moto) -> dict[str, Any]:
     """Three Backups one after the other, rows written between them, and the store as it was before the
     third (nothing for retention to remove yet)."""
-    spec = {"s3": s3(moto), "archiveTimeout": "10s", "retention": {"keepLast": 2}}
-    apply_objects(operator, backup_cluster(NAME, ns, 1, backup=spec))
+    spec = {"s3": s3(moto, NAME), "archiveTimeout": "10s", "retention": {"keepLast": 2}}
+    apply_objects(operator, credentials(moto, ns, NAME), backup_cluster(NAME, ns, 1, backup=spec))
     wait_serving(operator, ns, NAME, 1, 900)
     insert(operator, ns, 1, 50)
     first = take_backup(operator, ns, "ret-1")
@@ -133,9 +142,10 @@ def test_a_point_in_time_restore_replays_the_kept_wal(
 ) -> None:
     # The target lies after the second backup and before the third: the second backup plus the WAL
     # archived after it, all of which retention had to keep.
-    source = {"clusterName": NAME, "s3": s3(moto)}
+    source = {"clusterName": NAME, "s3": s3(moto, "ret-restored")}
     recovery = {"recovery": {"source": source, "targetTime": history["target"]}}
-    apply_objects(operator, backup_cluster("ret-restored", ns, 1, bootstrap=recovery))
+    apply_objects(operator, credentials(moto, ns, "ret-restored"),
+                  backup_cluster("ret-restored", ns, 1, bootstrap=recovery))  # fmt: skip
     wait_serving(operator, ns, "ret-restored", 1, 900)
     assert rows(operator, ns, "ret-restored") == list(range(1, 151))
 

@@ -23,7 +23,15 @@ from typing import Any
 import pytest
 from localkube.images.containerd import ensure_images
 
-from harness.e2e_backup import Moto, archived_after_switch, backup_cluster, s3, wait_backup, wait_condition
+from harness.e2e_backup import (
+    Moto,
+    archived_after_switch,
+    backup_cluster,
+    credentials,
+    s3,
+    wait_backup,
+    wait_condition,
+)
 from harness.kube import apply_objects, events_for, get_json
 from harness.local_cluster import Kube
 from harness.objects import backup
@@ -34,7 +42,7 @@ from pg_operator.images import BUILT_VERSIONS, default_image
 
 NAME = "upg-db"
 ANNOTATION = "db.example.com/major-upgrade"
-NS = ""  # the module's namespace (the `ns` fixture's, with the store's credentials), set by `cluster`
+NS = ""  # the module's namespace (the `ns` fixture's), set by `cluster`
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +50,9 @@ def cluster(operator: Kube, ns: str, moto: Moto) -> Kube:
     global NS
     NS = ns
     ensure_images(operator.ctx, [default_image("16"), default_image("17")])
-    store = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "delete"}
-    apply_objects(operator, backup_cluster(NAME, ns, 2, version="16", backup=store))
+    store = {"s3": s3(moto, NAME), "archiveTimeout": "10s", "onDelete": "delete"}
+    apply_objects(operator, credentials(moto, ns, NAME),
+                  backup_cluster(NAME, ns, 2, version="16", backup=store))  # fmt: skip
     wait_serving(operator, ns, NAME, 2, 900)
     return operator
 
@@ -170,19 +179,20 @@ def test_the_new_major_archives_to_a_generation_of_its_own_and_gets_a_base_backu
     HISTORY["generations"] = gens
 
 
-def _restore(name: str, version: str, moto: Moto, **target: Any) -> dict[str, Any]:
-    source = {"clusterName": NAME, "s3": s3(moto)}
+def _restore(name: str, version: str, moto: Moto, **target: Any) -> list[dict[str, Any]]:
+    """The restored cluster and its own credentials Secret, which it reads the source's store with."""
+    source = {"clusterName": NAME, "s3": s3(moto, name)}
     bootstrap = {"recovery": {"source": source, **target}}
-    return dict(backup_cluster(name, NS, 1, version=version, bootstrap=bootstrap))
+    return [credentials(moto, NS, name), backup_cluster(name, NS, 1, version=version, bootstrap=bootstrap)]
 
 
 def test_restores_pick_the_generation_by_their_target(cluster: Kube, moto: Moto) -> None:
     assert HISTORY.get("generations"), "needs the upgrade and its base backup"
     apply_objects(
         cluster,
-        _restore("upg-pitr16", "16", moto, targetTime=HISTORY["target"]),
-        _restore("upg-latest17", "17", moto),
-        _restore("upg-wrong", "17", moto, targetTime=HISTORY["target"]),
+        *_restore("upg-pitr16", "16", moto, targetTime=HISTORY["target"]),
+        *_restore("upg-latest17", "17", moto),
+        *_restore("upg-wrong", "17", moto, targetTime=HISTORY["target"]),
     )
 
     def refused() -> str | None:

@@ -19,6 +19,7 @@ from harness.e2e_backup import (
     Moto,
     archived_after_switch,
     backup_cluster,
+    credentials,
     rows,
     s3,
     wait_backup,
@@ -50,8 +51,15 @@ def restored(major: str) -> str:
 def clusters(operator: Kube, ns: str, moto: Moto) -> dict[str, str]:
     """One archiving two-instance cluster per major, applied together; each serving."""
     ensure_images(operator.ctx, [default_image(m) for m in MAJORS])
-    store = {"s3": s3(moto), "archiveTimeout": "10s", "onDelete": "delete"}
-    apply_objects(operator, *[backup_cluster(name(m), ns, 2, version=m, backup=store) for m in MAJORS])
+
+    def store(cluster_name: str) -> dict[str, Any]:
+        return {"s3": s3(moto, cluster_name), "archiveTimeout": "10s", "onDelete": "delete"}
+
+    apply_objects(
+        operator,
+        *[credentials(moto, ns, name(m)) for m in MAJORS],
+        *[backup_cluster(name(m), ns, 2, version=m, backup=store(name(m))) for m in MAJORS],
+    )
     for m in MAJORS:
         wait_serving(operator, ns, name(m), 2, 900)
     return {m: name(m) for m in MAJORS}
@@ -95,9 +103,12 @@ def restores(operator: Kube, ns: str, moto: Moto, clusters: dict[str, str], targ
     """One single-instance point-in-time restore per major, applied together."""
     bodies: list[dict[str, Any]] = []
     for m in MAJORS:
-        source = {"clusterName": clusters[m], "s3": s3(moto)}
+        source = {"clusterName": clusters[m], "s3": s3(moto, restored(m))}
         recovery = {"recovery": {"source": source, "targetTime": targets[m]}}
-        bodies.append(backup_cluster(restored(m), ns, 1, version=m, bootstrap=recovery))
+        bodies += [
+            credentials(moto, ns, restored(m)),
+            backup_cluster(restored(m), ns, 1, version=m, bootstrap=recovery),
+        ]
     apply_objects(operator, *bodies)
     for m in MAJORS:
         wait_serving(operator, ns, restored(m), 1, 900)

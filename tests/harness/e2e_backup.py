@@ -9,7 +9,7 @@ from typing import Any
 
 from harness.kube import get_json
 from harness.local_cluster import Kube
-from harness.objects import cluster
+from harness.objects import cluster, s3_credentials_secret
 from harness.pgcluster import connect_app, status
 from harness.s3 import S3Server
 from harness.waiting import wait_until
@@ -61,15 +61,33 @@ class Day2:
 DAY2_NAME = "day2-db"
 
 
+def credentials_name(cluster_name: str) -> str:
+    """The Secret holding the store credentials of one cluster: each cluster has its own, since the
+    operator takes backup credentials (its own store's and a recovery source's alike) only from a Secret
+    labelled for the cluster whose spec names it."""
+    return f"{cluster_name}-s3"
+
+
+def credentials(
+    moto: Moto, namespace: str, cluster_name: str, *, secret_key: str | None = None
+) -> dict[str, Any]:
+    """The Secret `credentials_name(cluster_name)`, labelled for that cluster, with the store's keys
+    (`secret_key`: a wrong secret key instead, for the tests of refused credentials)."""
+    return s3_credentials_secret(credentials_name(cluster_name), namespace, moto.access_key_id,
+                                 secret_key or moto.secret_access_key, cluster=cluster_name)  # fmt: skip
+
+
 def s3(
     moto: Moto,
+    cluster_name: str,
     *,
     bucket: str = BUCKET,
     endpoint: str | None = None,
-    secret: str = "s3-creds",  # noqa: S107
 ) -> dict[str, Any]:
+    """An S3 destination on the module's store as the cluster `cluster_name` names it (its own
+    spec.backup, or the recovery source it restores from), read with that cluster's credentials Secret."""
     return {"endpointURL": endpoint or moto.pod_endpoint, "bucket": bucket, "path": "e2e",
-            "credentials": {"secretName": secret}}  # fmt: skip
+            "credentials": {"secretName": credentials_name(cluster_name)}}  # fmt: skip
 
 
 def backup_cluster(name: str, ns: str, replicas: int, **spec: Any) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """The ownership marker against a real S3 server (moto, authentication on; no Kubernetes needed): the
 conditional create lets exactly one of two claimants write it, the read-back names the winner, and the
-prefix inspection sees the marker, other objects and adoption evidence the way the decisions expect."""
+prefix inspection sees the marker, other objects and adoption evidence the way the decisions expect.
+Each call takes its namespace's slot (store_calls): two claimants race only from two namespaces, and a
+second call of one namespace while the first is in flight is turned away (StoreBusy) without a request."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from harness.s3 import REGION, S3Server, s3_server
 from pg_operator.backup.barman import ObjectStore
 from pg_operator.backup.store_ownership import Owner, decide, marker_body, marker_key, parse_marker
 from pg_operator.controller.backup_reconcilers.store import (
+    Deleted,
     StoreAccess,
+    StoreBusy,
     StoreError,
     delete_prefix,
     inspect_prefix,
@@ -34,9 +38,11 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
-def access(s3: S3Server, store: ObjectStore) -> StoreAccess:
-    return StoreAccess(bucket=store.bucket, prefix=store.prefix, endpoint_url=s3.endpoint, region=REGION,
-                       access_key_id=s3.access_key_id, secret_access_key=s3.secret_access_key)  # fmt: skip
+def access(s3: S3Server, store: ObjectStore, namespace: str = A.namespace) -> StoreAccess:
+    """What a cluster of `namespace` calls the store with (its slot is that namespace's)."""
+    return StoreAccess(namespace=namespace, bucket=store.bucket, prefix=store.prefix,
+                       endpoint_url=s3.endpoint, region=REGION, access_key_id=s3.access_key_id,
+                       secret_access_key=s3.secret_access_key)  # fmt: skip
 
 
 def test_one_of_two_claimants_wins_and_the_other_is_refused(s3: S3Server) -> None:
@@ -48,8 +54,8 @@ def test_one_of_two_claimants_wins_and_the_other_is_refused(s3: S3Server) -> Non
 
     async def both() -> list[bool]:
         puts = await asyncio.gather(
-            put_if_absent(access(s3, store), key, marker_body(A, how="claimed", now=T0)),
-            put_if_absent(access(s3, store), key, marker_body(B, how="claimed", now=T0)),
+            put_if_absent(access(s3, store, A.namespace), key, marker_body(A, how="claimed", now=T0)),
+            put_if_absent(access(s3, store, B.namespace), key, marker_body(B, how="claimed", now=T0)),
         )
         assert all(p.conditional for p in puts)  # the store honoured If-None-Match
         assert all(p.read_back is not None and parse_marker(p.read_back) == parse_marker(puts[0].read_back
@@ -67,6 +73,30 @@ def test_one_of_two_claimants_wins_and_the_other_is_refused(s3: S3Server) -> Non
     # A second claim by the winner changes nothing (the marker is written once).
     again = asyncio.run(put_if_absent(access(s3, store), key, marker_body(winner, how="claimed", now=T0)))
     assert not again.created and again.read_back == seen.marker
+
+
+def test_a_second_call_of_one_namespace_in_flight_is_turned_away(s3: S3Server) -> None:
+    """Two calls of namespace A at once: the first runs, the second fails at once as StoreBusy and sends
+    nothing (its marker is not written); namespace B's call at the same time runs."""
+    store_a = ObjectStore(bucket=BUCKET, server_name="busy-a", path="slots")
+    store_b = ObjectStore(bucket=BUCKET, server_name="busy-b", path="slots")
+    as_a, as_b = marker_body(A, how="claimed", now=T0), marker_body(B, how="claimed", now=T0)
+
+    async def together() -> list[object]:
+        return await asyncio.gather(
+            put_if_absent(access(s3, store_a, A.namespace), marker_key(store_a), as_a),
+            put_if_absent(access(s3, store_a, A.namespace), marker_key(store_a), as_b),
+            put_if_absent(access(s3, store_b, B.namespace), marker_key(store_b), as_b),
+            return_exceptions=True,
+        )
+
+    first, second, other = asyncio.run(together())
+    assert isinstance(second, StoreBusy), second
+    assert not isinstance(first, BaseException) and not isinstance(other, BaseException), (first, other)
+    # The marker under A's prefix is the first call's: the turned-away one sent nothing.
+    written = s3.client().get_object(Bucket=BUCKET, Key=marker_key(store_a))["Body"].read()
+    assert parse_marker(written) == A
+    assert s3.keys(BUCKET, "slots/busy-b/") == [marker_key(store_b)]
 
 
 def test_inspection_sees_objects_without_a_marker_and_the_evidence(s3: S3Server) -> None:
@@ -100,5 +130,5 @@ def test_deleting_the_owned_prefix_takes_the_marker_and_leaves_the_neighbour(
     asyncio.run(put_if_absent(access(s3, store), marker_key(store), marker_body(A, how="claimed", now=T0)))
     client.put_object(Bucket=BUCKET, Key="del/gone/base/x", Body=b"x")
     client.put_object(Bucket=BUCKET, Key="del/gone-2/base/x", Body=b"x")
-    assert asyncio.run(delete_prefix(access(s3, store))) == 2
+    assert asyncio.run(delete_prefix(access(s3, store))) == Deleted(2, complete=True)
     assert s3.keys(BUCKET, "del/") == ["del/gone-2/base/x"]
