@@ -33,6 +33,8 @@ from pg_operator.backup.recovery import SOURCE_ENV_PREFIX
 from pg_operator.backup.store_policy import (
     BACKUP_CREDENTIALS_FIELD,
     BACKUP_ENDPOINT_FIELD,
+    RECOVERY_CREDENTIALS_FIELD,
+    RECOVERY_ENDPOINT_FIELD,
     Refusal,
     credential_refusal,
     endpoint_refusal,
@@ -61,13 +63,42 @@ def backup_refusals(
     return refusals
 
 
+def recovery_refusals(
+    cluster: PostgresCluster, *, labelled: Callable[[str], bool], allow_insecure: bool
+) -> list[Refusal]:
+    """Why `spec.bootstrap.recovery`'s source store may not be wired into the pods: the same rules as
+    `spec.backup` (https unless allowed; a Secret labelled for this, the restored, cluster)."""
+    recovery = cluster.spec.bootstrap.recovery
+    if recovery is None:
+        return []
+    refusals = []
+    s3 = recovery.source.s3
+    endpoint = endpoint_refusal(s3.endpoint_url, field=RECOVERY_ENDPOINT_FIELD, allow_insecure=allow_insecure)
+    if endpoint is not None:
+        refusals.append(endpoint)
+    secret = s3.credentials.secret_name
+    labels = {CLUSTER_LABEL: cluster.name} if labelled(secret) else {}
+    unlabelled = credential_refusal(labels, cluster=cluster.name, secret=secret,
+                                    field=RECOVERY_CREDENTIALS_FIELD)  # fmt: skip
+    if unlabelled is not None:
+        refusals.append(unlabelled)
+    return refusals
+
+
 def wired_for_pods(
     cluster: PostgresCluster, *, labelled: Callable[[str], bool], allow_insecure: bool
 ) -> PostgresCluster:
-    """The cluster the pods are built from: itself, or without `spec.backup` when that is refused."""
-    if not backup_refusals(cluster, labelled=labelled, allow_insecure=allow_insecure):
+    """The cluster the pods are built from: itself, or without `spec.backup` or the recovery source when
+    that is refused (the caller holds back a new cluster's StatefulSet while its recovery source is
+    refused: without it, the pods would initdb an empty database instead of restoring)."""
+    update: dict[str, object] = {}
+    if backup_refusals(cluster, labelled=labelled, allow_insecure=allow_insecure):
+        update["backup"] = None
+    if recovery_refusals(cluster, labelled=labelled, allow_insecure=allow_insecure):
+        update["bootstrap"] = cluster.spec.bootstrap.model_copy(update={"recovery": None})
+    if not update:
         return cluster
-    return cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"backup": None})})
+    return cluster.model_copy(update={"spec": cluster.spec.model_copy(update=update)})
 
 
 def _secret_env(name: str, secret: str, key: str, *, optional: bool = False) -> dict[str, Any]:

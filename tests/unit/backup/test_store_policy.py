@@ -28,7 +28,7 @@ from pg_operator.backup.store_policy import (
     trusts_record,
     without_refused_stores,
 )
-from pg_operator.specs.backup_pod import backup_refusals, wired_for_pods
+from pg_operator.specs.backup_pod import backup_refusals, recovery_refusals, wired_for_pods
 from pg_operator.specs.statefulset import statefulset
 
 LABEL = "db.example.com/cluster"
@@ -165,6 +165,24 @@ def test_pods_get_no_plain_http_store_unless_allowed() -> None:
     cluster = _cluster("http://10.1.2.3:9000")
     assert wired_for_pods(cluster, labelled=lambda _: True, allow_insecure=False).spec.backup is None
     assert wired_for_pods(cluster, labelled=lambda _: True, allow_insecure=True) is cluster
+
+
+def test_a_recovery_source_is_wired_only_from_a_labelled_secret_over_https() -> None:
+    """A tenant who may not read a Secret names it as the recovery source's credentials (and its own
+    plain-HTTP endpoint): the pods get neither; the room holds back a new cluster's StatefulSet."""
+    source = {"clusterName": "old-db", "s3": {"bucket": "backups", "endpointURL": "http://10.9.9.9:9000",
+                                              "credentials": {"secretName": "admin-keys"}}}  # fmt: skip
+    spec = {"replicas": 1, "version": "16", "storage": "1Gi", "bootstrap": {"recovery": {"source": source}}}
+    meta = {"name": "db", "namespace": "ns", "uid": "u"}
+    restored = PostgresCluster.from_obj({"metadata": meta, "spec": spec})
+    refused = recovery_refusals(restored, labelled=lambda _: False, allow_insecure=False)
+    assert [(r.reason, r.field) for r in refused] == [
+        (INSECURE_ENDPOINT, RECOVERY_ENDPOINT_FIELD), (CREDENTIALS_UNLABELLED, RECOVERY_CREDENTIALS_FIELD)]
+    wired = wired_for_pods(restored, labelled=lambda _: False, allow_insecure=False)
+    assert wired.spec.bootstrap.recovery is None
+    assert "admin-keys" not in _secret_refs(statefulset(wired))
+    allowed = wired_for_pods(restored, labelled=lambda name: name == "admin-keys", allow_insecure=True)
+    assert allowed is restored and "admin-keys" in _secret_refs(statefulset(allowed))
 
 
 # --- deadlines and pages ---

@@ -14,7 +14,7 @@ from pg_operator.controller.backup_reconcilers.store_calls import limits as stor
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.rooms import ClusterPass, Room
 from pg_operator.specs import desired_children
-from pg_operator.specs.backup_pod import wired_for_pods
+from pg_operator.specs.backup_pod import recovery_refusals, wired_for_pods
 from pg_operator.specs.network_policy import (
     DEFAULT_MONITORING_NAMESPACE,
     DEFAULT_OPERATOR_NAMESPACE,
@@ -66,10 +66,19 @@ class InstancesRoom(Room):
 
     def children(self, p: ClusterPass) -> list[dict[str, Any]]:
         operator = self.operator_peer(p)
-        # A refused spec.backup (plain HTTP, an unlabelled Secret) is not wired into the pods.
-        cluster = wired_for_pods(p.cluster, allow_insecure=store_limits().allow_insecure,
-                                 labelled=lambda name: p.snapshot.find("v1", "Secret", name) is not None)
+        # A refused spec.backup or recovery source (plain HTTP, an unlabelled Secret) is not wired into the
+        # pods; a new cluster whose recovery source is refused gets no StatefulSet until it is right.
+        allow_insecure = store_limits().allow_insecure
+
+        def labelled(name: str) -> bool:  # the cache holds a Secret here only with this cluster's label
+            return p.snapshot.find("v1", "Secret", name) is not None
+
+        cluster = wired_for_pods(p.cluster, allow_insecure=allow_insecure, labelled=labelled)
         desired = desired_children(cluster, existing_statefulset=p.statefulset, operator=operator)
+        refused = recovery_refusals(p.cluster, allow_insecure=allow_insecure, labelled=labelled)
+        if refused and p.statefulset is None:
+            p.report(refused[0].as_problem())
+            desired = [child for child in desired if child["kind"] != "StatefulSet"]
         if p.replicas is not None:
             # The high-availability room holds the size until the primary has moved (scale-down).
             for child in desired:
