@@ -11,21 +11,23 @@ import pytest
 
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.scram import scram_sha256_verifier
-from pg_operator.specs.roles import (
-    MARKER,
+from pg_operator.specs.role_changes import converge
+from pg_operator.specs.role_reads import (
     ObservationError,
     Observed,
     ObservedDatabase,
     ObservedRole,
+    observe_sql,
+    parse_observed,
+)
+from pg_operator.specs.roles import (
+    MARKER,
     Passwords,
     conditions,
     connection_keys,
-    converge,
     ident,
     literal,
-    observe_sql,
     orphan_patch,
-    parse_observed,
     passwords,
     released_secrets,
     role_secret,

@@ -1,17 +1,17 @@
 """The roles room: `spec.roles` and `spec.databases` kept in the database as declared.
 
-A check reads what the primary holds (one psql over pod exec, read-only: roles, memberships, password
-verifiers of the declared roles, databases, extensions, schemas), plans the SQL that converges it
-(specs/roles.py) and, only when something differs, runs that SQL in a second exec — verifiers, never
-passwords, on stdin; nothing of it in argv, a log line or an Event. A check runs when something that
-could change the answer changed (the cluster's generation, the primary, a password Secret's version)
-and otherwise at most every `CHECK_SECONDS`, which bounds how long a role altered or dropped by hand
-stays so: a steady cluster costs one read-only exec per interval and no write; a cluster that declares
-nothing (and has nothing left to release) costs nothing.
+A check reads what the primary holds (one psql over pod exec, read-only, specs/role_reads.py: roles,
+memberships, password verifiers of the declared roles, databases, extensions, schemas), plans the SQL that
+converges it (specs/role_changes.py) and, only when something differs, runs that SQL in a second exec —
+verifiers, never passwords, on stdin; nothing of it in argv, a log line or an Event. A check runs when
+something that could change the answer changed (the cluster's generation, the primary, a password Secret's
+version) and otherwise at most every `CHECK_SECONDS`, which bounds how long a role altered or dropped by
+hand stays so: a steady cluster costs one read-only exec per interval and no write; a cluster that
+declares nothing (and has nothing left to release) costs nothing.
 
-Generated role Secrets (`<cluster>-<role>`) are created once with a CSPRNG password, owned by the
-cluster; their derived keys (URIs, pgpass, ca.crt) follow the password and the cluster's CA. A Secret the
-user names is read, never written: the database's verifier is the applied mark (specs/roles.py).
+Generated role Secrets (`<cluster>-<role>`) are created once with a CSPRNG password, owned by the cluster;
+their derived keys (URIs, pgpass, ca.crt) follow the password and the cluster's CA. A Secret the user
+names is read, never written: the database's verifier is the applied mark (specs/roles.py).
 """
 
 from __future__ import annotations
@@ -35,28 +35,25 @@ from pg_operator.controller.writes import Made, WriteMemo, all_of
 from pg_operator.controller.writes import create as create_owned
 from pg_operator.controller.writes import patch as patch_owned
 from pg_operator.specs import names
+from pg_operator.specs.role_changes import converge, without_secrets
+from pg_operator.specs.role_reads import ObservationError, observe_sql, parse_observed
 from pg_operator.specs.roles import (
     DATABASES_CONDITION,
     ROLES_CONDITION,
     Entry,
-    ObservationError,
     conditions,
-    converge,
     declared_databases,
     declared_roles,
     declares_anything,
     generates_secret,
     new_password,
-    observe_sql,
     orphan_patch,
-    parse_observed,
     password_sources,
     passwords,
     released_secrets,
     role_secret,
     role_secret_name,
     stale_keys,
-    without_secrets,
 )
 from pg_operator.specs.secrets import APP_CA_KEY, decoded
 
