@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pg_operator.api.backup import BackupConfiguration, RecoveryBootstrap
+from pg_operator.api.backup import BackupConfiguration, RecoveryBootstrap, S3Destination
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.backup.barman import (
@@ -41,48 +41,45 @@ from pg_operator.backup.store_policy import (
 )
 
 
+def _store_refusals(cluster: PostgresCluster, s3: S3Destination, fields: tuple[str, str], *,
+                    labelled: Callable[[str], bool], allow_insecure: bool) -> list[Refusal]:  # fmt: skip
+    """Why a store of the spec may not be wired into the pods: plain HTTP unless allowed, a credentials
+    Secret not known to carry the cluster's label (missing or not). `fields`: (endpoint, credentials)."""
+    endpoint_field, credentials_field = fields
+    refusals = []
+    endpoint = endpoint_refusal(s3.endpoint_url, field=endpoint_field, allow_insecure=allow_insecure)
+    if endpoint is not None:
+        refusals.append(endpoint)
+    secret = s3.credentials.secret_name
+    labels = {CLUSTER_LABEL: cluster.name} if labelled(secret) else {}
+    unlabelled = credential_refusal(labels, cluster=cluster.name, secret=secret, field=credentials_field)
+    if unlabelled is not None:
+        refusals.append(unlabelled)
+    return refusals
+
+
 def backup_refusals(
     cluster: PostgresCluster, *, labelled: Callable[[str], bool], allow_insecure: bool
 ) -> list[Refusal]:
     """Why `spec.backup` may not be wired into the pods. `labelled(name)`: the Secret carries the
-    cluster's label (a Secret not known to carry it, missing or not, is refused)."""
+    cluster's label."""
     backup = cluster.spec.backup
     if backup is None:
         return []
-    refusals = []
-    endpoint = endpoint_refusal(backup.s3.endpoint_url, field=BACKUP_ENDPOINT_FIELD,
-                                allow_insecure=allow_insecure)  # fmt: skip
-    if endpoint is not None:
-        refusals.append(endpoint)
-    secret = backup.s3.credentials.secret_name
-    labels = {CLUSTER_LABEL: cluster.name} if labelled(secret) else {}
-    unlabelled = credential_refusal(labels, cluster=cluster.name, secret=secret,
-                                    field=BACKUP_CREDENTIALS_FIELD)  # fmt: skip
-    if unlabelled is not None:
-        refusals.append(unlabelled)
-    return refusals
+    return _store_refusals(cluster, backup.s3, (BACKUP_ENDPOINT_FIELD, BACKUP_CREDENTIALS_FIELD),
+                           labelled=labelled, allow_insecure=allow_insecure)  # fmt: skip
 
 
 def recovery_refusals(
     cluster: PostgresCluster, *, labelled: Callable[[str], bool], allow_insecure: bool
 ) -> list[Refusal]:
     """Why `spec.bootstrap.recovery`'s source store may not be wired into the pods: the same rules as
-    `spec.backup` (https unless allowed; a Secret labelled for this, the restored, cluster)."""
+    `spec.backup`, the Secret labelled for this (the restored) cluster."""
     recovery = cluster.spec.bootstrap.recovery
     if recovery is None:
         return []
-    refusals = []
-    s3 = recovery.source.s3
-    endpoint = endpoint_refusal(s3.endpoint_url, field=RECOVERY_ENDPOINT_FIELD, allow_insecure=allow_insecure)
-    if endpoint is not None:
-        refusals.append(endpoint)
-    secret = s3.credentials.secret_name
-    labels = {CLUSTER_LABEL: cluster.name} if labelled(secret) else {}
-    unlabelled = credential_refusal(labels, cluster=cluster.name, secret=secret,
-                                    field=RECOVERY_CREDENTIALS_FIELD)  # fmt: skip
-    if unlabelled is not None:
-        refusals.append(unlabelled)
-    return refusals
+    return _store_refusals(cluster, recovery.source.s3, (RECOVERY_ENDPOINT_FIELD, RECOVERY_CREDENTIALS_FIELD),
+                           labelled=labelled, allow_insecure=allow_insecure)  # fmt: skip
 
 
 def wired_for_pods(
