@@ -11,8 +11,9 @@ from typing import Any
 
 from pg_operator import objects
 from pg_operator.controller.backup_reconcilers.store_calls import limits as store_limits
-from pg_operator.controller.events import EventRecorder
+from pg_operator.controller.events import EventRecorder, OncePerMessage
 from pg_operator.controller.rooms import ClusterPass, Room
+from pg_operator.orchestration.instance_pods import foreign_pod_message
 from pg_operator.specs import desired_children
 from pg_operator.specs.backup_pod import recovery_refusals, wired_for_pods
 from pg_operator.specs.network_policy import (
@@ -51,11 +52,26 @@ class InstancesRoom(Room):
     def __init__(self, events: EventRecorder, *, in_cluster: bool | None = None,
                  monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE) -> None:  # fmt: skip
         self.events = events
+        self._foreign_warned = OncePerMessage(events)
         self.operator_namespace = operator_namespace()
         self.monitoring_namespace = monitoring_namespace  # whose pods may scrape by default
         # Outside the cluster the operator connects from a node's host network (a pod selector cannot
         # name it): the policy then also admits the addresses of the nodes the instances run on.
         self.in_cluster = runs_in_cluster() if in_cluster is None else in_cluster
+
+    async def settle(self, p: ClusterPass) -> int:
+        """Pods that carry the cluster's labels but are none of its instances (a tenant's look-alikes) are
+        ignored everywhere; one Warning names them, again only when the set changes."""
+        key = (p.namespace, p.name)
+        foreign = sorted(p.snapshot.foreign_pods)
+        if not foreign:
+            self._foreign_warned.forget(key)
+            return 0
+        message = "; ".join(foreign_pod_message(name, p.name) for name in foreign)
+        return await self._foreign_warned.warn(p.body, "ForeignPod", message)
+
+    def forget(self, key: tuple[str, str]) -> None:
+        self._foreign_warned.forget(key)
 
     def operator_peer(self, p: ClusterPass) -> OperatorPeer:
         if self.in_cluster:

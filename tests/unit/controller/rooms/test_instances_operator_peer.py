@@ -42,3 +42,35 @@ def test_instance_host_ips_prefers_host_ips_and_skips_pending_pods() -> None:
         {},
     ]
     assert instances.instance_host_ips(pods) == ["10.0.0.1", "fd00::1", "10.0.0.2"]
+
+
+class RecordedEvents:
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, str, str]] = []
+
+    async def record(self, _obj: Any, kind: str, reason: str, message: str) -> bool:
+        self.posted.append((kind, reason, message))
+        return True
+
+
+def test_a_tenants_look_alike_pods_are_named_in_one_warning_posted_once_per_set() -> None:
+    import asyncio
+
+    from harness.objects import cluster_model
+    from pg_operator.controller.cache import Snapshot
+    from pg_operator.controller.rooms import ClusterPass
+
+    events = RecordedEvents()
+    room = instances.InstancesRoom(events, in_cluster=True)  # type: ignore[arg-type]
+
+    def settle(foreign: tuple[str, ...]) -> int:
+        p = ClusterPass({"metadata": {"name": "orders-db", "namespace": "shop"}}, cluster_model(),
+                        Snapshot(None, foreign_pods=foreign), None)  # fmt: skip
+        return asyncio.run(room.settle(p))
+
+    assert settle(("fake-primary",)) == 1 and settle(("fake-primary",)) == 0  # once per set
+    kind, reason, message = events.posted[0]
+    assert (kind, reason) == ("Warning", "ForeignPod")
+    assert "pod fake-primary carries the cluster's labels but is not controlled by its StatefulSet" in message
+    assert settle(("fake-primary", "fake-replica")) == 1 and "fake-replica" in events.posted[1][2]
+    assert settle(()) == 0 and settle(("fake-primary",)) == 1  # gone, then back: said again
