@@ -30,7 +30,7 @@ from harness.net import http_get
 from harness.objects import CLUSTER_LABEL, cluster_model
 from pg_operator.api.constants import REPLICATION_USER
 from pg_operator.patroni.client import Endpoint, TrustStore
-from pg_operator.specs.tls import KeyPair, issue_client, issue_server, new_ca
+from pg_operator.specs.tls import KeyPair, issue_client, issue_server, new_ca, new_replication_ca
 
 PG_VERSION = "16.15"
 PATRONI_VERSION = "4.1.5"
@@ -176,21 +176,25 @@ def service_account_kubeconfig(kube: KubectlLike, ns: str, sa: str) -> dict[str,
     }
 
 
-def write_tls(tls_dir: Path, ca: KeyPair, server: KeyPair, replication: KeyPair) -> None:
+def write_tls(tls_dir: Path, ca: KeyPair, server: KeyPair, replication: KeyPair,
+              replication_ca: KeyPair) -> None:  # fmt: skip
     """What Secret <cluster>-server-tls holds, as the pod's mount (PGOP_TLS_DIR) shows it."""
     tls_dir.mkdir(parents=True, exist_ok=True)
     files = {"tls.crt": server.cert_pem, "tls.key": server.key_pem, "ca.crt": ca.cert_pem,
-             "replication.crt": replication.cert_pem, "replication.key": replication.key_pem}
+             "replication.crt": replication.cert_pem, "replication.key": replication.key_pem,
+             "replication-ca.crt": replication_ca.cert_pem}
     for name, content in files.items():
         (tls_dir / name).write_bytes(content)
 
 
-def issued_tls(cluster: str, ns: str) -> tuple[KeyPair, KeyPair, KeyPair]:
+def issued_tls(cluster: str, ns: str) -> tuple[KeyPair, KeyPair, KeyPair, KeyPair]:
     """A cluster CA, the server certificate the operator would issue under it (it names localhost and
-    127.0.0.1) and the replication role's client certificate."""
+    127.0.0.1), the replication role's client certificate and the replication CA that issued it."""
     now = datetime.now(UTC)
-    ca = new_ca(cluster_model(cluster, ns), now)
-    return ca, issue_server(cluster_model(cluster, ns), ca, now), issue_client(ca, REPLICATION_USER, now)
+    model = cluster_model(cluster, ns)
+    ca, replication_ca = new_ca(model, now), new_replication_ca(model, now)
+    return (ca, issue_server(model, ca, now), issue_client(replication_ca, REPLICATION_USER, now),
+            replication_ca)  # fmt: skip
 
 
 def patroni_endpoint(port: int, ca_pem: bytes) -> Endpoint:

@@ -81,7 +81,7 @@ class Clusters:
         self.secret_data = {("s3", "ACCESS_KEY_ID"): s3.access_key_id,
                             ("s3", "ACCESS_SECRET_KEY"): s3.secret_access_key}  # fmt: skip
         self.passwords: dict[str, dict[str, str]] = {}
-        self.tls: dict[str, tuple[KeyPair, KeyPair]] = {}  # one CA and server certificate per cluster
+        self.tls: dict[str, tuple[KeyPair, KeyPair, KeyPair, KeyPair]] = {}  # per cluster: CAs and leaves
 
     def s3_spec(self) -> dict[str, Any]:
         return {"endpointURL": self.s3.endpoint, "bucket": BUCKET, "path": PATH, "region": REGION,

@@ -101,7 +101,7 @@ def patroni_pair(
         kubeconfig = work / "kubeconfig"
         work.mkdir(parents=True)
         kubeconfig.write_text(json.dumps(service_account_kubeconfig(kube, ns, f"{cluster}-instance")))
-        ca, server, replication = issued_tls(cluster, ns)
+        ca, server, replication, replication_ca = issued_tls(cluster, ns)
         (work / "ca.crt").write_bytes(ca.cert_pem)
         ports = free_ports(4)
         for i, (pg_port, api_port) in zip("ab", zip(ports[::2], ports[1::2], strict=True), strict=True):
@@ -130,7 +130,7 @@ def patroni_pair(
                 }
             )
             (root / "config" / "instance.yaml").write_text(settings.to_yaml())
-            write_tls(root / "tls", ca, server, replication)
+            write_tls(root / "tls", ca, server, replication, replication_ca)
             for role, username in users.items():
                 (root / "secrets" / role).mkdir(parents=True)
                 (root / "secrets" / role / "username").write_text(username)
@@ -355,7 +355,7 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
         assert conn.execute("SELECT bool_and(ssl), min(client_dn) FROM pg_stat_ssl JOIN pg_stat_replication"
                             " USING (pid)").fetchone() == (True, "/CN=replicator")  # fmt: skip
     # The replication password alone, or a certificate another CA issued for the same role, is refused.
-    stranger_ca, _, stranger_client = issued_tls("stranger", "elsewhere")
+    stranger_ca, _, stranger_client, _ = issued_tls("stranger", "elsewhere")
     stranger = leader.root.parent / "stranger"
     stranger.mkdir(exist_ok=True)
     (stranger / "client.crt").write_bytes(stranger_client.cert_pem)
