@@ -410,6 +410,12 @@ class Cache:
     def size(self, api_version: str, kind: str) -> int:
         return len(self._stores[(api_version, kind)])
 
+    def pods_held(self, key: ClusterKey) -> list[dict[str, Any]]:
+        """Every pod the cache holds for the cluster, whatever controls it now (the snapshot's are only
+        those its StatefulSet controls). A deleted cluster's store finalizer deletes the StatefulSet, then
+        must wait for its pods to stop: they archive their last WAL on the way down."""
+        return self._unpacked(POD_KIND, key) if POD_KIND in self._stores else []
+
     def snapshot(self, key: ClusterKey) -> Snapshot:
         cluster = self.cluster(key)
         children = {(k.api_version, k.kind): self._unpacked((k.api_version, k.kind), key) for k in self.kinds}

@@ -170,3 +170,8 @@ def test_a_snapshot_lists_only_the_pods_of_the_clusters_own_statefulset() -> Non
     assert snap.foreign_pods == ("a-imposter", "db-1")
     cache.observe(obj("Pod", "a-imposter"), "DELETED")
     assert cache.snapshot(KEY).foreign_pods == ("db-1",)
+    # The StatefulSet deleted (a store finalizer's first step): no instance is left, yet its pods are
+    # still held while they stop, and the finalizer waits for them.
+    cache.observe(sts, "DELETED")
+    assert cache.snapshot(KEY).of_kind("v1", "Pod") == []
+    assert sorted(p["metadata"]["name"] for p in cache.pods_held(KEY)) == ["db-0", "db-1"]

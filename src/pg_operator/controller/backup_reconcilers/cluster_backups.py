@@ -143,10 +143,13 @@ class ClusterBackupReconciler:
             return Result(gone=True)
         snapshot = self.cache.snapshot(key)
         pods = [p for p in snapshot.of_kind("v1", "Pod") if objects.label(p, CLUSTER_LABEL) == name]
+        # Not only the instances the snapshot shows: once the finalizer deleted the StatefulSet, its pods
+        # are no one's instances, yet still stopping (and archiving their last WAL).
+        stopping = [p for p in self.cache.pods_held(key) if objects.label(p, CLUSTER_LABEL) == name]
         decision = decide_finalizer(
             body,
             statefulset_exists=snapshot.find("apps/v1", "StatefulSet", name) is not None,
-            pods_left=len(pods),
+            pods_left=len(stopping),
             now=self.clock(),
         )
         if decision.action != "none":
