@@ -195,13 +195,8 @@ class TlsRoom(Room):
         if self.memo.pending(ident, rv, ""):
             return 0
         patch = replication_ca_patch(new_replication_ca(p.cluster, now), rv)
-        try:
-            if not await patch_owned(self.api, p.claims, Secret, observed_ca, patch):
-                return 1
-        except ApiError as exc:
-            if is_conflict(exc):
-                return 1
-            raise
+        if not await self._patch(p, observed_ca, patch):
+            return 1
         self.memo.wrote(ident, rv, "")
         log.info("%s/%s: made the cluster's replication CA", p.namespace, p.name)
         return 1
@@ -291,13 +286,8 @@ class TlsRoom(Room):
             after = start(authority, requested, brought_ca or new_ca(p.cluster, now), now)
         else:
             after = finish(authority)
-        try:
-            if not await patch_owned(self.api, p.claims, Secret, observed, authority_patch(after, rv)):
-                return 1
-        except ApiError as exc:
-            if is_conflict(exc):
-                return 1
-            raise
+        if not await self._patch(p, observed, authority_patch(after, rv)):
+            return 1
         self.memo.wrote((p.namespace, "Secret", name, "rotate"), rv, what)
         message = (f"started a rotation of the certificate authority: every instance and Secret "
                    f"{names.app_secret(p.cluster)} trust the old and the new CA until the new one has "
@@ -318,13 +308,8 @@ class TlsRoom(Room):
         if self.memo.pending((p.namespace, "Secret", name, "ca"), rv, wanted):
             return 0
         patch = {"metadata": {"resourceVersion": rv}, "data": {APP_CA_KEY: wanted}}
-        try:
-            if not await patch_owned(self.api, p.claims, Secret, app, patch):
-                return 1
-        except ApiError as exc:
-            if is_conflict(exc):
-                return 1
-            raise
+        if not await self._patch(p, app, patch):
+            return 1
         self.memo.wrote((p.namespace, "Secret", name, "ca"), rv, wanted)
         return 1
 
@@ -386,13 +371,8 @@ class TlsRoom(Room):
                 return 1
         else:
             patch = {"metadata": {"resourceVersion": rv}, "data": desired["data"]}
-            try:
-                if not await patch_owned(self.api, p.claims, Secret, observed, patch):
-                    return 1  # gone or replaced meanwhile: the next pass decides again
-            except ApiError as exc:
-                if is_conflict(exc):
-                    return 1  # changed meanwhile: the next pass decides again
-                raise
+            if not await self._patch(p, observed, patch):
+                return 1
         self.memo.wrote(ident, rv, why)
         log.info("%s/%s: issued the server certificate (%s)", p.namespace, p.name, why)
         if observed is not None:  # a new cluster's first certificate is no news
@@ -413,17 +393,21 @@ class TlsRoom(Room):
         if step.reissue:
             client = issue_client(replication_ca, REPLICATION_USER, now)
             data |= {REPLICATION_CERT_KEY: b64(client.cert_pem), REPLICATION_KEY_KEY: b64(client.key_pem)}
-        try:
-            if not await patch_owned(self.api, p.claims, Secret, observed,
-                                     {"metadata": {"resourceVersion": rv}, "data": data}):  # fmt: skip
-                return 1
-        except ApiError as exc:
-            if is_conflict(exc):
-                return 1
-            raise
+        if not await self._patch(p, observed, {"metadata": {"resourceVersion": rv}, "data": data}):
+            return 1
         self.memo.wrote(ident, rv, step.why or "")
         log.info("%s/%s: replication certificate: %s", p.namespace, p.name, step.why)
         return 1
+
+    async def _patch(self, p: ClusterPass, observed: Mapping[str, Any] | None, patch: dict[str, Any]) -> bool:
+        """A merge patch of one of the cluster's Secrets, conditional on the version read; False when the
+        Secret went, was replaced or changed meanwhile (the next pass decides again)."""
+        try:
+            return await patch_owned(self.api, p.claims, Secret, observed, patch)
+        except ApiError as exc:
+            if is_conflict(exc):
+                return False
+            raise
 
     async def _create(self, p: ClusterPass, secret: dict[str, object]) -> bool:
         """Create-only: False when something holds the name already (the cluster's own, the cache had
