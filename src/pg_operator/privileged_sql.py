@@ -14,8 +14,10 @@ functions or operators, and only this session can create objects in it).
 
 from __future__ import annotations
 
+# The search path alone, as a startup option: what the instance's own sessions pin (instance/session_roles).
+PINNED_SEARCH_PATH = "--search_path=pg_catalog,pg_temp"
 # Startup options of every privileged session (backend syntax: `--name=value`, separated by spaces).
-PINNED_OPTIONS = "--search_path=pg_catalog,pg_temp --role=none --default_transaction_read_only=off"
+PINNED_OPTIONS = f"{PINNED_SEARCH_PATH} --role=none --default_transaction_read_only=off"
 # The same, as statements: first in every script and after each `\connect`.
 PINNED_SQL = (
     "SET ROLE NONE;\nSET search_path = pg_catalog, pg_temp;\nSET default_transaction_read_only = off;\n"

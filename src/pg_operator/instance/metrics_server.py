@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 
 from pg_operator import tls_server
 from pg_operator.instance import metrics as m
-from pg_operator.instance.session_roles import PINNED_SEARCH_PATH
+from pg_operator.privileged_sql import PINNED_SEARCH_PATH
 
 # A scrape must never hang on a stuck PostgreSQL (Prometheus' default scrape timeout is 10 s).
 STATEMENT_TIMEOUT_MS = 5000

@@ -20,7 +20,8 @@ import psycopg
 from psycopg import sql
 
 from pg_operator.instance.inputs import Credentials
-from pg_operator.instance.session_roles import PINNED_SEARCH_PATH, ensure_monitor_role_in
+from pg_operator.instance.session_roles import ensure_monitor_role_in
+from pg_operator.privileged_sql import PINNED_SEARCH_PATH
 from pg_operator.scram import scram_sha256_verifier
 
 # Keep the role statements out of every log, whatever the user configured.

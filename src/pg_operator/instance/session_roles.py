@@ -28,9 +28,8 @@ from psycopg import sql
 
 from pg_operator.instance.metrics import MONITOR_ROLE
 from pg_operator.instance.patroni_config import MONITOR_DATABASE
+from pg_operator.privileged_sql import PINNED_SEARCH_PATH
 
-# The startup option every instance session connects with (libpq's `options`).
-PINNED_SEARCH_PATH = "-c search_path=pg_catalog,pg_temp"
 CONNECT_TIMEOUT_SECONDS = 5
 # How often the role keeper tries while PostgreSQL is not up yet or is a standby.
 KEEPER_RETRY_SECONDS = 5.0

@@ -6,11 +6,14 @@ from pathlib import Path
 
 from pg_operator.instance import archive_reporter, session_roles
 from pg_operator.instance.metrics import MONITOR_ROLE
+from pg_operator.privileged_sql import PINNED_OPTIONS, PINNED_SEARCH_PATH
 
 
 def test_every_session_pins_the_search_path_to_the_catalog_then_temp() -> None:
-    # libpq splits `options` at whitespace: one -c setting, no spaces inside it.
-    assert session_roles.PINNED_SEARCH_PATH.split() == ["-c", "search_path=pg_catalog,pg_temp"]
+    # libpq splits `options` at whitespace: one --name=value setting, no spaces inside it. The same option
+    # the operator's own privileged sessions start with.
+    assert PINNED_SEARCH_PATH.split() == ["--search_path=pg_catalog,pg_temp"]
+    assert PINNED_OPTIONS.split()[0] == PINNED_SEARCH_PATH
 
 
 def test_the_monitoring_role_is_created_with_least_privilege() -> None:
