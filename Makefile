@@ -39,6 +39,7 @@ cluster-kubeconfig:
 
 lint: venv
 	$(VENV)/bin/ruff check src tests bench localkube
+	$(VENV)/bin/ruff format --check src tests bench localkube
 	$(VENV)/bin/mypy
 
 manifests: venv

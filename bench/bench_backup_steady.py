@@ -211,16 +211,17 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--clusters", type=int, default=1000)
-    parser.add_argument("--replicas", type=int, default=1,
-                        help="instances per cluster (only the primary archives)")
+    parser.add_argument(
+        "--replicas", type=int, default=1, help="instances per cluster (only the primary archives)"
+    )
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--modes", default="report,exec", help="report and/or exec, in this order")
-    parser.add_argument("--settle", type=float, default=30.0,
-                        help="seconds after convergence before the window")
+    parser.add_argument(
+        "--settle", type=float, default=30.0, help="seconds after convergence before the window"
+    )
     parser.add_argument("--window", type=float, default=120.0, help="seconds counted")
     parser.add_argument("--timeout", type=float, default=3600.0)
-    parser.add_argument("--lease-duration", type=int, default=15,
-                        help="the operator's lease, 2 to 15 s")
+    parser.add_argument("--lease-duration", type=int, default=15, help="the operator's lease, 2 to 15 s")
     parser.add_argument("--label", default="")
     args = parser.parse_args()
     audit, kube, admin, client = connect()

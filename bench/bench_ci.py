@@ -68,8 +68,9 @@ def _run_whole(argv: list[str], cwd: Path, env: dict[str, str], out: IO[str]) ->
     """Run `.ci/run` in a process group of its own, and take the whole group down if this bench is
     stopped: a test session left behind keeps polling the shared local cluster and, at its end, takes
     down whatever cluster then runs in that state directory (the next run's)."""
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+    )
 
     def stop(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")

@@ -54,8 +54,15 @@ from harness.pgcluster import (  # noqa: E402
 from harness.waiting import wait_until  # noqa: E402
 
 NS, NAME = "bench-failover", "bench-db"
-KINDS = ("sigkill", "pod_delete", "switchover", "sigkill_patroni_only", "partition", "sigkill_async_ahead",
-         "sigkill_after_rejoin")
+KINDS = (
+    "sigkill",
+    "pod_delete",
+    "switchover",
+    "sigkill_patroni_only",
+    "partition",
+    "sigkill_async_ahead",
+    "sigkill_after_rejoin",
+)
 # sigkill_async_ahead holds one synchronous standby's stream back this long before the kill: enough for
 # the primary to send the other standby WAL this one never gets (the writers' in-flight commits).
 HOLD_S = 0.3
@@ -66,11 +73,22 @@ WRITERS = ("fresh", "pooled")
 def scale_operator(kube: Kube, replicas: int) -> None:
     kube.kubectl("-n", OPERATOR_NAMESPACE, "scale", "deployment/pg-operator", f"--replicas={replicas}")
     if replicas:
-        kube.kubectl("-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment/pg-operator",
-                     "--timeout=300s", timeout=320)
+        kube.kubectl(
+            "-n",
+            OPERATOR_NAMESPACE,
+            "rollout",
+            "status",
+            "deployment/pg-operator",
+            "--timeout=300s",
+            timeout=320,
+        )
     else:
-        wait_until("the operator to stop", lambda: not kube.kubectl(
-            "-n", OPERATOR_NAMESPACE, "get", "pods", "-o", "name").stdout.strip(), 120, 1)
+        wait_until(
+            "the operator to stop",
+            lambda: not kube.kubectl("-n", OPERATOR_NAMESPACE, "get", "pods", "-o", "name").stdout.strip(),
+            120,
+            1,
+        )
 
 
 def trial(kube: Kube, how: str, table: str, evidence: Evidence | None = None) -> dict[str, Any]:
@@ -89,8 +107,9 @@ class Evidence:
         self.directory, self.over_s, self.watch = directory, over_s, watch
 
 
-def _trial(kube: Kube, how: str, table: str, evidence: Evidence | None,
-           scale_down: bool = False) -> dict[str, Any]:
+def _trial(
+    kube: Kube, how: str, table: str, evidence: Evidence | None, scale_down: bool = False
+) -> dict[str, Any]:
     def steady() -> dict[str, Any] | None:
         """Healthy as the operator reports it, and Patroni agrees: its leader key names the same
         primary and it has recorded a synchronous standby for it (until then strict synchronous mode
@@ -110,14 +129,20 @@ def _trial(kube: Kube, how: str, table: str, evidence: Evidence | None,
         standby streams again (a 10 s outage seen so)."""
         pods = get_json(kube, "pods", "-n", NS, "-l", f"db.example.com/cluster={NAME}")["items"]
         states = [json.loads((p["metadata"].get("annotations") or {}).get("status") or "{}") for p in pods]
-        ready = [any(c.get("type") == "Ready" and c.get("status") == "True"
-                     for c in (p.get("status") or {}).get("conditions") or []) for p in pods]
+        ready = [
+            any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (p.get("status") or {}).get("conditions") or []
+            )
+            for p in pods
+        ]
         timelines = {s.get("timeline") for s in states}
         return len(pods) == 3 and all(ready) and len(timelines) == 1 and None not in timelines
 
     def leader_name() -> str | None:
-        return (get_json(kube, "configmap", f"{NAME}-leader", "-n", NS)["metadata"].get("annotations")
-                or {}).get("leader")
+        return (
+            get_json(kube, "configmap", f"{NAME}-leader", "-n", NS)["metadata"].get("annotations") or {}
+        ).get("leader")
 
     def sync_standbys() -> list[str]:
         sync = get_json(kube, "configmap", f"{NAME}-sync", "-n", NS)["metadata"].get("annotations") or {}
@@ -136,16 +161,19 @@ def _trial(kube: Kube, how: str, table: str, evidence: Evidence | None,
 
     def container_id(pod: str) -> str:
         obj = get_json(kube, "pod", pod, "-n", NS)
-        return next(str(c.get("containerID")) for c in obj["status"]["containerStatuses"]
-                    if c["name"] == "postgres")
+        return next(
+            str(c.get("containerID")) for c in obj["status"]["containerStatuses"] if c["name"] == "postgres"
+        )
 
     def streaming_again(pod: str, before: str) -> bool:
         """A new container is running and Ready (so its Patroni has published itself since), and Patroni
         says it streams from the leader."""
         obj = get_json(kube, "pod", pod, "-n", NS)
         member = json.loads((obj["metadata"].get("annotations") or {}).get("status") or "{}")
-        new = any(c["name"] == "postgres" and c.get("containerID") not in (None, before) and c.get("ready")
-                  for c in obj["status"].get("containerStatuses") or [])
+        new = any(
+            c["name"] == "postgres" and c.get("containerID") not in (None, before) and c.get("ready")
+            for c in obj["status"].get("containerStatuses") or []
+        )
         return new and member.get("replication_state") == "streaming"
 
     st = wait_until("a steady cluster", steady, 600, 1)
@@ -155,8 +183,10 @@ def _trial(kube: Kube, how: str, table: str, evidence: Evidence | None,
         scale_operator(kube, 0)
     partition = Partition(pod_netns(kube, NS, old)) if how == "partition" else None
     load_before = os.getloadavg()[0]
-    writers = {"fresh": Writer(kube, NS, NAME, table),
-               "pooled": Writer(kube, NS, NAME, f"{table}_pooled", persistent=True, app_uri=True)}
+    writers = {
+        "fresh": Writer(kube, NS, NAME, table),
+        "pooled": Writer(kube, NS, NAME, f"{table}_pooled", persistent=True, app_uri=True),
+    }
 
     def any_outage() -> bool:
         return any(w.outages for w in writers.values())
@@ -197,13 +227,23 @@ def _trial(kube: Kube, how: str, table: str, evidence: Evidence | None,
             kube.kubectl("delete", "pod", old, "-n", NS, "--wait=false")
         else:
             # auto: the operator picks the synchronous standby (Patroni refuses any other replica).
-            kube.kubectl("annotate", "pgc", NAME, "-n", NS, "db.example.com/switchover-to=auto",
-                         "--overwrite")
+            kube.kubectl(
+                "annotate", "pgc", NAME, "-n", NS, "db.example.com/switchover-to=auto", "--overwrite"
+            )
         if how == "switchover":
             # Done or refused, the operator answers by clearing the request; a handover may be gapless.
-            wait_until("the switchover request to be answered", lambda: any_outage() or (
-                "db.example.com/switchover-to" not in (get_json(kube, "pgc", NAME, "-n", NS)["metadata"].get(
-                    "annotations") or {})), 300, 0.2)
+            wait_until(
+                "the switchover request to be answered",
+                lambda: (
+                    any_outage()
+                    or (
+                        "db.example.com/switchover-to"
+                        not in (get_json(kube, "pgc", NAME, "-n", NS)["metadata"].get("annotations") or {})
+                    )
+                ),
+                300,
+                0.2,
+            )
         else:
             try:
                 wait_until("the outage to end", any_outage, 300, 0.1)
@@ -213,38 +253,71 @@ def _trial(kube: Kube, how: str, table: str, evidence: Evidence | None,
         # Each writer's own outage is over once it has acknowledged more commits.
         for w in writers.values():
             w.wait_for_writes(10, 120)
-    row: dict[str, Any] = {"promoted": None, "load_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-                           **extra}
+    row: dict[str, Any] = {
+        "promoted": None,
+        "load_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        **extra,
+    }
     for label, w in writers.items():
         row[label] = {"outage_s": round(w.longest_outage, 2), "lost": len(w.missing())}
     if scale_down:
         # Without the operator nobody writes the status: ask Patroni's leader key who won.
-        new = wait_until("a leader", lambda: get_json(kube, "configmap", f"{NAME}-leader", "-n", NS)[
-            "metadata"].get("annotations", {}).get("leader"), 300, 1)
+        new = wait_until(
+            "a leader",
+            lambda: (
+                get_json(kube, "configmap", f"{NAME}-leader", "-n", NS)["metadata"]
+                .get("annotations", {})
+                .get("leader")
+            ),
+            300,
+            1,
+        )
     else:
         new = wait_until("healthy again", lambda: healthy(kube, NS, NAME, 3), 600, 1)["currentPrimary"]
     row["promoted"] = new != old
     worst = max(w.longest_outage for w in writers.values())
     if evidence is not None and worst > evidence.over_s:
         where = evidence.directory / f"{table}-{worst:.1f}s"
-        evidence.watch.dump(where, acted_at - 10, time.time(), writers, old,
-                            {"kind": how, "table": table, "old_primary": old, "new_primary": new,
-                             "acted_at": acted_at, **row, "spans": {k: w.spans for k, w in writers.items()}})
+        evidence.watch.dump(
+            where,
+            acted_at - 10,
+            time.time(),
+            writers,
+            old,
+            {
+                "kind": how,
+                "table": table,
+                "old_primary": old,
+                "new_primary": new,
+                "acted_at": acted_at,
+                **row,
+                "spans": {k: w.spans for k, w in writers.items()},
+            },
+        )
         row["evidence"] = str(where)
     return row
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--kinds", default=",".join(KINDS),
-                        help=f"comma-separated scenarios to run, of {','.join(KINDS)} (default: all)")
-    parser.add_argument("--installed", action="store_true",
-                        help="use the images and the operator already in the cluster (no rebuild when src/ "
-                             "changed since)")
-    parser.add_argument("--evidence", type=Path,
-                        help="a directory where each trial slower than --evidence-over leaves its evidence")
+    parser.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help=f"comma-separated scenarios to run, of {','.join(KINDS)} (default: all)",
+    )
+    parser.add_argument(
+        "--installed",
+        action="store_true",
+        help="use the images and the operator already in the cluster (no rebuild when src/ changed since)",
+    )
+    parser.add_argument(
+        "--evidence",
+        type=Path,
+        help="a directory where each trial slower than --evidence-over leaves its evidence",
+    )
     parser.add_argument("--evidence-over", type=float, default=4.0, help="seconds (default 4)")
     args = parser.parse_args()
     unknown = sorted(set(args.kinds.split(",")) - set(KINDS))
@@ -254,6 +327,7 @@ def main() -> int:
     kube = Kube(profile="full", kubeconfig=str(ctx.admin_kubeconfig), ctx=ctx)
     if not args.installed:
         install_operator(kube)
+
     # The previous run deletes its namespace without waiting: a run started right after would create its
     # cluster in a namespace that is still going away.
     def phase() -> str:
@@ -261,10 +335,18 @@ def main() -> int:
 
     wait_until("the previous run's namespace to be gone", lambda: phase().strip() != "Terminating", 300, 1)
     kube.kubectl("create", "namespace", NS, check=False)
-    body = {"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
-            "metadata": {"name": NAME, "namespace": NS},
-            "spec": {"replicas": 3, "version": "16", "storage": "1Gi", "resources": SMALL,
-                     "synchronous": {"number": 1, "dataDurability": "required"}}}
+    body = {
+        "apiVersion": "db.example.com/v1alpha1",
+        "kind": "PostgresCluster",
+        "metadata": {"name": NAME, "namespace": NS},
+        "spec": {
+            "replicas": 3,
+            "version": "16",
+            "storage": "1Gi",
+            "resources": SMALL,
+            "synchronous": {"number": 1, "dataDurability": "required"},
+        },
+    }
     started = time.monotonic()
     kube.kubectl("apply", "-f", "-", input=json.dumps(body))
     wait_until("the cluster to be healthy", lambda: healthy(kube, NS, NAME, 3), 900, 1)
@@ -277,7 +359,7 @@ def main() -> int:
     interrupted, aborted = False, ""
     try:
         for i in range(args.trials):
-            for how in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
+            for how in kinds[i % len(kinds) :] + kinds[: i % len(kinds)]:
                 results[how].append(trial(kube, how, f"{how}_{i}", evidence))
                 print(f"{how} #{i + 1}: {json.dumps(results[how][-1])}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
@@ -303,12 +385,17 @@ def main() -> int:
         per_kind: dict[str, Any] = {"trials": len(rows), "promoted": sum(bool(r["promoted"]) for r in rows)}
         for label in WRITERS:
             outages = [r[label]["outage_s"] for r in rows]
-            per_kind[label] = {"outages_s": outages, "p50_s": round(statistics.median(outages), 2),
-                               "max_s": max(outages), "lost": sum(r[label]["lost"] for r in rows)}
+            per_kind[label] = {
+                "outages_s": outages,
+                "p50_s": round(statistics.median(outages), 2),
+                "max_s": max(outages),
+                "lost": sum(r[label]["lost"] for r in rows),
+            }
         per_kind["load_1m"] = [r["load_1m"] for r in rows]
         out[how] = per_kind
-    out["acknowledged_writes_lost"] = sum(r[label]["lost"] for rows in results.values() for r in rows
-                                          for label in WRITERS)
+    out["acknowledged_writes_lost"] = sum(
+        r[label]["lost"] for rows in results.values() for r in rows for label in WRITERS
+    )
     out["final_phase"] = final.get("phase")
     out["load_avg_1m_before"] = round(load_before[0], 2)
     out["load_avg_1m_after"] = round(os.getloadavg()[0], 2)

@@ -88,8 +88,9 @@ def trial(kube: Kube, how: str, i: int, pooler: Endpoint, direct: Endpoint) -> d
                 raise AssertionError(f"no steady writes before trial {i}: {w.summary()}")
             w.reset()
         if how == "switchover":
-            kube.kubectl("annotate", "pgc", NAME, "-n", NS, "db.example.com/switchover-to=auto",
-                         "--overwrite")
+            kube.kubectl(
+                "annotate", "pgc", NAME, "-n", NS, "db.example.com/switchover-to=auto", "--overwrite"
+            )
         else:
             kill_container(kube, NS, old)
         new = wait_until("a new primary", lambda: (s := status(kube, NS, NAME)).get("currentPrimary")
@@ -107,22 +108,27 @@ def trial(kube: Kube, how: str, i: int, pooler: Endpoint, direct: Endpoint) -> d
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--switchovers", type=int, default=3)
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--samples", type=int, default=300, help="steady-state transactions per path")
-    parser.add_argument("--installed", action="store_true",
-                        help="use the images and the operator already in the cluster")
+    parser.add_argument(
+        "--installed", action="store_true", help="use the images and the operator already in the cluster"
+    )
     args = parser.parse_args()
     ctx = Context()
     kube = Kube(profile="full", kubeconfig=str(ctx.admin_kubeconfig), ctx=ctx)
     if not args.installed:
         install_operator(kube)
     kube.kubectl("create", "namespace", NS, check=False)
-    body = {"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
-            "metadata": {"name": NAME, "namespace": NS},
-            "spec": {"replicas": 3, "version": "16", "storage": "1Gi", "resources": SMALL, "pooler": POOLER}}
+    body = {
+        "apiVersion": "db.example.com/v1alpha1",
+        "kind": "PostgresCluster",
+        "metadata": {"name": NAME, "namespace": NS},
+        "spec": {"replicas": 3, "version": "16", "storage": "1Gi", "resources": SMALL, "pooler": POOLER},
+    }
     kube.kubectl("apply", "-f", "-", input=json.dumps(body))
     wait_until("the cluster to be healthy", lambda: healthy(kube, NS, NAME, 3), 900, 1)
     primary = status(kube, NS, NAME)["currentPrimary"]

@@ -74,19 +74,25 @@ def bootstrap_span(kube: Kube, pod: str) -> tuple[str, float, float] | None:
 
 def trial(kube: Kube, index: int) -> dict[str, Any]:
     name = f"{NAME}-{index}"
-    body = {"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {"replicas": 3, "version": "16", "storage": "1Gi", "resources": SMALL}}
+    body = {
+        "apiVersion": "db.example.com/v1alpha1",
+        "kind": "PostgresCluster",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"replicas": 3, "version": "16", "storage": "1Gi", "resources": SMALL},
+    }
     applied = datetime.now(UTC).timestamp()
     started = time.monotonic()
     kube.kubectl("apply", "-f", "-", input=json.dumps(body))
-    kube.kubectl("-n", NS, "wait", f"postgrescluster/{name}", "--for=condition=Ready", "--timeout=900s",
-                 timeout=920)
+    kube.kubectl(
+        "-n", NS, "wait", f"postgrescluster/{name}", "--for=condition=Ready", "--timeout=900s", timeout=920
+    )
     out: dict[str, Any] = {"apply_to_ready_s": time.monotonic() - started}
     sts = get_json(kube, "statefulset", name, "-n", NS)
     out["operator_to_statefulset_s"] = parse_time(sts["metadata"]["creationTimestamp"]) - applied
-    pods = sorted(get_json(kube, "pods", "-n", NS, "-l", f"db.example.com/cluster={name}")["items"],
-                  key=lambda p: p["metadata"]["name"])
+    pods = sorted(
+        get_json(kube, "pods", "-n", NS, "-l", f"db.example.com/cluster={name}")["items"],
+        key=lambda p: p["metadata"]["name"],
+    )
     last_ready = 0.0
     for pod in pods:
         ordinal = pod["metadata"]["name"].rsplit("-", 1)[1]
@@ -94,8 +100,11 @@ def trial(kube: Kube, index: int) -> dict[str, Any]:
         ready = condition_time(pod, "Ready")
         container = next(c for c in pod["status"]["containerStatuses"] if c["name"] == "postgres")
         running = (container.get("state") or {}).get("running") or {}
-        row = {"scheduled_s": scheduled, "container_started_s": (
-            parse_time(running["startedAt"]) if running.get("startedAt") else None), "ready_s": ready}
+        row = {
+            "scheduled_s": scheduled,
+            "container_started_s": (parse_time(running["startedAt"]) if running.get("startedAt") else None),
+            "ready_s": ready,
+        }
         span = bootstrap_span(kube, pod["metadata"]["name"])
         if span:
             row[f"{span[0]}_start_s"], row[f"{span[0]}_done_s"] = span[1], span[2]
@@ -121,12 +130,15 @@ def trial(kube: Kube, index: int) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--installed", action="store_true",
-                        help="use the images and the operator already in the cluster (no rebuild when src/ "
-                             "changed since)")
+    parser.add_argument(
+        "--installed",
+        action="store_true",
+        help="use the images and the operator already in the cluster (no rebuild when src/ changed since)",
+    )
     args = parser.parse_args()
     ctx = Context()
     kube = Kube(profile="full", kubeconfig=str(ctx.admin_kubeconfig), ctx=ctx)
@@ -138,8 +150,11 @@ def main() -> int:
     try:
         for i in range(args.trials):
             rows.append(trial(kube, i))
-            print(f"trial {i + 1}: {json.dumps({k: round(v, 2) for k, v in rows[-1].items()})}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"trial {i + 1}: {json.dumps({k: round(v, 2) for k, v in rows[-1].items()})}",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         kube.kubectl("delete", "namespace", NS, "--wait=false", check=False)
     out: dict[str, Any] = {"bench": "apply_to_ready", "trials": args.trials, "replicas": 3}

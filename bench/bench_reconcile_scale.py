@@ -68,8 +68,12 @@ def main() -> int:
     parser.add_argument("--no-floor", action="store_true", help="the operator half only")
     parser.add_argument("--no-operator", action="store_true", help="the floor half only")
     parser.add_argument("--floor-first", action="store_true", help="the floor half before the operator's")
-    parser.add_argument("--floor-in-flight", type=int, default=128,
-                        help="the floor's requests in flight (the API server's own limit is the real cap)")
+    parser.add_argument(
+        "--floor-in-flight",
+        type=int,
+        default=128,
+        help="the floor's requests in flight (the API server's own limit is the real cap)",
+    )
     parser.add_argument(
         "--restart", action="store_true", help="then restart the operator over the converged clusters"
     )

@@ -97,8 +97,11 @@ def run(pg: Postgres, logs: Path, ca: Path, *, tls: bool, connect: bool, seconds
             "bench"]  # fmt: skip
     if connect:
         argv.insert(1, "-C")
-    env = {"PGPASSWORD": PASSWORD, "PGHOSTADDR": "127.0.0.1",
-           **({"PGSSLMODE": "verify-full", "PGSSLROOTCERT": str(ca)} if tls else {"PGSSLMODE": "disable"})}
+    env = {
+        "PGPASSWORD": PASSWORD,
+        "PGHOSTADDR": "127.0.0.1",
+        **({"PGSSLMODE": "verify-full", "PGSSLROOTCERT": str(ca)} if tls else {"PGSSLMODE": "disable"}),
+    }
     out = pg.run(argv, env=env, timeout=seconds * 4 + 60).stdout
     latencies = []
     for file in logs.glob(f"{tag}.*"):
@@ -143,8 +146,12 @@ def main() -> None:
         values = [s[field] for s in samples[key] if field in s]
         return round(statistics.median(values), 3) if values else None
 
-    result: dict[str, Any] = {"measure": "tls_cost", "seconds": args.seconds, "rounds": args.rounds,
-                              "clients": args.clients}
+    result: dict[str, Any] = {
+        "measure": "tls_cost",
+        "seconds": args.seconds,
+        "rounds": args.rounds,
+        "clients": args.clients,
+    }
     for workload in ("connect", "pooled"):
         fields = ("tps", "connection_ms", "p50_ms", "p99_ms")
         part: dict[str, Any] = {mode: {f: median((workload, mode), f) for f in fields}

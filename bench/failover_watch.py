@@ -25,15 +25,17 @@ from harness.local_cluster import Kube
 from harness.pgcluster import Writer
 
 POD_FIELDS = (
-    '{.metadata.name} rv={.metadata.resourceVersion} role={.metadata.labels.role} '
+    "{.metadata.name} rv={.metadata.resourceVersion} role={.metadata.labels.role} "
     'ready={.status.conditions[?(@.type=="Ready")].status} '
-    'started={.status.containerStatuses[0].started} restarts={.status.containerStatuses[0].restartCount} '
+    "started={.status.containerStatuses[0].started} restarts={.status.containerStatuses[0].restartCount} "
     'state={.status.containerStatuses[0].state} deleting={.metadata.deletionTimestamp}{"\\n"}'
 )
 CONFIGMAP_FIELDS = '{.metadata.name} rv={.metadata.resourceVersion} {.metadata.annotations}{"\\n"}'
-SLICE_FIELDS = ('{.metadata.name} rv={.metadata.resourceVersion} '
-                '{range .endpoints[*]}[{.targetRef.name} {.addresses[0]} ready={.conditions.ready} '
-                'serving={.conditions.serving} terminating={.conditions.terminating}]{end}{"\\n"}')
+SLICE_FIELDS = (
+    "{.metadata.name} rv={.metadata.resourceVersion} "
+    "{range .endpoints[*]}[{.targetRef.name} {.addresses[0]} ready={.conditions.ready} "
+    'serving={.conditions.serving} terminating={.conditions.terminating}]{end}{"\\n"}'
+)
 KLOG_TIME = re.compile(r"^[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2}\.\d+)")
 
 
@@ -49,21 +51,46 @@ class Watch:
         self._procs: list[subprocess.Popen[str]] = []
         watches = {
             "pod": ["pods", "-l", f"db.example.com/cluster={name}", "-o", f"jsonpath={POD_FIELDS}"],
-            "cm": ["configmaps", "--field-selector", f"metadata.name={name}-leader", "-o",
-                   f"jsonpath={CONFIGMAP_FIELDS}"],
-            "sync": ["configmaps", "--field-selector", f"metadata.name={name}-sync", "-o",
-                     f"jsonpath={CONFIGMAP_FIELDS}"],
-            "slice": ["endpointslices", "-l", f"kubernetes.io/service-name={name}-rw", "-o",
-                      f"jsonpath={SLICE_FIELDS}"],
+            "cm": [
+                "configmaps",
+                "--field-selector",
+                f"metadata.name={name}-leader",
+                "-o",
+                f"jsonpath={CONFIGMAP_FIELDS}",
+            ],
+            "sync": [
+                "configmaps",
+                "--field-selector",
+                f"metadata.name={name}-sync",
+                "-o",
+                f"jsonpath={CONFIGMAP_FIELDS}",
+            ],
+            "slice": [
+                "endpointslices",
+                "-l",
+                f"kubernetes.io/service-name={name}-rw",
+                "-o",
+                f"jsonpath={SLICE_FIELDS}",
+            ],
         }
-        self._threads = [threading.Thread(target=self._follow, args=(tag, args), daemon=True)
-                         for tag, args in watches.items()]
+        self._threads = [
+            threading.Thread(target=self._follow, args=(tag, args), daemon=True)
+            for tag, args in watches.items()
+        ]
         for t in self._threads:
             t.start()
 
     def _follow(self, tag: str, args: Sequence[str]) -> None:
-        cmd = [str(self.kube.ctx.bin / "kubectl"), "--kubeconfig", self.kube.kubeconfig, "-n", self.namespace,
-               "get", *args, "--watch"]
+        cmd = [
+            str(self.kube.ctx.bin / "kubectl"),
+            "--kubeconfig",
+            self.kube.kubeconfig,
+            "-n",
+            self.namespace,
+            "get",
+            *args,
+            "--watch",
+        ]
         while not self._stop.is_set():
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             with self._lock:
@@ -91,25 +118,43 @@ class Watch:
         with self._lock:
             return [line for line in self.lines if start <= line[0] <= end]
 
-    def dump(self, directory: Path, start: float, end: float, writers: dict[str, Writer], killed: str,
-             summary: dict[str, Any]) -> None:
+    def dump(
+        self,
+        directory: Path,
+        start: float,
+        end: float,
+        writers: dict[str, Writer],
+        killed: str,
+        summary: dict[str, Any],
+    ) -> None:
         """Write the evidence of one trial: sources cut to [start, end] (wall clock) and merged."""
         directory.mkdir(parents=True, exist_ok=True)
         merged: list[tuple[float, str, str]] = list(self.between(start, end))
         for label, w in writers.items():
             merged += [(t, f"writer:{label}", msg) for t, msg in w.timeline if start <= t <= end]
             for a, b in w.spans:  # each span's two ends, each at its own time
-                merged += [(t, f"writer:{label}", msg) for t, msg in (
-                    (a, f"OUTAGE begins (last commit acknowledged before {b - a:.2f} s without one)"),
-                    (b, f"OUTAGE of {b - a:.2f} s ends (a commit acknowledged)")) if start <= t <= end]
+                merged += [
+                    (t, f"writer:{label}", msg)
+                    for t, msg in (
+                        (a, f"OUTAGE begins (last commit acknowledged before {b - a:.2f} s without one)"),
+                        (b, f"OUTAGE of {b - a:.2f} s ends (a commit acknowledged)"),
+                    )
+                    if start <= t <= end
+                ]
         pods = self._pods()
         logs: dict[str, str] = {}
         for pod in pods:
             logs[f"pod-{pod}"] = self._kubectl_logs("-n", self.namespace, pod)
         logs[f"pod-{killed}-previous"] = self._kubectl_logs("-n", self.namespace, killed, "--previous")
-        logs["operator"] = self._kubectl_logs("-n", OPERATOR_NAMESPACE, "-l",
-                                              "app.kubernetes.io/name=pg-operator", "--prefix",
-                                              "--tail=-1", "--max-log-requests=4")
+        logs["operator"] = self._kubectl_logs(
+            "-n",
+            OPERATOR_NAMESPACE,
+            "-l",
+            "app.kubernetes.io/name=pg-operator",
+            "--prefix",
+            "--tail=-1",
+            "--max-log-requests=4",
+        )
         for tag, text in logs.items():
             cut = list(_stamped_lines(text, start, end))
             (directory / f"{tag}.log").write_text("".join(f"{_iso(t)} {line}\n" for t, line in cut))
@@ -119,17 +164,30 @@ class Watch:
             cut = list(_klog_lines(path, start, end)) if path.exists() else []
             (directory / f"{component}.log").write_text("".join(f"{_iso(t)} {line}\n" for t, line in cut))
             # The kubelet logs much that has nothing to do with these pods; the timeline keeps what does.
-            merged += [(t, component, line) for t, line in cut
-                       if component != "kubelet" or any(p in line for p in (*pods, killed))]
+            merged += [
+                (t, component, line)
+                for t, line in cut
+                if component != "kubelet" or any(p in line for p in (*pods, killed))
+            ]
         merged.sort(key=lambda item: item[0])
-        (directory / "timeline.txt").write_text("".join(f"{_iso(t)} {tag:>22} {line}\n"
-                                                        for t, tag, line in merged))
+        (directory / "timeline.txt").write_text(
+            "".join(f"{_iso(t)} {tag:>22} {line}\n" for t, tag, line in merged)
+        )
         (directory / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 
     def _pods(self) -> list[str]:
         selector = f"db.example.com/cluster={self.name}"
-        res = self.kube.kubectl("get", "pods", "-n", self.namespace, "-l", selector,
-                                "-o", "jsonpath={.items[*].metadata.name}", check=False)
+        res = self.kube.kubectl(
+            "get",
+            "pods",
+            "-n",
+            self.namespace,
+            "-l",
+            selector,
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+            check=False,
+        )
         return str(res.stdout).split()
 
     def _kubectl_logs(self, *args: str) -> str:

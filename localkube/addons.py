@@ -42,18 +42,28 @@ def _corefile(ctx: Context) -> str:
 
 
 def _dns_objects() -> str:
-    ports = [{"name": "dns", "port": 53, "protocol": "UDP"},
-             {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]
+    ports = [
+        {"name": "dns", "port": 53, "protocol": "UDP"},
+        {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+    ]
     labels = {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}
     service = {
-        "apiVersion": "v1", "kind": "Service",
+        "apiVersion": "v1",
+        "kind": "Service",
         "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": labels},
         "spec": {"clusterIP": CLUSTER_DNS_IP, "ports": [{**p, "targetPort": 53} for p in ports]},
     }
     slice_ = {
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": "kube-dns-host", "namespace": "kube-system", "labels": {
-            "kubernetes.io/service-name": "kube-dns", "endpointslice.kubernetes.io/managed-by": "localkube"}},
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "kube-dns-host",
+            "namespace": "kube-system",
+            "labels": {
+                "kubernetes.io/service-name": "kube-dns",
+                "endpointslice.kubernetes.io/managed-by": "localkube",
+            },
+        },
         "addressType": "IPv4",
         "endpoints": [{"addresses": [BRIDGE_IP], "conditions": {"ready": True}, "nodeName": NODE_NAME}],
         "ports": ports,
@@ -85,9 +95,12 @@ def start_dns(ctx: Context) -> None:
 
 def storage_class() -> dict[str, Any]:
     return {
-        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-        "metadata": {"name": STORAGE_CLASS,
-                     "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {
+            "name": STORAGE_CLASS,
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+        },
         "provisioner": PROVISIONER,
         "reclaimPolicy": "Delete",
         "volumeBindingMode": "WaitForFirstConsumer",
@@ -101,10 +114,21 @@ def install_storage(ctx: Context) -> None:
     volumes = node_dirs(ctx)["volumes"]
     volumes.mkdir(parents=True, exist_ok=True)
     if ctx.pid_of("provisioner") is None:
-        ctx.spawn("provisioner", [
-            sys.executable, str(script), "--state", str(ctx.state), "--volumes", str(volumes),
-            "--provisioner", PROVISIONER, "--storage-class", STORAGE_CLASS,
-        ])
+        ctx.spawn(
+            "provisioner",
+            [
+                sys.executable,
+                str(script),
+                "--state",
+                str(ctx.state),
+                "--volumes",
+                str(volumes),
+                "--provisioner",
+                PROVISIONER,
+                "--storage-class",
+                STORAGE_CLASS,
+            ],
+        )
     ctx.kubectl("apply", "-f", "-", input=json.dumps(storage_class()))
     ready = ctx.run / "provisioner.ready"
     wait_for("the storage provisioner", ready.exists, 15, ctx, "provisioner")

@@ -61,8 +61,11 @@ def install_packages(packages: list[str]) -> None:
     log(f"installing {' '.join(packages)}")
     env_cmd = ["env", "DEBIAN_FRONTEND=noninteractive"]
     subprocess.run([*env_cmd, "apt-get", "update", "-qq"], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run([*env_cmd, "apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [*env_cmd, "apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def check_prereqs(profile: str, install: bool) -> None:
@@ -79,8 +82,7 @@ def check_prereqs(profile: str, install: bool) -> None:
     require_commands(needs)
     if node_missing:
         lines = "\n  ".join(f"{what}: {how}" for what, how in node_missing)
-        raise ClusterError(f"missing prerequisites for the full profile:\n  {lines}\n"
-                           "(or run with --install)")
+        raise ClusterError(f"missing prerequisites for the full profile:\n  {lines}\n(or run with --install)")
 
 
 def build_binaries() -> None:
@@ -95,11 +97,15 @@ def cmd_up(ctx: Context, profile: str, install: bool) -> None:
     current = running_profile(ctx)
     if current and alive_components(ctx):
         if current != profile:
-            raise ClusterError(f"the {current} profile is running; run `make cluster-down` first, "
-                               f"then `make cluster-up PROFILE={profile}`")
+            raise ClusterError(
+                f"the {current} profile is running; run `make cluster-down` first, "
+                f"then `make cluster-up PROFILE={profile}`"
+            )
         if healthy(ctx):
-            log(f"the {profile} profile is already running (nothing to do); "
-                f"export KUBECONFIG={ctx.admin_kubeconfig}")
+            log(
+                f"the {profile} profile is already running (nothing to do); "
+                f"export KUBECONFIG={ctx.admin_kubeconfig}"
+            )
             return
         log(f"the {profile} profile is running but not healthy: restarting it")
     if current or alive_components(ctx):
@@ -127,8 +133,10 @@ def cmd_up(ctx: Context, profile: str, install: bool) -> None:
         kwoknodes.start(ctx)
     addons.install_storage(ctx)
     ready_marker(ctx).touch()
-    log(f"the {profile} profile is up in {time.monotonic() - start:.1f} s; "
-        f"export KUBECONFIG={ctx.admin_kubeconfig}")
+    log(
+        f"the {profile} profile is up in {time.monotonic() - start:.1f} s; "
+        f"export KUBECONFIG={ctx.admin_kubeconfig}"
+    )
 
 
 def teardown(ctx: Context, quiet: bool = False) -> None:
@@ -169,13 +177,17 @@ def cmd_status(ctx: Context) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="localkube", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="localkube", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="build what is missing and start a profile")
     up.add_argument("profile", nargs="?", default="kwok", choices=PROFILES)
-    up.add_argument("--install", action="store_true",
-                    help="apt-get install missing prerequisites (the default when run as root)")
+    up.add_argument(
+        "--install",
+        action="store_true",
+        help="apt-get install missing prerequisites (the default when run as root)",
+    )
     sub.add_parser("down", help="stop everything and remove every trace")
     sub.add_parser("reset", help="the same as down, for a broken cluster: clears every leftover it can find")
     sub.add_parser("status", help="what is running")

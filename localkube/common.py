@@ -180,8 +180,9 @@ class Context:
 
     # --- API access ---------------------------------------------------------------------------
 
-    def kubectl(self, *args: str, check: bool = True, input: str | None = None,
-                timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         cmd = [self.binary("kubectl"), "--kubeconfig", str(self.admin_kubeconfig), *args]
         res = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
         if check and res.returncode != 0:
@@ -206,11 +207,16 @@ def node_dirs(ctx: Context) -> dict[str, Path]:
     """The full profile's node's directories (host.prepare makes them, teardown.clean empties some)."""
     s = ctx.state
     return {
-        "containerd_root": s / "containerd", "containerd_state": RUN_DIR / "containerd",
+        "containerd_root": s / "containerd",
+        "containerd_state": RUN_DIR / "containerd",
         "containerd_opt": s / "containerd-opt",
-        "cni_conf": s / "cni" / "net.d", "cni_ipam": s / "cni" / "ipam",
-        "kubelet_root": s / "kubelet", "kubelet_plugins": s / "kubelet-plugins", "pod_logs": s / "pod-logs",
-        "config": s / "node", "volumes": s / "volumes",
+        "cni_conf": s / "cni" / "net.d",
+        "cni_ipam": s / "cni" / "ipam",
+        "kubelet_root": s / "kubelet",
+        "kubelet_plugins": s / "kubelet-plugins",
+        "pod_logs": s / "pod-logs",
+        "config": s / "node",
+        "volumes": s / "volumes",
     }
 
 
@@ -218,8 +224,14 @@ def containerd_address(ctx: Context) -> str:
     return str(RUN_DIR / "containerd" / "containerd.sock")
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout: float, ctx: Context | None = None,
-             component: str | None = None, interval: float = 0.2) -> None:
+def wait_for(
+    what: str,
+    check: Callable[[], bool],
+    timeout: float,
+    ctx: Context | None = None,
+    component: str | None = None,
+    interval: float = 0.2,
+) -> None:
     """Poll until check() is true; on timeout say what and show the component's log."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -255,8 +267,11 @@ def require_ports_free(ports: dict[int, str]) -> None:
         if holder:
             busy.append(f"port {port} ({purpose}) is in use by: {holder}")
     if busy:
-        raise ClusterError("cannot start:\n  " + "\n  ".join(busy) +
-                           "\nstop that process, or run `make cluster-down` if it is a leftover cluster")
+        raise ClusterError(
+            "cannot start:\n  "
+            + "\n  ".join(busy)
+            + "\nstop that process, or run `make cluster-down` if it is a leftover cluster"
+        )
 
 
 def require_commands(needs: dict[str, str]) -> None:

@@ -14,18 +14,39 @@ from localkube.common import DEFAULT_STATE, ClusterError, Context, node_dirs, wr
 
 # Debian packages the node needs (cli.py installs them with --install; .ci/run too).
 APT_PACKAGES = [
-    "containerd", "runc", "containernetworking-plugins", "iptables", "conntrack", "debootstrap",
-    "socat", "util-linux", "iproute2", "gcc", "libc6-dev", "ipset", "nftables",
+    "containerd",
+    "runc",
+    "containernetworking-plugins",
+    "iptables",
+    "conntrack",
+    "debootstrap",
+    "socat",
+    "util-linux",
+    "iproute2",
+    "gcc",
+    "libc6-dev",
+    "ipset",
+    "nftables",
 ]
 # what must exist -> the package that provides it
 _CNI_PKG = "containernetworking-plugins"
 _PREREQ_FILES = {
-    "containerd": "containerd", "ctr": "containerd", "runc": "runc",
-    "/usr/lib/cni/bridge": _CNI_PKG, "/usr/lib/cni/host-local": _CNI_PKG,
-    "/usr/lib/cni/portmap": _CNI_PKG, "/usr/lib/cni/loopback": _CNI_PKG,
-    "iptables": "iptables", "iptables-save": "iptables", "conntrack": "conntrack",
+    "containerd": "containerd",
+    "ctr": "containerd",
+    "runc": "runc",
+    "/usr/lib/cni/bridge": _CNI_PKG,
+    "/usr/lib/cni/host-local": _CNI_PKG,
+    "/usr/lib/cni/portmap": _CNI_PKG,
+    "/usr/lib/cni/loopback": _CNI_PKG,
+    "iptables": "iptables",
+    "iptables-save": "iptables",
+    "conntrack": "conntrack",
     "debootstrap": "debootstrap",
-    "socat": "socat", "nsenter": "util-linux", "unshare": "util-linux", "ip": "iproute2", "gcc": "gcc",
+    "socat": "socat",
+    "nsenter": "util-linux",
+    "unshare": "util-linux",
+    "ip": "iproute2",
+    "gcc": "gcc",
     "/usr/lib/x86_64-linux-gnu/libc.a": "libc6-dev",
     "ipset": "ipset",  # kube-router's NetworkPolicy controller (localkube/netpol.py)
     "nft": "nftables",  # kube-proxy's nftables mode (PGOP_PROXY_MODE, node.py)
@@ -37,14 +58,19 @@ CGROUP_V1 = Path("/sys/fs/cgroup")
 # Kernel settings the kubelet insists on (protectKernelDefaults: it refuses to start otherwise, and
 # never rewrites them itself). Setting them here, once and visibly, is the deliberate choice.
 KUBELET_SYSCTLS = {
-    "vm.overcommit_memory": "1", "vm.panic_on_oom": "0", "kernel.panic": "10", "kernel.panic_on_oops": "1",
-    "kernel.keys.root_maxkeys": "1000000", "kernel.keys.root_maxbytes": "25000000",
+    "vm.overcommit_memory": "1",
+    "vm.panic_on_oom": "0",
+    "kernel.panic": "10",
+    "kernel.panic_on_oops": "1",
+    "kernel.keys.root_maxkeys": "1000000",
+    "kernel.keys.root_maxbytes": "25000000",
 }
 NETWORK_SYSCTLS = {
     "net.ipv4.ip_forward": "1",
     # Pod → Service → pod on the same bridge needs the bridge's traffic to pass iptables (kube-proxy's
     # DNAT and its reverse); the kernel here has br_netfilter built in.
-    "net.bridge.bridge-nf-call-iptables": "1", "net.bridge.bridge-nf-call-ip6tables": "1",
+    "net.bridge.bridge-nf-call-iptables": "1",
+    "net.bridge.bridge-nf-call-ip6tables": "1",
 }
 MINIMUM_SYSCTLS = {"fs.inotify.max_user_instances": 1024, "fs.inotify.max_user_watches": 524288}
 
@@ -59,7 +85,9 @@ def missing_prereqs() -> list[tuple[str, str]]:
         missing["cgroups"] = "cgroup filesystem"
     return [(what, f"apt-get install -y {pkg}") for pkg, what in missing.items() if pkg != "cgroups"] + (
         [("a mounted cgroup filesystem", "mount the cgroup hierarchies (/sys/fs/cgroup)")]
-        if "cgroups" in missing else [])
+        if "cgroups" in missing
+        else []
+    )
 
 
 def _sysctl_path(name: str) -> Path:

@@ -29,9 +29,13 @@ def node_object(name: str) -> dict[str, object]:
         "metadata": {
             "name": name,
             "annotations": {ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                       "kubernetes.io/arch": "amd64", "type": "kwok",
-                       "topology.kubernetes.io/zone": "local"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                "topology.kubernetes.io/zone": "local",
+            },
         },
         "spec": {},
         "status": {"allocatable": capacity, "capacity": capacity},
@@ -42,12 +46,17 @@ def start(ctx: Context) -> None:
     # An explicit (empty) configuration so a ~/.kwok/kwok.yaml on the machine cannot change behaviour;
     # KWOK then uses its built-in stages: nodes Ready, pods Running and Ready right after scheduling.
     (ctx.state / "kwok.yaml").touch()
-    ctx.spawn("kwok", [
-        ctx.binary("kwok"), f"--kubeconfig={ctx.kubeconfig('kwok')}",
-        f"--manage-nodes-with-annotation-selector={ANNOTATION}=fake",
-        f"--cidr={KWOK_POD_CIDR}", "--node-lease-duration-seconds=40",
-        f"--config={ctx.state / 'kwok.yaml'}",
-    ])
+    ctx.spawn(
+        "kwok",
+        [
+            ctx.binary("kwok"),
+            f"--kubeconfig={ctx.kubeconfig('kwok')}",
+            f"--manage-nodes-with-annotation-selector={ANNOTATION}=fake",
+            f"--cidr={KWOK_POD_CIDR}",
+            "--node-lease-duration-seconds=40",
+            f"--config={ctx.state / 'kwok.yaml'}",
+        ],
+    )
     items = {"apiVersion": "v1", "kind": "List", "items": [node_object(n) for n in node_names()]}
     ctx.kubectl("apply", "-f", "-", input=json.dumps(items))
     for name in node_names():
@@ -56,8 +65,9 @@ def start(ctx: Context) -> None:
 
 
 def _node_ready(ctx: Context, name: str) -> bool:
-    res = ctx.kubectl("get", "node", name, "-o",
-                      "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False)
+    res = ctx.kubectl(
+        "get", "node", name, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False
+    )
     return res.stdout.strip() == "True"
 
 

@@ -29,11 +29,15 @@ def argv(ctx: Context) -> list[str]:
         ctx.binary(COMPONENT),
         f"--kubeconfig={ctx.admin_kubeconfig}",
         f"--hostname-override={NODE_NAME}",
-        "--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--run-loadbalancer=false",
+        "--run-firewall=true",
+        "--run-router=false",
+        "--run-service-proxy=false",
+        "--run-loadbalancer=false",
         "--enable-cni=false",  # the bridge CNI configuration is ours (network.py)
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         # No listener at all: its health and metrics servers would bind every address of the host.
-        "--health-port=0", "--metrics-port=0",
+        "--health-port=0",
+        "--metrics-port=0",
         # Pods and policies are watched; the periodic full resync only repairs drift.
         "--iptables-sync-period=1m",
         "--v=1",

@@ -43,21 +43,29 @@ def write_cni_conf(ctx: Context) -> None:
     d = node_dirs(ctx)
     for old in d["cni_conf"].glob("*"):
         old.unlink()
-    write_json(d["cni_conf"] / "10-localkube.conflist", {
-        "cniVersion": "1.0.0",
-        "name": "localkube",
-        "plugins": [
-            {
-                "type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": True, "hairpinMode": True,
-                "ipam": {
-                    "type": "host-local", "dataDir": str(d["cni_ipam"]),
-                    "ranges": [[{"subnet": POD_CIDR, "gateway": BRIDGE_IP}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
+    write_json(
+        d["cni_conf"] / "10-localkube.conflist",
+        {
+            "cniVersion": "1.0.0",
+            "name": "localkube",
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": BRIDGE,
+                    "isGateway": True,
+                    "ipMasq": True,
+                    "hairpinMode": True,
+                    "ipam": {
+                        "type": "host-local",
+                        "dataDir": str(d["cni_ipam"]),
+                        "ranges": [[{"subnet": POD_CIDR, "gateway": BRIDGE_IP}]],
+                        "routes": [{"dst": "0.0.0.0/0"}],
+                    },
                 },
-            },
-            {"type": "portmap", "capabilities": {"portMappings": True}},
-        ],
-    })
+                {"type": "portmap", "capabilities": {"portMappings": True}},
+            ],
+        },
+    )
 
 
 # --- what pods and kube-proxy leave behind -------------------------------------------------------------
@@ -77,8 +85,12 @@ def our_netns() -> list[str]:
             links = json.loads(res.stdout or "[]")
         except ValueError:
             links = []
-        addrs = [a.get("local", "") for link in links for a in link.get("addr_info", [])
-                 if a.get("family") == "inet"]
+        addrs = [
+            a.get("local", "")
+            for link in links
+            for a in link.get("addr_info", [])
+            if a.get("family") == "inet"
+        ]
         non_lo = [link for link in links if link.get("ifname") != "lo"]
         in_cidr = any(ipaddress.ip_address(a) in POD_NET for a in addrs if a)
         if in_cidr or not non_lo:
@@ -101,8 +113,9 @@ def _links() -> list[dict[str, Any]]:
 
 
 def our_links() -> list[str]:
-    return [link["ifname"] for link in _links()
-            if link.get("ifname") == BRIDGE or link.get("master") == BRIDGE]
+    return [
+        link["ifname"] for link in _links() if link.get("ifname") == BRIDGE or link.get("master") == BRIDGE
+    ]
 
 
 def delete_links() -> None:

@@ -36,8 +36,14 @@ from localkube.pki import Pki
 
 COMPONENTS = ("containerd", "kubelet", "kube-proxy", "kube-router", "coredns", "provisioner")
 # Host ports the node's components listen on (cli.py checks they are free before `up`).
-PORTS = {10250: "kubelet", 10248: "kubelet healthz", 10249: "kube-proxy metrics", 10256: "kube-proxy healthz",
-         18180: "coredns health", 18181: "coredns ready"}
+PORTS = {
+    10250: "kubelet",
+    10248: "kubelet healthz",
+    10249: "kube-proxy metrics",
+    10256: "kube-proxy healthz",
+    18180: "coredns health",
+    18181: "coredns ready",
+}
 
 PAUSE_IMAGE = "localkube.local/pause:1"
 
@@ -60,8 +66,8 @@ def _containerd_config(ctx: Context) -> str:
     d = node_dirs(ctx)
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
-root = "{d['containerd_root']}"
-state = "{d['containerd_state']}"
+root = "{d["containerd_root"]}"
+state = "{d["containerd_state"]}"
 # Snapshotters that cannot work here only log errors at every start.
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
@@ -71,10 +77,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   address = "{containerd_address(ctx)}"
 
 [ttrpc]
-  address = "{d['containerd_state']}/containerd.sock.ttrpc"
+  address = "{d["containerd_state"]}/containerd.sock.ttrpc"
 
 [plugins."io.containerd.internal.v1.opt"]
-  path = "{d['containerd_opt']}"
+  path = "{d["containerd_opt"]}"
 
 [{cri}]
   sandbox_image = "{PAUSE_IMAGE}"
@@ -94,11 +100,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
 [{cri}.containerd.runtimes.runc.options]
   SystemdCgroup = false
-  BinaryName = "{shutil.which('runc') or 'runc'}"
+  BinaryName = "{shutil.which("runc") or "runc"}"
 
 [{cri}.cni]
   bin_dir = "{network.CNI_BIN}"
-  conf_dir = "{d['cni_conf']}"
+  conf_dir = "{d["cni_conf"]}"
   max_conf_num = 1
 """
 
@@ -131,8 +137,10 @@ def _kubelet_config(ctx: Context, pki: Pki, node_ip: str) -> dict[str, Any]:
             "webhook": {"enabled": True, "cacheTTL": "30s"},
             "x509": {"clientCAFile": str(pki.ca_crt)},
         },
-        "authorization": {"mode": "Webhook", "webhook": {"cacheAuthorizedTTL": "30s",
-                                                          "cacheUnauthorizedTTL": "5s"}},
+        "authorization": {
+            "mode": "Webhook",
+            "webhook": {"cacheAuthorizedTTL": "30s", "cacheUnauthorizedTTL": "5s"},
+        },
         "clusterDNS": [CLUSTER_DNS_IP],
         "clusterDomain": CLUSTER_DOMAIN,
         "resolvConf": "/etc/resolv.conf",
@@ -145,8 +153,13 @@ def _kubelet_config(ctx: Context, pki: Pki, node_ip: str) -> dict[str, Any]:
         "podPidsLimit": 4096,
         "failSwapOn": False,
         # A dev box's disk and memory are shared with builds: evict only when really out of room.
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "nodefs.inodesFree": "1%",
-                         "imagefs.available": "1%", "imagefs.inodesFree": "1%"},
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+            "imagefs.available": "1%",
+            "imagefs.inodesFree": "1%",
+        },
         "evictionPressureTransitionPeriod": "30s",
         # Our images are imported, not pullable: image GC must never delete them (100 disables it).
         "imageGCHighThresholdPercent": 100,
@@ -198,8 +211,12 @@ def start(ctx: Context, pki: Pki) -> None:
     address = containerd_address(ctx)
 
     def containerd_up() -> bool:
-        return subprocess.run(["ctr", "--address", address, "version"], capture_output=True,
-                              timeout=5).returncode == 0
+        return (
+            subprocess.run(
+                ["ctr", "--address", address, "version"], capture_output=True, timeout=5
+            ).returncode
+            == 0
+        )
 
     wait_for("containerd", containerd_up, 30, ctx, "containerd")
     pause_tar, _ = build(ImageSpec.load(HERE / "images" / "pause"), {}, ctx.cache, quiet=True)
@@ -210,17 +227,31 @@ def start(ctx: Context, pki: Pki) -> None:
     proxy_kc = ctx.kubeconfig("kube-proxy")
     pki.write_kubeconfig(proxy_kc, "kube-proxy", *pki.kube_proxy)
     kubelet_conf = write_json(d["config"] / "kubelet.yaml", _kubelet_config(ctx, pki, node_ip))
-    ctx.spawn("kubelet", [
-        ctx.binary("kubelet"), f"--config={kubelet_conf}", f"--kubeconfig={kubelet_kc}",
-        f"--root-dir={d['kubelet_root']}", f"--cert-dir={d['kubelet_root']}/pki",
-        f"--hostname-override={NODE_NAME}", f"--node-ip={node_ip}", "--v=1",
-    ])
+    ctx.spawn(
+        "kubelet",
+        [
+            ctx.binary("kubelet"),
+            f"--config={kubelet_conf}",
+            f"--kubeconfig={kubelet_kc}",
+            f"--root-dir={d['kubelet_root']}",
+            f"--cert-dir={d['kubelet_root']}/pki",
+            f"--hostname-override={NODE_NAME}",
+            f"--node-ip={node_ip}",
+            "--v=1",
+        ],
+    )
     proxy_conf = write_json(d["config"] / "kube-proxy.yaml", _kube_proxy_config(ctx, proxy_mode()))
     ctx.spawn("kube-proxy", [ctx.binary("kube-proxy"), f"--config={proxy_conf}", "--v=1"])
 
     def node_ready() -> bool:
-        res = ctx.kubectl("get", "node", NODE_NAME, "-o",
-                          "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False)
+        res = ctx.kubectl(
+            "get",
+            "node",
+            NODE_NAME,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+            check=False,
+        )
         return res.stdout.strip() == "True"
 
     wait_for(f"node {NODE_NAME} to be Ready", node_ready, 90, ctx, "kubelet", interval=0.5)

@@ -95,9 +95,24 @@ class Pki:
             extfile.write_text(ext)
             _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(key))
             _openssl("req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr))
-            _openssl("x509", "-req", "-in", str(csr), "-CA", str(self.ca_crt), "-CAkey", str(self.ca_key),
-                     "-CAcreateserial", "-days", "3650", "-sha256", "-extfile", str(extfile),
-                     "-out", str(crt))
+            _openssl(
+                "x509",
+                "-req",
+                "-in",
+                str(csr),
+                "-CA",
+                str(self.ca_crt),
+                "-CAkey",
+                str(self.ca_key),
+                "-CAcreateserial",
+                "-days",
+                "3650",
+                "-sha256",
+                "-extfile",
+                str(extfile),
+                "-out",
+                str(crt),
+            )
         key.chmod(0o600)
 
     def ensure(self, host_ip: str) -> None:
@@ -106,9 +121,24 @@ class Pki:
         self.dir.chmod(0o700)
         if not self.ca_crt.exists():
             _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(self.ca_key))
-            _openssl("req", "-x509", "-new", "-key", str(self.ca_key), "-subj", "/CN=localkube-ca",
-                     "-days", "3650", "-sha256", "-addext", "basicConstraints=critical,CA:TRUE",
-                     "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-out", str(self.ca_crt))
+            _openssl(
+                "req",
+                "-x509",
+                "-new",
+                "-key",
+                str(self.ca_key),
+                "-subj",
+                "/CN=localkube-ca",
+                "-days",
+                "3650",
+                "-sha256",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+                "-out",
+                str(self.ca_crt),
+            )
         if not self.sa_key.exists():
             _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(self.sa_key))
             _openssl("ec", "-in", str(self.sa_key), "-pubout", "-out", str(self.sa_pub))
@@ -117,24 +147,36 @@ class Pki:
         for name, (cn, org) in CLIENTS.items():
             subject = f"/O={org}/CN={cn}" if org else f"/CN={cn}"
             self._issue(name, subject, client_ext)
-        names = ["kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                 f"kubernetes.default.svc.{CLUSTER_DOMAIN}", "localhost"]
+        names = [
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            f"kubernetes.default.svc.{CLUSTER_DOMAIN}",
+            "localhost",
+        ]
         ips = ["127.0.0.1", KUBERNETES_SERVICE_IP, host_ip]
         sans = ",".join([f"DNS:{n}" for n in names] + [f"IP:{ip}" for ip in ips])
         self._issue("apiserver", "/CN=kube-apiserver", server_ext + f"subjectAltName={sans}\n")
-        self._issue("kubelet-serving", f"/CN={NODE_NAME}",
-                    server_ext + f"subjectAltName=DNS:{NODE_NAME},IP:127.0.0.1,IP:{host_ip}\n")
+        self._issue(
+            "kubelet-serving",
+            f"/CN={NODE_NAME}",
+            server_ext + f"subjectAltName=DNS:{NODE_NAME},IP:127.0.0.1,IP:{host_ip}\n",
+        )
 
-    def write_kubeconfig(self, path: Path, user: str, crt: Path, key: Path,
-                         server: str = f"https://127.0.0.1:{APISERVER_PORT}") -> None:
+    def write_kubeconfig(
+        self, path: Path, user: str, crt: Path, key: Path, server: str = f"https://127.0.0.1:{APISERVER_PORT}"
+    ) -> None:
         """A kubeconfig with embedded paths (JSON is valid YAML, so no YAML library is needed)."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "localkube", "cluster": {
-                "server": server, "certificate-authority": str(self.ca_crt)}}],
-            "users": [{"name": user, "user": {
-                "client-certificate": str(crt), "client-key": str(key)}}],
+            "clusters": [
+                {
+                    "name": "localkube",
+                    "cluster": {"server": server, "certificate-authority": str(self.ca_crt)},
+                }
+            ],
+            "users": [{"name": user, "user": {"client-certificate": str(crt), "client-key": str(key)}}],
             "contexts": [{"name": "localkube", "context": {"cluster": "localkube", "user": user}}],
             "current-context": "localkube",
         }

@@ -61,8 +61,10 @@ def clean(ctx: Context) -> None:
     restore_sysctls(ctx)
     remaining = _mount_leftovers(ctx)
     if remaining:
-        raise ClusterError("could not unmount (the state directory is kept so nothing under them is "
-                           "deleted):\n  " + "\n  ".join(remaining))
+        raise ClusterError(
+            "could not unmount (the state directory is kept so nothing under them is "
+            "deleted):\n  " + "\n  ".join(remaining)
+        )
 
 
 def stop_pods(ctx: Context) -> None:
@@ -92,8 +94,16 @@ def leftovers(ctx: Context) -> list[str]:
 
 # processes --------------------------------------------------------------------------------------------
 
-_OUR_EXES = {"kubelet", "kube-proxy", "containerd", "containerd-shim", "containerd-shim-runc-v1",
-             "containerd-shim-runc-v2", "coredns", "kube-router"}
+_OUR_EXES = {
+    "kubelet",
+    "kube-proxy",
+    "containerd",
+    "containerd-shim",
+    "containerd-shim-runc-v1",
+    "containerd-shim-runc-v2",
+    "coredns",
+    "kube-router",
+}
 
 
 def _proc_list() -> list[tuple[int, str, list[str]]]:

@@ -39,11 +39,16 @@ class Api:
         self.tls = ssl.create_default_context(cafile=str(pki / "ca.crt"))
         self.tls.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
 
-    def call(self, method: str, path: str, body: Any = None,
-             content_type: str = "application/json") -> tuple[int, Any]:
+    def call(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.server + path, data=data, method=method,  # noqa: S310
-                                     headers={"Content-Type": content_type, "Accept": "application/json"})
+        req = urllib.request.Request(  # noqa: S310
+            self.server + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": content_type, "Accept": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, context=self.tls, timeout=10) as resp:  # noqa: S310
                 return resp.status, json.loads(resp.read() or b"{}")
@@ -97,8 +102,9 @@ class Watched:
 
     def _watch(self, version: str) -> str:
         """Apply events until the server ends the watch; the version to go on from, "" to LIST again."""
-        query = (f"?watch=1&allowWatchBookmarks=true&timeoutSeconds={self.WATCH_SECONDS}"
-                 f"&resourceVersion={version}")
+        query = (
+            f"?watch=1&allowWatchBookmarks=true&timeoutSeconds={self.WATCH_SECONDS}&resourceVersion={version}"
+        )
         with self.api.stream(self.path + query, self.WATCH_SECONDS + 30) as resp:
             for line in resp:
                 event = json.loads(line)
@@ -122,32 +128,65 @@ def log(msg: str) -> None:
 
 
 def quantity_bytes(q: str) -> float:
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-             "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "m": 1e-3}
+    units = {
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+        "Pi": 2**50,
+        "Ei": 2**60,
+        "k": 1e3,
+        "K": 1e3,
+        "M": 1e6,
+        "G": 1e9,
+        "T": 1e12,
+        "P": 1e15,
+        "E": 1e18,
+        "m": 1e-3,
+    }
     for suffix in sorted(units, key=len, reverse=True):
         if q.endswith(suffix):
             return float(q[: -len(suffix)]) * units[suffix]
     return float(q)
 
 
-def persistent_volume(pvc: dict[str, Any], node: str, path: Path, storage_class: str,
-                      provisioner: str) -> dict[str, Any]:
+def persistent_volume(
+    pvc: dict[str, Any], node: str, path: Path, storage_class: str, provisioner: str
+) -> dict[str, Any]:
     meta, spec = pvc["metadata"], pvc["spec"]
     return {
-        "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": f"pvc-{meta['uid']}", "annotations": {PROVISIONED_BY: provisioner},
-                     "labels": {"localkube.local/claim-namespace": meta["namespace"]}},
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": f"pvc-{meta['uid']}",
+            "annotations": {PROVISIONED_BY: provisioner},
+            "labels": {"localkube.local/claim-namespace": meta["namespace"]},
+        },
         "spec": {
             "capacity": {"storage": spec["resources"]["requests"]["storage"]},
             "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
             "persistentVolumeReclaimPolicy": "Delete",
             "storageClassName": storage_class,
             "volumeMode": "Filesystem",
-            "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": meta["namespace"],
-                         "name": meta["name"], "uid": meta["uid"]},
+            "claimRef": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+            },
             "local": {"path": str(path)},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+                            ]
+                        }
+                    ]
+                }
+            },
         },
     }
 
@@ -189,8 +228,11 @@ class Provisioner:
             return
         path = self.volumes / f"pvc-{meta['uid']}"
         path.mkdir(mode=0o755, parents=True, exist_ok=True)
-        code, body = self.api.call("POST", "/api/v1/persistentvolumes",
-                                   persistent_volume(pvc, node, path, self.storage_class, self.name))
+        code, body = self.api.call(
+            "POST",
+            "/api/v1/persistentvolumes",
+            persistent_volume(pvc, node, path, self.storage_class, self.name),
+        )
         if code in (200, 201):
             log(f"provisioned {path.name} for {meta['namespace']}/{meta['name']} on {node}")
         elif code != 409:
@@ -201,17 +243,27 @@ class Provisioner:
             return
         want = pvc["spec"]["resources"]["requests"]["storage"]
         if quantity_bytes(pv["spec"]["capacity"]["storage"]) < quantity_bytes(want):
-            self.api.call("PATCH", f"/api/v1/persistentvolumes/{pv['metadata']['name']}",
-                          {"spec": {"capacity": {"storage": want}}}, "application/merge-patch+json")
+            self.api.call(
+                "PATCH",
+                f"/api/v1/persistentvolumes/{pv['metadata']['name']}",
+                {"spec": {"capacity": {"storage": want}}},
+                "application/merge-patch+json",
+            )
         have = pvc.get("status", {}).get("capacity", {}).get("storage", "0")
         if quantity_bytes(have) < quantity_bytes(want):
             meta = pvc["metadata"]
             code, body = self.api.call(
                 "PATCH",
                 f"/api/v1/namespaces/{meta['namespace']}/persistentvolumeclaims/{meta['name']}/status",
-                {"status": {"capacity": {"storage": want}, "conditions": None,
-                            "allocatedResources": {"storage": want}}},
-                "application/merge-patch+json")
+                {
+                    "status": {
+                        "capacity": {"storage": want},
+                        "conditions": None,
+                        "allocatedResources": {"storage": want},
+                    }
+                },
+                "application/merge-patch+json",
+            )
             if code == 200:
                 log(f"resized {meta['namespace']}/{meta['name']} to {want}")
             else:

@@ -41,8 +41,9 @@ def images_dir(cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "images"
 
 
-def build(spec: ImageSpec, args: dict[str, str], cache: Path | None = None,
-          quiet: bool = False) -> tuple[Path, str]:
+def build(
+    spec: ImageSpec, args: dict[str, str], cache: Path | None = None, quiet: bool = False
+) -> tuple[Path, str]:
     """Build (or find cached) the image; return (OCI tar path, image reference)."""
     ref = spec.ref(args)
     out_dir = images_dir(cache)
@@ -104,8 +105,14 @@ def _run_host_recipe(spec: ImageSpec, env: dict[str, str], logf: Path) -> None:
     assert spec.recipe is not None
     logf.parent.mkdir(parents=True, exist_ok=True)
     with logf.open("ab") as f:
-        res = subprocess.run(["/bin/sh", "-eu", str(spec.recipe)], cwd=spec.dir, env=env,
-                             stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
+        res = subprocess.run(
+            ["/bin/sh", "-eu", str(spec.recipe)],
+            cwd=spec.dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
     if res.returncode != 0:
         raise ClusterError(f"recipe {spec.dir / spec.recipe} failed (exit {res.returncode}); log: {logf}")
 

@@ -28,8 +28,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("dir", nargs="?", help="image directory holding image.json")
     p.add_argument("--ref", help="build the image that produces this name:tag instead of naming a dir")
     p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE", help="build argument")
-    p.add_argument("--import", dest="do_import", action="store_true",
-                   help="import into the running local cluster's containerd")
+    p.add_argument(
+        "--import",
+        dest="do_import",
+        action="store_true",
+        help="import into the running local cluster's containerd",
+    )
     p.add_argument("--all", action="store_true", help="build every combination of the image's args")
     p.add_argument("--list", action="store_true", help="list the image specs found")
     a = p.parse_args(argv)

@@ -22,8 +22,11 @@ def _manifest_digest(tar: Path) -> str:
 
 
 def imported_digest(address: str, ref: str) -> str | None:
-    res = subprocess.run(["ctr", "--address", address, "-n", "k8s.io", "images", "ls", f"name=={ref}"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        ["ctr", "--address", address, "-n", "k8s.io", "images", "ls", f"name=={ref}"],
+        capture_output=True,
+        text=True,
+    )
     for line in res.stdout.splitlines()[1:]:
         cols = line.split()
         if len(cols) >= 3 and cols[0] == ref:
@@ -35,8 +38,11 @@ def import_image(address: str, tar: Path, ref: str) -> None:
     """ctr-import the OCI tar into the k8s.io namespace unless that exact image is there already."""
     if imported_digest(address, ref) == _manifest_digest(tar):
         return
-    res = subprocess.run(["ctr", "--address", address, "-n", "k8s.io", "images", "import", str(tar)],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        ["ctr", "--address", address, "-n", "k8s.io", "images", "import", str(tar)],
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
         raise ClusterError(f"ctr image import {tar} failed: {res.stderr.strip() or res.stdout.strip()}")
     if imported_digest(address, ref) is None:

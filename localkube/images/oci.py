@@ -121,19 +121,22 @@ def pack(rootfs: Path, ref: str, cfg: ImageConfig, dest: Path, arch: str = "amd6
         index = {
             "schemaVersion": 2,
             "mediaType": MEDIA_INDEX,
-            "manifests": [{
-                "mediaType": MEDIA_MANIFEST,
-                "digest": man_digest,
-                "size": len(man_bytes),
-                "platform": {"architecture": arch, "os": "linux"},
-                "annotations": {
-                    "io.containerd.image.name": ref,
-                    "org.opencontainers.image.ref.name": tag,
-                },
-            }],
+            "manifests": [
+                {
+                    "mediaType": MEDIA_MANIFEST,
+                    "digest": man_digest,
+                    "size": len(man_bytes),
+                    "platform": {"architecture": arch, "os": "linux"},
+                    "annotations": {
+                        "io.containerd.image.name": ref,
+                        "org.opencontainers.image.ref.name": tag,
+                    },
+                }
+            ],
         }
         partial = dest.with_name(dest.name + ".partial")
         with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as out:
+
             def add_bytes(arcname: str, data: bytes) -> None:
                 info = tarfile.TarInfo(arcname)
                 info.size = len(data)

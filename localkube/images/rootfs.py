@@ -23,8 +23,16 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # installs ca-certificates (which rewrites that file) keeps its own copy when PIP_CERT is unset
 # (images/README.md).
 PASSED_ENV = (
-    "PIP_DEFAULT_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL",
-    "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+    "PIP_DEFAULT_TIMEOUT",
+    "PIP_DISABLE_PIP_VERSION_CHECK",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
 )
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
@@ -121,7 +129,9 @@ def run_recipe(rootfs: Path, script: str, env: dict[str, str], log: Path) -> Non
 def _chroot(rootfs: Path, script: str, env: dict[str, str], log: Path) -> None:
     full_env = {
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "HOME": "/root", "LANG": "C.UTF-8", "DEBIAN_FRONTEND": "noninteractive",
+        "HOME": "/root",
+        "LANG": "C.UTF-8",
+        "DEBIAN_FRONTEND": "noninteractive",
         **{k: os.environ[k] for k in PASSED_ENV if k in os.environ},
         **env,
     }

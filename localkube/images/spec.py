@@ -22,8 +22,22 @@ VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 SKIP_NAMES = {"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache", ".ruff_cache", "node_modules"}
 SKIP_SUFFIXES = (".pyc", ".egg-info")
 KNOWN_FIELDS = {
-    "name", "tag", "base", "suite", "packages", "recipe", "context", "args", "user", "entrypoint",
-    "cmd", "env", "workdir", "labels", "ports", "description",
+    "name",
+    "tag",
+    "base",
+    "suite",
+    "packages",
+    "recipe",
+    "context",
+    "args",
+    "user",
+    "entrypoint",
+    "cmd",
+    "env",
+    "workdir",
+    "labels",
+    "ports",
+    "description",
 }
 
 
@@ -85,7 +99,7 @@ class ImageSpec:
             args[key], allowed[key] = values[0], list(values)
         base = want("base", str, "debian")
         if base not in ("debian", "scratch"):
-            raise ClusterError(f"{path}: field 'base' must be \"debian\" or \"scratch\", not {base!r}")
+            raise ClusterError(f'{path}: field \'base\' must be "debian" or "scratch", not {base!r}')
         try:
             rel_dir = str(directory.resolve().relative_to(REPO))
         except ValueError:
@@ -104,8 +118,10 @@ class ImageSpec:
                     recipe = candidate.resolve()
                     break
             else:
-                raise ClusterError(f"{path}: field 'recipe' names {recipe_field!r}, which is neither a "
-                                   f"repo-relative file nor a file in {directory}")
+                raise ClusterError(
+                    f"{path}: field 'recipe' names {recipe_field!r}, which is neither a "
+                    f"repo-relative file nor a file in {directory}"
+                )
         if not doc.get("context"):
             context = _dockerignore_context(directory) or context
         return cls(
@@ -133,22 +149,29 @@ class ImageSpec:
     def resolve_args(self, overrides: dict[str, str]) -> dict[str, str]:
         unknown = set(overrides) - set(self.args)
         if unknown:
-            raise ClusterError(f"{self.dir}/image.json declares no arg(s) {', '.join(sorted(unknown))}; "
-                               f"known: {', '.join(sorted(self.args)) or 'none'}")
+            raise ClusterError(
+                f"{self.dir}/image.json declares no arg(s) {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(sorted(self.args)) or 'none'}"
+            )
         for key, value in overrides.items():
             if len(self.allowed.get(key, [])) > 1 and value not in self.allowed[key]:
-                raise ClusterError(f"{self.dir}/image.json: args.{key}={value!r} is not one of "
-                                   f"{', '.join(self.allowed[key])}")
+                raise ClusterError(
+                    f"{self.dir}/image.json: args.{key}={value!r} is not one of "
+                    f"{', '.join(self.allowed[key])}"
+                )
         return {**self.args, **overrides}
 
     def variants(self) -> list[dict[str, str]]:
         """The build matrix: one args dict per combination of the listed values (images/README.md)."""
         keys = sorted(self.allowed)
-        return [dict(zip(keys, combo, strict=True))
-                for combo in itertools.product(*(self.allowed[k] for k in keys))] or [{}]
+        return [
+            dict(zip(keys, combo, strict=True))
+            for combo in itertools.product(*(self.allowed[k] for k in keys))
+        ] or [{}]
 
     def expand(self, text: str, args: dict[str, str]) -> str:
         """Replace ${NAME} with the build arg NAME (the shell/Dockerfile spelling images/ uses)."""
+
         def one(m: re.Match[str]) -> str:
             if m.group(1) not in args:
                 raise ClusterError(f"{self.dir}/image.json uses ${{{m.group(1)}}}, which is not in 'args'")
@@ -175,7 +198,7 @@ class ImageSpec:
         """The args that make this spec's tag template produce tag, or None if it cannot."""
         pattern, names, pos = "", [], 0
         for m in VAR.finditer(self.tag):
-            pattern += re.escape(self.tag[pos:m.start()]) + f"(?P<{m.group(1)}>[^:/]+)"
+            pattern += re.escape(self.tag[pos : m.start()]) + f"(?P<{m.group(1)}>[^:/]+)"
             names.append(m.group(1))
             pos = m.end()
         pattern += re.escape(self.tag[pos:])

@@ -80,5 +80,5 @@ def condition(status_: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any
 
 
 def condition_status(status_: Mapping[str, Any] | None, type_: str) -> str:
-    """"True", "False", "Unknown", or "" when the condition is absent."""
+    """ "True", "False", "Unknown", or "" when the condition is absent."""
     return str((condition(status_, type_) or _EMPTY).get("status") or "")

@@ -42,6 +42,7 @@ class ServerLimits:
 
 DEFAULT_LIMITS = ServerLimits()
 
+
 @dataclass(frozen=True)
 class Response:
     status: int

@@ -74,7 +74,9 @@ def test_app_secret_uri_works_as_given(example: Kube, tmp_path: Path) -> None:
     with psycopg.connect(app["uri"], hostaddr=service_ip(example, NS, f"{NAME}-rw"), sslrootcert=str(ca),
                          connect_timeout=5) as conn:  # fmt: skip
         assert conn.execute("select current_user, current_database()").fetchone() == (
-            app["username"], app["dbname"])
+            app["username"],
+            app["dbname"],
+        )
         assert conn.execute("select ssl from pg_stat_ssl where pid = pg_backend_pid()").fetchone() == (True,)
 
 
@@ -129,8 +131,10 @@ def test_tls_verify_full_through_every_name_and_no_tls_is_refused(example: Kube,
     # Patroni's REST API speaks HTTPS only, under the pod's name, with a certificate the cluster's CA signed.
     context = ssl.create_default_context(cafile=str(ca))
     for inst in status(example, NS, NAME)["instances"]:
-        with socket.create_connection((pod_ip_of(example, inst["name"]), 8008), timeout=5) as raw, \
-                context.wrap_socket(raw, server_hostname=f"{inst['name']}.{NAME}.{NS}.svc") as tls:
+        with (
+            socket.create_connection((pod_ip_of(example, inst["name"]), 8008), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname=f"{inst['name']}.{NAME}.{NS}.svc") as tls,
+        ):
             tls.sendall(b"GET /liveness HTTP/1.0\r\n\r\n")
             assert tls.recv(64).startswith(b"HTTP/1.0 200"), inst
         with socket.create_connection((pod_ip_of(example, inst["name"]), 8008), timeout=5) as raw:
@@ -163,8 +167,10 @@ def test_a_renewed_server_certificate_is_served_without_a_restart_or_a_failed_wr
     ips = {pod: get_json(example, "pod", pod, "-n", NS)["status"]["podIP"] for pod in pods}
     before = {pod: server_certificate_serial(ip) for pod, ip in ips.items()}
     starts = {pod: restarts_of(example, pod) for pod in pods}
-    with Writer(example, NS, NAME, "tls_fresh") as fresh, \
-            Writer(example, NS, NAME, "tls_pooled", persistent=True) as pooled:
+    with (
+        Writer(example, NS, NAME, "tls_fresh") as fresh,
+        Writer(example, NS, NAME, "tls_pooled", persistent=True) as pooled,
+    ):
         fresh.wait_for_writes(10, 60)
         pooled.wait_for_writes(10, 60)
         example.kubectl("delete", "secret", f"{NAME}-server-tls", "-n", NS)
@@ -213,8 +219,10 @@ def test_a_ca_rotation_goes_through_a_bundle_without_a_failed_write_or_a_restart
     started = {pod: postmaster_start(example, pod) for pod in pods}
     token = uuid.uuid4().hex[:8]
     began = time.monotonic()
-    with Writer(example, NS, NAME, "ca_fresh", verify=True) as fresh, \
-            Writer(example, NS, NAME, "ca_pooled", persistent=True, verify=True) as pooled:
+    with (
+        Writer(example, NS, NAME, "ca_fresh", verify=True) as fresh,
+        Writer(example, NS, NAME, "ca_pooled", persistent=True, verify=True) as pooled,
+    ):
         fresh.wait_for_writes(10, 60)
         pooled.wait_for_writes(10, 60)
         example.kubectl("annotate", "pgc", NAME, "-n", NS, f"db.example.com/rotate-ca={token}", "--overwrite")
@@ -224,8 +232,11 @@ def test_a_ca_rotation_goes_through_a_bundle_without_a_failed_write_or_a_restart
             done = ((ca["metadata"].get("annotations") or {}).get("db.example.com/ca-rotated-for") == token
                     and "previous-ca.crt" not in ca["data"])  # fmt: skip
             new = x509.load_pem_x509_certificate(base64.b64decode(ca["data"]["ca.crt"]))
-            return done and new.subject != old_ca.subject and all(
-                leaf_issuer(ip) == new.subject.rfc4514_string() for ip in ips.values())
+            return (
+                done
+                and new.subject != old_ca.subject
+                and all(leaf_issuer(ip) == new.subject.rfc4514_string() for ip in ips.values())
+            )
 
         wait_until("the CA rotation to finish and every instance to serve the new CA's leaf", rotated, 600, 3)
         took = time.monotonic() - began
@@ -256,8 +267,9 @@ def test_a_ca_rotation_goes_through_a_bundle_without_a_failed_write_or_a_restart
                and st["currentPrimary"] != old_primary, 300, 1)  # fmt: skip
 
 
-def test_a_server_certificate_the_user_brings_is_served_after_its_ca_is_trusted(example: Kube,
-                                                                              tmp_path: Path) -> None:
+def test_a_server_certificate_the_user_brings_is_served_after_its_ca_is_trusted(
+    example: Kube, tmp_path: Path
+) -> None:
     """spec.tls.serverSecret, as a certificate manager writes it: refused while it lacks a name, then
     served by every instance (its CA trusted everywhere first) with no failed write or restart, verified by
     a client that knows only the user's CA; taken away, the operator's certificate comes back."""
@@ -271,10 +283,16 @@ def test_a_server_certificate_the_user_brings_is_served_after_its_ca_is_trusted(
     starts = {pod: restarts_of(example, pod) for pod in pods}
 
     def user_secret(name: str, cert: bytes, key: bytes) -> None:
-        body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-                "metadata": {"name": name, "namespace": NS, "labels": {"db.example.com/cluster": NAME}},
-                "data": {k: base64.b64encode(v).decode()
-                         for k, v in {"tls.crt": cert, "tls.key": key, "ca.crt": corp.cert_pem}.items()}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {"name": name, "namespace": NS, "labels": {"db.example.com/cluster": NAME}},
+            "data": {
+                k: base64.b64encode(v).decode()
+                for k, v in {"tls.crt": cert, "tls.key": key, "ca.crt": corp.cert_pem}.items()
+            },
+        }
         example.kubectl("apply", "-f", "-", input=json.dumps(body))
 
     def use(secret_name: str | None) -> None:
@@ -293,27 +311,49 @@ def test_a_server_certificate_the_user_brings_is_served_after_its_ca_is_trusted(
 
     user_secret("corp-cert", leaf.cert_pem, leaf.key_pem)
     serial = x509.load_pem_x509_certificate(leaf.cert_pem).serial_number
-    with Writer(example, NS, NAME, "user_fresh", verify=True) as fresh, \
-            Writer(example, NS, NAME, "user_pooled", persistent=True, verify=True) as pooled:
+    with (
+        Writer(example, NS, NAME, "user_fresh", verify=True) as fresh,
+        Writer(example, NS, NAME, "user_pooled", persistent=True, verify=True) as pooled,
+    ):
         fresh.wait_for_writes(10, 60)
         pooled.wait_for_writes(10, 60)
         use("corp-cert")
-        wait_until("every instance to serve the user's certificate",
-                   lambda: all(server_certificate_serial(ip) == serial for ip in ips.values()), 300, 2)
-        wait_until("no longer degraded",
-                   lambda: (condition(example, "Degraded") or {}).get("status") != "True", 60, 1)
+        wait_until(
+            "every instance to serve the user's certificate",
+            lambda: all(server_certificate_serial(ip) == serial for ip in ips.values()),
+            300,
+            2,
+        )
+        wait_until(
+            "no longer degraded",
+            lambda: (condition(example, "Degraded") or {}).get("status") != "True",
+            60,
+            1,
+        )
         corp_only = tmp_path / "corp.crt"
         corp_only.write_bytes(corp.cert_pem)
         app = secret(example, NS, f"{NAME}-app")
-        with psycopg.connect(host=f"{NAME}-rw", hostaddr=service_ip(example, NS, f"{NAME}-rw"), port=5432,
-                             user=app["username"], password=app["password"], dbname=app["dbname"],
-                             sslmode="verify-full", sslrootcert=str(corp_only), connect_timeout=5) as conn:
+        with psycopg.connect(
+            host=f"{NAME}-rw",
+            hostaddr=service_ip(example, NS, f"{NAME}-rw"),
+            port=5432,
+            user=app["username"],
+            password=app["password"],
+            dbname=app["dbname"],
+            sslmode="verify-full",
+            sslrootcert=str(corp_only),
+            connect_timeout=5,
+        ) as conn:
             assert conn.execute("select 1").fetchone() == (1,)
         replication_is_the_clusters_alone(example, corp, ips, tmp_path)
         # Taken away: the operator's own certificate again, the user's CA trusted until it is served.
         use(None)
-        wait_until("every instance to serve the operator's certificate again",
-                   lambda: all(server_certificate_serial(ip) != serial for ip in ips.values()), 300, 2)
+        wait_until(
+            "every instance to serve the operator's certificate again",
+            lambda: all(server_certificate_serial(ip) != serial for ip in ips.values()),
+            300,
+            2,
+        )
         fresh.wait_for_writes(10, 60)
         pooled.wait_for_writes(10, 60)
     print(json.dumps({"measure": "tls_user_server_certificate", "failed": fresh.failures + pooled.failures,
@@ -324,8 +364,12 @@ def test_a_server_certificate_the_user_brings_is_served_after_its_ca_is_trusted(
     assert (fresh.failures, pooled.failures) == (0, 0), fresh.errors + pooled.errors
     assert {pod: restarts_of(example, pod) for pod in pods} == starts, "a container restarted"
     walsenders = "select s.client_dn from pg_stat_replication r join pg_stat_ssl s using (pid)"
-    wait_until("both replicas streaming",
-               lambda: on_primary(example, walsenders).split() == ["/CN=replicator"] * 2, 120, 2)
+    wait_until(
+        "both replicas streaming",
+        lambda: on_primary(example, walsenders).split() == ["/CN=replicator"] * 2,
+        120,
+        2,
+    )
 
 
 def replication_is_the_clusters_alone(kube: Kube, issuer: KeyPair, ips: dict[str, str],
@@ -335,17 +379,26 @@ def replication_is_the_clusters_alone(kube: Kube, issuer: KeyPair, ips: dict[str
     from the cluster's replication CA alone, so that one is refused while the cluster's own is taken."""
     forged = issue_client(issuer, "replicator", datetime.now(UTC))
     own = secret(kube, NS, f"{NAME}-server-tls")
-    attempts = {"forged": (forged.cert_pem.decode(), forged.key_pem.decode()),
-                "own": (own["replication.crt"], own["replication.key"])}
+    attempts = {
+        "forged": (forged.cert_pem.decode(), forged.key_pem.decode()),
+        "own": (own["replication.crt"], own["replication.key"]),
+    }
     outcome = {}
     for who, (cert, key) in attempts.items():
         (tmp_path / f"{who}.crt").write_text(cert)
         (tmp_path / f"{who}.key").write_text(key)
         (tmp_path / f"{who}.key").chmod(0o600)
         try:
-            with psycopg.connect(host=next(iter(ips.values())), port=5432, user="replicator",
-                                 dbname="postgres", sslmode="require", sslcert=str(tmp_path / f"{who}.crt"),
-                                 sslkey=str(tmp_path / f"{who}.key"), connect_timeout=5) as conn:
+            with psycopg.connect(
+                host=next(iter(ips.values())),
+                port=5432,
+                user="replicator",
+                dbname="postgres",
+                sslmode="require",
+                sslcert=str(tmp_path / f"{who}.crt"),
+                sslkey=str(tmp_path / f"{who}.key"),
+                connect_timeout=5,
+            ) as conn:
                 outcome[who] = str(conn.execute("select current_user").fetchone())
         except psycopg.OperationalError as exc:
             outcome[who] = f"refused: {exc}"
@@ -420,8 +473,10 @@ def test_each_deleted_secret_is_recreated_applied_and_nothing_is_locked_out(exam
     for kind in CREDENTIALS:
         wait_until(f"{kind} applied once", lambda k=kind: applied_secret(example, k), 120, 1)  # fmt: skip
     passwords_before = {k: secret(example, NS, f"{NAME}-{k}")["password"] for k in CREDENTIALS}
-    with Writer(example, NS, NAME, "cred_fresh") as fresh, \
-            Writer(example, NS, NAME, "cred_pooled", persistent=True) as pooled:
+    with (
+        Writer(example, NS, NAME, "cred_fresh") as fresh,
+        Writer(example, NS, NAME, "cred_pooled", persistent=True) as pooled,
+    ):
         fresh.wait_for_writes(10, 60)
         pooled.wait_for_writes(10, 60)
         for kind in CREDENTIALS:
@@ -481,6 +536,7 @@ def test_a_secret_naming_another_role_is_refused_with_a_condition(example: Kube)
     app = secret(example, NS, f"{NAME}-app")
     patch = {"stringData": {"username": "mallory", "password": "never-applied"}}
     example.kubectl("patch", "secret", f"{NAME}-app", "-n", NS, "--type=merge", "-p", json.dumps(patch))
+
     def refused() -> dict[str, Any] | None:
         c = condition(example, "Degraded")
         return c if c and c.get("reason") == "CredentialRefused" else None
@@ -512,6 +568,7 @@ def test_a_cluster_recreated_over_its_volumes_takes_its_new_secrets(example: Kub
     old = {k: secret(example, NS, f"{NAME}-{k}")["password"] for k in CREDENTIALS}
     pvcs = sorted(p["metadata"]["name"] for p in get_json(example, "pvc", "-n", NS)["items"])
     example.kubectl("delete", "pgc", NAME, "-n", NS, "--wait=true", timeout=300)
+
     def gone() -> bool:
         secrets = [get_or_none(example, "secret", f"{NAME}-{k}", "-n", NS) for k in CREDENTIALS]
         return not get_json(example, "pods", "-n", NS)["items"] and not any(secrets)

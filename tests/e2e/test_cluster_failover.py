@@ -33,6 +33,7 @@ NS, NAME = SYNC_NAMESPACE, SYNC_NAME
 def sync_standbys(kube: Kube, primary: str) -> list[str]:
     """The synchronous standbys Patroni recorded for `primary`, its quorum voters (it may take a moment
     after a change of primary)."""
+
     def recorded() -> list[str]:
         meta = get_json(kube, "configmap", f"{NAME}-sync", "-n", NS)["metadata"]
         annotations = meta.get("annotations") or {}
@@ -49,8 +50,18 @@ def events(kube: Kube, reason: str) -> list[str]:
 
 
 def report(measure: str, writer: Writer, old: str, new: str) -> None:
-    print(json.dumps({"measure": measure, "write_outage_s": round(writer.longest_outage, 2),
-                      "acknowledged": len(writer.acked), "old_primary": old, "new_primary": new}), flush=True)
+    print(
+        json.dumps(
+            {
+                "measure": measure,
+                "write_outage_s": round(writer.longest_outage, 2),
+                "acknowledged": len(writer.acked),
+                "old_primary": old,
+                "new_primary": new,
+            }
+        ),
+        flush=True,
+    )
 
 
 def restarts(kube: Kube, pod: str) -> int:
@@ -59,7 +70,8 @@ def restarts(kube: Kube, pod: str) -> int:
 
 
 def test_primary_container_killed_a_sync_standby_takes_over_and_nothing_acknowledged_is_lost(
-        sync_cluster: Kube) -> None:
+    sync_cluster: Kube,
+) -> None:
     old = wait_until("healthy", lambda: healthy(sync_cluster, NS, NAME, 3), 300)["currentPrimary"]
     standbys = sync_standbys(sync_cluster, old)
     restarts_before = restarts(sync_cluster, old)
@@ -116,8 +128,12 @@ def test_planned_switchover_to_a_chosen_replica(sync_cluster: Kube) -> None:
         writer.wait_for_writes(20, 60)
         started = time.monotonic()
         sync_cluster.kubectl("annotate", "pgc", NAME, "-n", NS, f"db.example.com/switchover-to={target}")
-        wait_until(f"{target} to become primary",
-                   lambda: status(sync_cluster, NS, NAME).get("currentPrimary") == target, 120, 0.5)
+        wait_until(
+            f"{target} to become primary",
+            lambda: status(sync_cluster, NS, NAME).get("currentPrimary") == target,
+            120,
+            0.5,
+        )
         took = time.monotonic() - started
         writer.wait_for_writes(20, 60)
     report("switchover", writer, old, target)
@@ -167,8 +183,9 @@ def test_a_replica_that_lost_its_disk_rejoins_from_the_primary(sync_cluster: Kub
 
         def rebuilt() -> bool:
             pod = get_json(sync_cluster, "pod", victim, "-n", NS)
-            ready = any(c["type"] == "Ready" and c["status"] == "True"
-                        for c in pod["status"].get("conditions") or [])
+            ready = any(
+                c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or []
+            )
             new_claim = get_json(sync_cluster, "pvc", claim, "-n", NS)["metadata"]["uid"]
             return ready and pod["metadata"]["uid"] != old_pod and new_claim != old_claim
 
@@ -181,8 +198,14 @@ def test_a_replica_that_lost_its_disk_rejoins_from_the_primary(sync_cluster: Kub
     app = secret(sync_cluster, NS, f"{NAME}-app")
 
     def caught_up() -> bool:
-        with psycopg.connect(host=pod_ip, port=int(app["port"]), user=app["username"],
-                             password=app["password"], dbname=app["dbname"], connect_timeout=3) as conn:
+        with psycopg.connect(
+            host=pod_ip,
+            port=int(app["port"]),
+            user=app["username"],
+            password=app["password"],
+            dbname=app["dbname"],
+            connect_timeout=3,
+        ) as conn:
             in_recovery = conn.execute("select pg_is_in_recovery()").fetchone()
             have = {r[0] for r in conn.execute("select id from lost_disk_writes").fetchall()}
         return in_recovery == (True,) and set(writer.acked) <= have

@@ -76,7 +76,8 @@ def in_pod(
 ) -> subprocess.CompletedProcess[str]:
     """Run a bash script in a client pod; anything secret goes through stdin, never the command line."""
     res: subprocess.CompletedProcess[str] = kube.kubectl(
-        "-n", namespace, "exec", "-i", pod, "--", "bash", "-c", script, input=stdin, check=False, timeout=60)
+        "-n", namespace, "exec", "-i", pod, "--", "bash", "-c", script, input=stdin, check=False, timeout=60
+    )
     return res
 
 
@@ -100,10 +101,14 @@ def psql_over_tls(kube: Kube, namespace: str, pod: str) -> subprocess.CompletedP
     sslmode=verify-full, the app Secret's CA and password."""
     app = secret(kube, NS, f"{NAME}-app")
     host = f"{NAME}-rw.{NS}.svc"
-    conninfo = (f"host={host} port={app['port']} user={app['username']} dbname={app['dbname']} "
-                "sslmode=verify-full sslrootcert=/tmp/ca.crt connect_timeout=5")
-    script = ("set -e; read -r PGPASSWORD; read -r conninfo; export PGPASSWORD; cat > /tmp/ca.crt; "
-              'psql "$conninfo" -Atc ' + shlex.quote(SESSION_ENCRYPTED))
+    conninfo = (
+        f"host={host} port={app['port']} user={app['username']} dbname={app['dbname']} "
+        "sslmode=verify-full sslrootcert=/tmp/ca.crt connect_timeout=5"
+    )
+    script = (
+        "set -e; read -r PGPASSWORD; read -r conninfo; export PGPASSWORD; cat > /tmp/ca.crt; "
+        'psql "$conninfo" -Atc ' + shlex.quote(SESSION_ENCRYPTED)
+    )
     stdin = "\n".join([app["password"], conninfo, app["ca.crt"]])
     return in_pod(kube, namespace, pod, script, stdin=stdin)
 
@@ -146,7 +151,8 @@ def test_a_pod_of_the_namespace_connects_with_psql_over_tls_but_not_to_patroni(g
     assert res.stdout.strip() == "t", f"the session is not encrypted: {res.stdout!r}"
     leader = primary(guarded)
     assert not tcp_connects(guarded, NS, INSIDER, pod_ip(guarded, leader), 8008), (
-        "Patroni's REST API is open to every pod of the namespace")
+        "Patroni's REST API is open to every pod of the namespace"
+    )
 
 
 def test_replication_and_failover_work_under_the_policy(guarded: Kube) -> None:
@@ -168,6 +174,7 @@ def test_the_operator_switches_over_through_patroni_under_the_policy(guarded: Ku
     old = primary(guarded)
     target = next(i["name"] for i in status(guarded, NS, NAME)["instances"] if i["name"] != old)
     guarded.kubectl("annotate", "pgc", NAME, "-n", NS, f"db.example.com/switchover-to={target}")
+
     def switched() -> bool:
         return bool(status(guarded, NS, NAME).get("currentPrimary") == target)
 

@@ -36,9 +36,16 @@ TTL, LOOP_WAIT, RETRY_TIMEOUT = 20, 5, 5  # the API's defaults, spelled out so t
 
 @pytest.fixture(scope="module")
 def cluster(operator: Kube) -> Iterator[Kube]:
-    yield from serving_cluster(operator, NS, NAME, {
-        "replicas": 3, "synchronous": {"number": 1, "dataDurability": "required"},
-        "patroni": {"ttl": TTL, "loopWait": LOOP_WAIT, "retryTimeout": RETRY_TIMEOUT}})
+    yield from serving_cluster(
+        operator,
+        NS,
+        NAME,
+        {
+            "replicas": 3,
+            "synchronous": {"number": 1, "dataDurability": "required"},
+            "patroni": {"ttl": TTL, "loopWait": LOOP_WAIT, "retryTimeout": RETRY_TIMEOUT},
+        },
+    )
 
 
 def annotations(kube: Kube, configmap: str) -> dict[str, str]:
@@ -49,19 +56,29 @@ def test_partitioned_primary_is_replaced_stops_taking_writes_and_rejoins(cluster
     st = wait_until("healthy", lambda: healthy(cluster, NS, NAME, 3), 300)
     old = st["currentPrimary"]
     # Quorum commit: every recorded voter is a candidate.
-    recorded = wait_until("a recorded synchronous standby",
-                          lambda: annotations(cluster, f"{NAME}-sync").get("sync_standby", ""), 120)
+    recorded = wait_until(
+        "a recorded synchronous standby",
+        lambda: annotations(cluster, f"{NAME}-sync").get("sync_standby", ""),
+        120,
+    )
     standbys = str(recorded).split(",")
     assert json.loads(annotations(cluster, f"{NAME}-config")["config"]).get("failsafe_mode") is True
     pod_ip = get_json(cluster, "pod", old, "-n", NS)["status"]["podIP"]
     app = secret(cluster, NS, f"{NAME}-app")
-    dsn = (f"host={pod_ip} port={app['port']} user={app['username']} password={app['password']} "
-           f"dbname={app['dbname']}")
+    dsn = (
+        f"host={pod_ip} port={app['port']} user={app['username']} password={app['password']} "
+        f"dbname={app['dbname']}"
+    )
     netns = pod_netns(cluster, NS, old)
     partition = Partition(netns)
-    figures: dict[str, object] = {"measure": "primary_partition", "ttl": TTL, "loop_wait": LOOP_WAIT,
-                                  "retry_timeout": RETRY_TIMEOUT, "old_primary": old,
-                                  "load_avg_1m": round(os.getloadavg()[0], 2)}
+    figures: dict[str, object] = {
+        "measure": "primary_partition",
+        "ttl": TTL,
+        "loop_wait": LOOP_WAIT,
+        "retry_timeout": RETRY_TIMEOUT,
+        "old_primary": old,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
     with Writer(cluster, NS, NAME, "partition_writes") as writer:
         writer.wait_for_writes(20, 60)
         cut = time.monotonic()
@@ -92,9 +109,12 @@ def test_partitioned_primary_is_replaced_stops_taking_writes_and_rejoins(cluster
             with pytest.raises(subprocess.CalledProcessError) as refused:
                 sql_in_netns(netns, dsn, "insert into partition_writes (id) values (-1) returning id")
             figures["old_primary_refused_write"] = refused.value.stderr.strip().splitlines()[-1][:160]
-            figures.update(promoted_after_s=round(promoted_after, 1),
-                           old_primary_stopped_writes_after_s=round(stopped_after, 1),
-                           old_primary_state=old_state, write_outage_s=round(writer.longest_outage, 2))
+            figures.update(
+                promoted_after_s=round(promoted_after, 1),
+                old_primary_stopped_writes_after_s=round(stopped_after, 1),
+                old_primary_state=old_state,
+                write_outage_s=round(writer.longest_outage, 2),
+            )
         finally:
             partition.heal()
         healed = time.monotonic()
@@ -102,8 +122,11 @@ def test_partitioned_primary_is_replaced_stops_taking_writes_and_rejoins(cluster
 
         def rejoined() -> bool:
             instances = {i["name"]: i for i in (healthy(cluster, NS, NAME, 3) or {}).get("instances", [])}
-            return bool(instances) and instances[old]["role"] == "replica" and (
-                instances[old].get("timeline") == instances[new].get("timeline"))
+            return (
+                bool(instances)
+                and instances[old]["role"] == "replica"
+                and (instances[old].get("timeline") == instances[new].get("timeline"))
+            )
 
         wait_until(f"{old} to rejoin as a replica on the new timeline", rejoined, 300, 1)
         figures["rejoined_after_heal_s"] = round(time.monotonic() - healed, 1)

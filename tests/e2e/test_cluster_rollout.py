@@ -42,9 +42,17 @@ def test_rolling_minor_upgrade_keeps_writes_and_ends_on_the_new_version(cluster:
 
         wait_until("every instance on 16.15 and healthy", upgraded, 900, 2)
         writer.wait_for_writes(20, 60)
-    print(json.dumps({"measure": "rolling_upgrade", "outages": len(writer.outages),
-                      "total_write_outage_s": round(sum(writer.outages), 2),
-                      "longest_write_outage_s": round(writer.longest_outage, 2)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "measure": "rolling_upgrade",
+                "outages": len(writer.outages),
+                "total_write_outage_s": round(sum(writer.outages), 2),
+                "longest_write_outage_s": round(writer.longest_outage, 2),
+            }
+        ),
+        flush=True,
+    )
     assert writer.missing() == []
     with connect_app(cluster, NS, NAME) as conn:
         assert str(conn.execute("show server_version").fetchone()[0]).startswith("16.15")
@@ -56,8 +64,12 @@ def test_scale_up_then_down_never_removes_the_primary(cluster: Kube) -> None:
     # Put the primary on the highest ordinal, so scaling down to 2 must move it first.
     request = f"db.example.com/switchover-to={NAME}-4"
     cluster.kubectl("annotate", "pgc", NAME, "-n", NS, request, "--overwrite")
-    wait_until("the primary on ordinal 4",
-               lambda: (healthy(cluster, NS, NAME, 5) or {}).get("currentPrimary") == f"{NAME}-4", 180, 1)
+    wait_until(
+        "the primary on ordinal 4",
+        lambda: (healthy(cluster, NS, NAME, 5) or {}).get("currentPrimary") == f"{NAME}-4",
+        180,
+        1,
+    )
     with Writer(cluster, NS, NAME, "scale_writes") as writer:
         writer.wait_for_writes(10, 60)
         cluster.kubectl("patch", "pgc", NAME, "-n", NS, "--type=merge", "-p", '{"spec": {"replicas": 2}}')

@@ -38,8 +38,14 @@ def on_each_pod(kube: Kube, query: str) -> dict[str, Any]:
     app = secret(kube, NS, f"{NAME}-app")
     values: dict[str, Any] = {}
     for pod in pods(kube):
-        with psycopg.connect(host=pod["status"]["podIP"], port=int(app["port"]), user=app["username"],
-                             password=app["password"], dbname=app["dbname"], connect_timeout=3) as conn:
+        with psycopg.connect(
+            host=pod["status"]["podIP"],
+            port=int(app["port"]),
+            user=app["username"],
+            password=app["password"],
+            dbname=app["dbname"],
+            connect_timeout=3,
+        ) as conn:
             row = conn.execute(query).fetchone()
             values[pod["metadata"]["name"]] = row[0] if row else None
     return values
@@ -81,12 +87,17 @@ def test_a_reloadable_parameter_reaches_every_instance_without_a_restart(cluster
     assert start_times(cluster) == before, "a reload-only parameter restarted an instance"
     assert pending(cluster) == []
     # Told once pg_settings on the primary shows it (read back after Patroni's reload).
-    wait_until("ConfigurationUpdated naming work_mem",
-               lambda: any("work_mem" in m for m in events(cluster, "ConfigurationUpdated")), 60, 1)
+    wait_until(
+        "ConfigurationUpdated naming work_mem",
+        lambda: any("work_mem" in m for m in events(cluster, "ConfigurationUpdated")),
+        60,
+        1,
+    )
 
 
 def test_a_parameter_that_needs_a_restart_rolls_replicas_first_then_the_primary_in_place(
-        cluster: Kube) -> None:
+    cluster: Kube,
+) -> None:
     st = wait_until("healthy", lambda: healthy(cluster, NS, NAME, 3), 300, 2)
     primary = st["currentPrimary"]
     before = start_times(cluster)
@@ -103,23 +114,38 @@ def test_a_parameter_that_needs_a_restart_rolls_replicas_first_then_the_primary_
         took = time.monotonic() - changed_at
         st = wait_until("healthy again", lambda: healthy(cluster, NS, NAME, 3), 300, 2)
         writer.wait_for_writes(20, 60)
-    print(json.dumps({"measure": "restart_for_parameter", "seconds_to_apply": round(took, 1),
-                      "write_outage_s": round(writer.longest_outage, 2), "outages": len(writer.outages),
-                      "acknowledged": len(writer.acked)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "measure": "restart_for_parameter",
+                "seconds_to_apply": round(took, 1),
+                "write_outage_s": round(writer.longest_outage, 2),
+                "outages": len(writer.outages),
+                "acknowledged": len(writer.acked),
+            }
+        ),
+        flush=True,
+    )
     assert writer.missing() == []
     assert st["currentPrimary"] == primary, "a parameter restart moved the primary"
     after = start_times(cluster)
     assert all(after[name] > before[name] for name in before), "an instance was not restarted"
     replicas = [name for name in after if name != primary]
     assert all(after[r] < after[primary] for r in replicas), f"primary restarted before a replica: {after}"
-    restarted = {name for m in events(cluster, "Restarted") if "shared_buffers" in m
-                 for name in after if name in m.split()}
+    restarted = {
+        name
+        for m in events(cluster, "Restarted")
+        if "shared_buffers" in m
+        for name in after
+        if name in m.split()
+    }
     assert restarted == set(after), f"Restarted Events name {restarted}, not every instance"
     assert everywhere(cluster, "show work_mem", "8MB")
 
 
 def test_removed_parameters_return_to_their_defaults_and_sync_replication_can_be_turned_off(
-        cluster: Kube) -> None:
+    cluster: Kube,
+) -> None:
     wait_until("healthy", lambda: healthy(cluster, NS, NAME, 3), 300, 2)
     app = secret(cluster, NS, f"{NAME}-app")
 
@@ -128,24 +154,48 @@ def test_removed_parameters_return_to_their_defaults_and_sync_replication_can_be
 
     def sync_names() -> str:
         pod = get_json(cluster, "pod", primary(), "-n", NS)
-        with psycopg.connect(host=pod["status"]["podIP"], port=int(app["port"]), user=app["username"],
-                             password=app["password"], dbname=app["dbname"], connect_timeout=3) as conn:
+        with psycopg.connect(
+            host=pod["status"]["podIP"],
+            port=int(app["port"]),
+            user=app["username"],
+            password=app["password"],
+            dbname=app["dbname"],
+            connect_timeout=3,
+        ) as conn:
             row = conn.execute("show synchronous_standby_names").fetchone()
         return str(row[0]) if row else ""
 
     wait_until("a synchronous standby named", lambda: sync_names() != "", 120, 1)
-    cluster.kubectl("patch", "pgc", NAME, "-n", NS, "--type=merge", "-p", json.dumps(
-        {"spec": {"postgresql": {"parameters": {"work_mem": None, "shared_buffers": None}},
-                  "synchronous": {"number": 0}}}))
+    cluster.kubectl(
+        "patch",
+        "pgc",
+        NAME,
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        json.dumps(
+            {
+                "spec": {
+                    "postgresql": {"parameters": {"work_mem": None, "shared_buffers": None}},
+                    "synchronous": {"number": 0},
+                }
+            }
+        ),
+    )
 
     def defaults() -> bool:
-        return (everywhere(cluster, "show work_mem", "4MB")
-                and everywhere(cluster, "show shared_buffers", "128MB") and not pending(cluster))
+        return (
+            everywhere(cluster, "show work_mem", "4MB")
+            and everywhere(cluster, "show shared_buffers", "128MB")
+            and not pending(cluster)
+        )
 
     wait_until("work_mem and shared_buffers back to their defaults", defaults, 600, 2)
     wait_until("no synchronous standby named", lambda: sync_names() == "", 120, 1)
-    config = json.loads(get_json(cluster, "configmap", f"{NAME}-config", "-n", NS)["metadata"]["annotations"]
-                        ["config"])
+    config = json.loads(
+        get_json(cluster, "configmap", f"{NAME}-config", "-n", NS)["metadata"]["annotations"]["config"]
+    )
     assert config["synchronous_mode"] is False
     assert "work_mem" not in config["postgresql"]["parameters"]
 
@@ -170,8 +220,14 @@ def write_on_primary(kube: Kube, value: str) -> None:
     app = secret(kube, NS, f"{NAME}-app")
     primary = str(get_json(kube, "pgc", NAME, "-n", NS)["status"]["currentPrimary"])
     pod = get_json(kube, "pod", primary, "-n", NS)
-    with psycopg.connect(host=pod["status"]["podIP"], port=int(app["port"]), user=app["username"],
-                         password=app["password"], dbname=app["dbname"], connect_timeout=3) as conn:
+    with psycopg.connect(
+        host=pod["status"]["podIP"],
+        port=int(app["port"]),
+        user=app["username"],
+        password=app["password"],
+        dbname=app["dbname"],
+        connect_timeout=3,
+    ) as conn:
         conn.execute("create table if not exists settings_probe (v text)")
         conn.execute("insert into settings_probe values (%s)", (value,))
         row = conn.execute("select count(*) from settings_probe where v = %s", (value,)).fetchone()
@@ -179,7 +235,8 @@ def write_on_primary(kube: Kube, value: str) -> None:
 
 
 def test_a_value_postgresql_refuses_is_reported_never_sent_and_the_rest_of_the_edit_applies(
-        cluster: Kube) -> None:
+    cluster: Kube,
+) -> None:
     wait_until("healthy", lambda: healthy(cluster, NS, NAME, 3), 300, 2)
     work_mem = on_each_pod(cluster, "show work_mem")
     assert len(set(work_mem.values())) == 1
@@ -190,27 +247,47 @@ def test_a_value_postgresql_refuses_is_reported_never_sent_and_the_rest_of_the_e
 
     said = 'invalid value for parameter "work_mem": "lots"'
     misspelled = 'unrecognized configuration parameter "work_mme"'
-    cond = wait_until("Degraded ParameterRefused", lambda: (
-        d if (d := degraded(cluster)).get("reason") == "ParameterRefused" and d.get("status") == "True"
-        else None), 120, 1)
+    cond = wait_until(
+        "Degraded ParameterRefused",
+        lambda: (
+            d
+            if (d := degraded(cluster)).get("reason") == "ParameterRefused" and d.get("status") == "True"
+            else None
+        ),
+        120,
+        1,
+    )
     assert said in cond["message"] and misspelled in cond["message"], cond
-    warnings = wait_until("a ParameterRefused Warning", lambda: new_events(cluster, seen, "ParameterRefused"),
-                          60, 1)
+    warnings = wait_until(
+        "a ParameterRefused Warning", lambda: new_events(cluster, seen, "ParameterRefused"), 60, 1
+    )
     assert all(e["type"] == "Warning" for e in warnings)
     assert any(said in e["message"] and misspelled in e["message"] for e in warnings), warnings
     # The valid half of the same edit is applied everywhere; the refused value reaches no instance.
-    wait_until("maintenance_work_mem 96MB everywhere",
-               lambda: everywhere(cluster, "show maintenance_work_mem", "96MB"), 120, 1)
+    wait_until(
+        "maintenance_work_mem 96MB everywhere",
+        lambda: everywhere(cluster, "show maintenance_work_mem", "96MB"),
+        120,
+        1,
+    )
     assert on_each_pod(cluster, "show work_mem") == work_mem
-    config = json.loads(get_json(cluster, "configmap", f"{NAME}-config", "-n", NS)["metadata"]["annotations"]
-                        ["config"])
+    config = json.loads(
+        get_json(cluster, "configmap", f"{NAME}-config", "-n", NS)["metadata"]["annotations"]["config"]
+    )
     assert config["postgresql"]["parameters"].get("work_mem") != "lots"
     assert "work_mme" not in config["postgresql"]["parameters"]
     assert config["postgresql"]["parameters"]["maintenance_work_mem"] == "96MB"
     # ConfigurationUpdated names what PostgreSQL shows, and never the refused parameter.
-    updated = wait_until("ConfigurationUpdated for maintenance_work_mem", lambda: [
-        e for e in new_events(cluster, seen, "ConfigurationUpdated")
-        if "maintenance_work_mem" in e["message"]], 60, 1)
+    updated = wait_until(
+        "ConfigurationUpdated for maintenance_work_mem",
+        lambda: [
+            e
+            for e in new_events(cluster, seen, "ConfigurationUpdated")
+            if "maintenance_work_mem" in e["message"]
+        ],
+        60,
+        1,
+    )
     assert all("work_m" not in e["message"].replace("maintenance_work_mem", "") for e in updated), updated
     assert all("applied on primary" in e["message"] for e in updated), updated
     # Still serving: the primary acknowledges writes, every instance ready.
@@ -219,12 +296,17 @@ def test_a_value_postgresql_refuses_is_reported_never_sent_and_the_rest_of_the_e
 
     set_parameters(cluster, {"work_mem": None, "work_mme": None, "maintenance_work_mem": None})
     wait_until("no longer Degraded", lambda: degraded(cluster).get("status") == "False", 120, 1)
-    wait_until("maintenance_work_mem back to 64MB",
-               lambda: everywhere(cluster, "show maintenance_work_mem", "64MB"), 120, 1)
+    wait_until(
+        "maintenance_work_mem back to 64MB",
+        lambda: everywhere(cluster, "show maintenance_work_mem", "64MB"),
+        120,
+        1,
+    )
 
 
 def test_a_value_an_instance_cannot_start_with_halts_the_restart_at_one_replica_and_reverting_heals(
-        cluster: Kube) -> None:
+    cluster: Kube,
+) -> None:
     st = wait_until("healthy", lambda: healthy(cluster, NS, NAME, 3), 300, 2)
     primary = st["currentPrimary"]
     before = on_each_pod(cluster, "show max_connections")
@@ -232,17 +314,28 @@ def test_a_value_an_instance_cannot_start_with_halts_the_restart_at_one_replica_
     starts = start_times(cluster)
     set_parameters(cluster, {"max_connections": "200000"})
 
-    cond = wait_until("Degraded RolloutHalted", lambda: (
-        d if (d := degraded(cluster)).get("reason") == "RolloutHalted" and d.get("status") == "True"
-        else None), 600, 2)
+    cond = wait_until(
+        "Degraded RolloutHalted",
+        lambda: (
+            d
+            if (d := degraded(cluster)).get("reason") == "RolloutHalted" and d.get("status") == "True"
+            else None
+        ),
+        600,
+        2,
+    )
     message = cond["message"]
     halted_at = message.split()[0]
     print(json.dumps({"measure": "restart_halt", "message": message}), flush=True)
     assert halted_at != primary and halted_at.startswith(f"{NAME}-"), message
     assert "max_connections" in message and f"stopped at {halted_at}" in message, message
     assert f"primary {primary} keeps serving" in message, message
-    halts = wait_until("a RolloutHalted Warning", lambda: [
-        e for e in new_events(cluster, set(), "RolloutHalted") if e["message"] == message], 30, 1)
+    halts = wait_until(
+        "a RolloutHalted Warning",
+        lambda: [e for e in new_events(cluster, set(), "RolloutHalted") if e["message"] == message],
+        30,
+        1,
+    )
     assert all(e["type"] == "Warning" for e in halts), halts
     # One replica down, nothing else restarted, the primary where it was and writable.
     st = get_json(cluster, "pgc", NAME, "-n", NS)["status"]
@@ -254,10 +347,17 @@ def test_a_value_an_instance_cannot_start_with_halts_the_restart_at_one_replica_
     app = secret(cluster, NS, f"{NAME}-app")
     for name, started in others.items():
         pod = get_json(cluster, "pod", name, "-n", NS)
-        with psycopg.connect(host=pod["status"]["podIP"], port=int(app["port"]), user=app["username"],
-                             password=app["password"], dbname=app["dbname"], connect_timeout=3) as conn:
+        with psycopg.connect(
+            host=pod["status"]["podIP"],
+            port=int(app["port"]),
+            user=app["username"],
+            password=app["password"],
+            dbname=app["dbname"],
+            connect_timeout=3,
+        ) as conn:
             row = conn.execute(
-                "select pg_postmaster_start_time(), current_setting('max_connections')").fetchone()
+                "select pg_postmaster_start_time(), current_setting('max_connections')"
+            ).fetchone()
         assert row is not None and row[0] == started and row[1] == before[name], (name, row)
 
     reverted_at = time.monotonic()

@@ -40,13 +40,20 @@ def db(operator: Kube, day2: Day2) -> str:
     return day2.name
 
 
-def pgc(kube: Kube, *args: str, input: str | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def pgc(
+    kube: Kube, *args: str, input: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """The plugin as kubectl runs it: its own process, kubectl on PATH, flags passed through."""
     env = {**os.environ, "PATH": f"{kube.ctx.bin}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("KUBECONFIG", None)
-    return subprocess.run([str(BIN / "kubectl-pgc"), "--kubeconfig", kube.kubeconfig, *args], input=input,
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [str(BIN / "kubectl-pgc"), "--kubeconfig", kube.kubeconfig, *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def sql(kube: Kube, ns: str, *args: str, query: str) -> str:
@@ -108,8 +115,18 @@ def test_logs_of_every_instance_merged_by_time(operator: Kube, ns: str, db: str)
 
 def test_logs_follow_streams_every_instance(operator: Kube, ns: str, db: str) -> None:
     env = {**os.environ, "PATH": f"{operator.ctx.bin}{os.pathsep}{os.environ.get('PATH', '')}"}
-    argv = [str(BIN / "kubectl-pgc"), "--kubeconfig", operator.kubeconfig, "-n", ns, "logs", db, "-f",
-            "--tail", "1"]
+    argv = [
+        str(BIN / "kubectl-pgc"),
+        "--kubeconfig",
+        operator.kubeconfig,
+        "-n",
+        ns,
+        "logs",
+        db,
+        "-f",
+        "--tail",
+        "1",
+    ]
     seen: set[str] = set()
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as follow:
         try:
@@ -133,8 +150,9 @@ def test_reload_every_instance(operator: Kube, ns: str, db: str) -> None:
 
 def test_backup_is_created_and_waited_for(operator: Kube, ns: str, db: str) -> None:
     wait_condition(operator, ns, db, "ContinuousArchiving", "True", "Archiving", 240)
-    res = pgc(operator, "-n", ns, "backup", db, "--name", "pgc-now", "--wait", "--timeout", "10m",
-              timeout=660)
+    res = pgc(
+        operator, "-n", ns, "backup", db, "--name", "pgc-now", "--wait", "--timeout", "10m", timeout=660
+    )
     assert res.returncode == 0, (res.stdout, res.stderr)
     done = get_json(operator, "backups.db.example.com", "pgc-now", "-n", ns)
     assert done["spec"]["cluster"] == db and done["status"]["phase"] == "Completed", done["status"]
@@ -144,8 +162,9 @@ def test_switchover_to_a_named_replica(operator: Kube, ns: str, db: str) -> None
     before = status(operator, ns, db)["currentPrimary"]
     target = next(i["name"] for i in status(operator, ns, db)["instances"] if i["name"] != before)
     started = time.monotonic()
-    res = pgc(operator, "-n", ns, "switchover", db, "--to", target, "--wait", "--timeout", "180s",
-              timeout=240)
+    res = pgc(
+        operator, "-n", ns, "switchover", db, "--to", target, "--wait", "--timeout", "180s", timeout=240
+    )
     assert res.returncode == 0, (res.stdout, res.stderr)
     print(f"switchover answered in {time.monotonic() - started:.1f}s")
     assert status(operator, ns, db)["currentPrimary"] == target
@@ -163,9 +182,12 @@ def test_rolling_restart_restarts_every_instance(operator: Kube, ns: str, db: st
     res = pgc(operator, "-n", ns, "restart", db, "--wait", "--timeout", "10m", timeout=660)
     assert res.returncode == 0, (res.stdout, res.stderr)
     print(f"rolling restart of 2 instances answered in {time.monotonic() - started:.1f}s")
-    after = wait_until("both instances to answer again",
-                       lambda: {pod: sql(operator, ns, "--instance", pod, query=query) for pod in pods},
-                       120, 2)
+    after = wait_until(
+        "both instances to answer again",
+        lambda: {pod: sql(operator, ns, "--instance", pod, query=query) for pod in pods},
+        120,
+        2,
+    )
     assert all(after[pod] != before[pod] for pod in pods), (before, after)
     annotations = get_json(operator, "pgc", db, "-n", ns)["metadata"].get("annotations") or {}
     assert "db.example.com/restart-requested" not in annotations
@@ -175,8 +197,18 @@ def test_first_contact_without_the_lease_namespace_stops_with_what_to_do(operato
     missing = f"pgc-missing-{uuid.uuid4().hex[:6]}"
     env = {**os.environ, "KUBECONFIG": operator.kubeconfig}
     started = time.monotonic()
-    argv = [str(BIN / "pg-operator"), "run", "--lease-namespace", missing, "--identity", "pgc-e2e",
-            "--health-port", str(free_port()), "--metrics-port", str(free_port())]
+    argv = [
+        str(BIN / "pg-operator"),
+        "run",
+        "--lease-namespace",
+        missing,
+        "--identity",
+        "pgc-e2e",
+        "--health-port",
+        str(free_port()),
+        "--metrics-port",
+        str(free_port()),
+    ]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
     assert res.returncode == 2, res
     assert time.monotonic() - started < 30

@@ -35,22 +35,35 @@ GREETER = (
     "socketserver.TCPServer(('0.0.0.0', 8080), H).serve_forever()\n"
 )
 RESTRICTED = {  # what the operator's pods use (docs/contracts.md)
-    "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 
 
 def pod(name: str, ns: str, command: list[str], **extra: Any) -> dict[str, Any]:
-    container = {"name": "main", "image": BASE_IMAGE, "imagePullPolicy": "Never", "command": command,
-                 "securityContext": RESTRICTED, **extra.pop("container", {})}
+    container = {
+        "name": "main",
+        "image": BASE_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": command,
+        "securityContext": RESTRICTED,
+        **extra.pop("container", {}),
+    }
     return {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
         "spec": {
             # OnRootMismatch as the operator's StatefulSet has it: with the default (Always) the kubelet
             # re-chmods PGDATA to 2770 on every mount, and PostgreSQL refuses a group-writable PGDATA.
-            "securityContext": {"runAsNonRoot": True, "runAsUser": 999, "runAsGroup": 999, "fsGroup": 999,
-                                "fsGroupChangePolicy": "OnRootMismatch"},
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 999,
+                "runAsGroup": 999,
+                "fsGroup": 999,
+                "fsGroupChangePolicy": "OnRootMismatch",
+            },
             "terminationGracePeriodSeconds": 2,
             "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
             "containers": [container],
@@ -69,8 +82,16 @@ def get(kube: Kube, kind: str, name: str, ns: str) -> dict[str, Any]:
 
 
 def wait_ready(kube: Kube, name: str, ns: str, timeout: int = 90) -> dict[str, Any]:
-    res = kube.kubectl("-n", ns, "wait", "--for=condition=Ready", f"pod/{name}", f"--timeout={timeout}s",
-                       check=False, timeout=timeout + 10)
+    res = kube.kubectl(
+        "-n",
+        ns,
+        "wait",
+        "--for=condition=Ready",
+        f"pod/{name}",
+        f"--timeout={timeout}s",
+        check=False,
+        timeout=timeout + 10,
+    )
     if res.returncode != 0:
         describe = kube.kubectl("-n", ns, "describe", "pod", name, check=False).stdout
         raise AssertionError(f"pod {ns}/{name} not Ready: {res.stderr}\n{describe[-3000:]}")
@@ -111,7 +132,9 @@ def test_node_is_ready_with_the_real_kubelet(full_kube: Kube) -> None:
 
 def test_pod_serves_tcp_on_its_ip_and_through_a_cluster_ip_service(full_kube: Kube, ns: str) -> None:
     service = {
-        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "greeter", "namespace": ns},
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "greeter", "namespace": ns},
         "spec": {"selector": {"app": "greeter"}, "ports": [{"port": 80, "targetPort": 8080}]},
     }
     apply(full_kube, pod("greeter", ns, ["python3", "-c", GREETER]), service)
@@ -173,14 +196,18 @@ def test_exited_container_is_restarted_by_the_kubelet(full_kube: Kube, ns: str) 
 
 def test_volume_keeps_data_of_a_non_root_pod_across_pod_recreation(full_kube: Kube, ns: str) -> None:
     claim = {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": ns},
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": ns},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
     }
     mounts = {"volumeMounts": [{"name": "data", "mountPath": "/var/lib/postgresql/data"}]}
     volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
     # What PostgreSQL does with its PGDATA: a 0700 subdirectory owned by the (non-root) server user.
-    write = ("mkdir -m 0700 /var/lib/postgresql/data/pgdata && "
-             "echo written-by-$(id -u) > /var/lib/postgresql/data/pgdata/marker && exec sleep 600")
+    write = (
+        "mkdir -m 0700 /var/lib/postgresql/data/pgdata && "
+        "echo written-by-$(id -u) > /var/lib/postgresql/data/pgdata/marker && exec sleep 600"
+    )
     apply(full_kube, claim, pod("writer", ns, ["sh", "-c", write], container=mounts, volumes=volumes))
     wait_ready(full_kube, "writer", ns)
     assert get(full_kube, "pvc", "data", ns)["status"]["phase"] == "Bound"
@@ -188,8 +215,10 @@ def test_volume_keeps_data_of_a_non_root_pod_across_pod_recreation(full_kube: Ku
     full_kube.kubectl("-n", ns, "delete", "pod", "writer", "--wait=true", timeout=90)
 
     read = "stat -c '%u:%g %a' /var/lib/postgresql/data/pgdata && cat /var/lib/postgresql/data/pgdata/marker"
-    apply(full_kube, pod("reader", ns, ["sh", "-c", read + " && exec sleep 600"], container=mounts,
-                         volumes=volumes))
+    apply(
+        full_kube,
+        pod("reader", ns, ["sh", "-c", read + " && exec sleep 600"], container=mounts, volumes=volumes),
+    )
     wait_ready(full_kube, "reader", ns)
     assert get(full_kube, "pvc", "data", ns)["spec"]["volumeName"] == pv_name
     logs = full_kube.kubectl("-n", ns, "logs", "reader").stdout.splitlines()
@@ -204,8 +233,9 @@ def test_volume_keeps_data_of_a_non_root_pod_across_pod_recreation(full_kube: Ku
 def test_full_down_leaves_nothing_behind(full_kube: Kube, cluster_manager: ClusterManager) -> None:
     ctx = full_kube.ctx
     assert leftovers(ctx), "the full profile should have a node running before down"
-    res = subprocess.run([sys.executable, str(LOCALKUBE / "cluster.py"), "down"],
-                         capture_output=True, text=True, timeout=240)
+    res = subprocess.run(
+        [sys.executable, str(LOCALKUBE / "cluster.py"), "down"], capture_output=True, text=True, timeout=240
+    )
     cluster_manager.forget()
     assert res.returncode == 0, res.stdout + res.stderr
     assert leftovers(ctx) == []

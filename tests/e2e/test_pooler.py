@@ -71,12 +71,21 @@ def pooled(example: Kube) -> Iterator[Kube]:
     finally:
         patch(example, {"spec": {"pooler": None, "roles": None}})
         wait_until("the pooler's pods gone", lambda: not pooler_pods(example), 120, 1)
-        wait_until(f"Secret {ROLE_SECRET} gone", lambda: example.kubectl(
-            "-n", NS, "get", "secret", ROLE_SECRET, check=False).returncode != 0, 120, 1)
+        wait_until(
+            f"Secret {ROLE_SECRET} gone",
+            lambda: example.kubectl("-n", NS, "get", "secret", ROLE_SECRET, check=False).returncode != 0,
+            120,
+            1,
+        )
         patch(example, {"spec": {"removalPolicy": None}})
         wait_serving(example, NS, NAME, 3, 300)
-        wait_until("the pooler's keys gone from the app Secret", lambda: not any(
-            k.startswith("pgbouncer") for k in secret(example, NS, f"{NAME}-app")), 60, 1)
+        wait_until(
+            "the pooler's keys gone from the app Secret",
+            lambda: not any(k.startswith("pgbouncer") for k in secret(example, NS, f"{NAME}-app")),
+            60,
+            1,
+        )
+
         # Nothing of the pooler outlives it in the database: no role to log in as, no lookup left in
         # template1 for the next database to inherit.
         def left_behind() -> str:
@@ -110,8 +119,10 @@ def test_applications_connect_through_the_pooler_with_the_secrets_uris(pooled: K
     assert app["pgbouncer-jdbc-uri"].startswith(f"jdbc:postgresql://{NAME}-pooler-rw.{NS}.svc:5432/")
     assert "sslmode=verify-full" in app["pgbouncer-jdbc-uri"]
     with connect_from_secret(pooled, f"{NAME}-app") as conn:
-        row = conn.execute("select current_user, pg_is_in_recovery(), "
-                           "(select ssl from pg_stat_ssl where pid = pg_backend_pid())").fetchone()
+        row = conn.execute(
+            "select current_user, pg_is_in_recovery(), "
+            "(select ssl from pg_stat_ssl where pid = pg_backend_pid())"
+        ).fetchone()
         assert row == (app["username"], False, True)  # the primary, and TLS on the pooler's server side too
     role_secret = ROLE_SECRET
     wait_until(f"{role_secret} with the pooler's keys",
@@ -131,9 +142,11 @@ def test_no_transaction_through_the_pooler_fails_across_a_requested_switchover(p
     old = status(pooled, NS, NAME)["currentPrimary"]
     pooler = endpoint(pooled, NS, NAME, f"{NAME}-pooler-rw")
     direct = endpoint(pooled, NS, NAME, f"{NAME}-rw")
-    writers = {"pooler_new_connection": TxWriter(pooler, "pooler_so_a", persistent=False),
-               "pooler_persistent": TxWriter(pooler, "pooler_so_b", persistent=True),
-               "direct_new_connection": TxWriter(direct, "pooler_so_c", persistent=False)}
+    writers = {
+        "pooler_new_connection": TxWriter(pooler, "pooler_so_a", persistent=False),
+        "pooler_persistent": TxWriter(pooler, "pooler_so_b", persistent=True),
+        "direct_new_connection": TxWriter(direct, "pooler_so_c", persistent=False),
+    }
     for w in writers.values():
         w.start()
     try:
@@ -210,6 +223,10 @@ def test_metrics_of_the_pooler_pods_and_the_operator(pooled: Kube) -> None:
     operator_pods = get_json(pooled, "pods", "-n", "pg-operator-system",
                              "-l", "app.kubernetes.io/name=pg-operator")["items"]  # fmt: skip
     texts = [scrape(p["status"]["podIP"], 8081) for p in operator_pods if p["status"].get("podIP")]
-    pauses = [line for t in texts for line in t.splitlines()
-              if line.startswith("pg_operator_pooler_pauses_total{") and f'cluster="{NAME}"' in line]
+    pauses = [
+        line
+        for t in texts
+        for line in t.splitlines()
+        if line.startswith("pg_operator_pooler_pauses_total{") and f'cluster="{NAME}"' in line
+    ]
     assert pauses and max(float(line.rsplit(" ", 1)[1]) for line in pauses) >= 1, pauses

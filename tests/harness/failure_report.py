@@ -43,8 +43,11 @@ def pods(kube: Kube) -> list[str]:
         meta, st = pod["metadata"], pod.get("status") or {}
         states = [(c["name"], c.get("ready"), c.get("restartCount"), next(iter(c.get("state") or {}), "?"))
                   for c in st.get("containerStatuses") or []]  # fmt: skip
-        if st.get("phase") == "Running" and all(ready for _, ready, _, _ in states) and not meta.get(
-                "deletionTimestamp"):
+        if (
+            st.get("phase") == "Running"
+            and all(ready for _, ready, _, _ in states)
+            and not meta.get("deletionTimestamp")
+        ):
             continue
         lines.append(f"pod {meta['namespace']}/{meta['name']}: {st.get('phase')} "
                      f"deleting={bool(meta.get('deletionTimestamp'))} {states}")  # fmt: skip
@@ -76,7 +79,7 @@ def instance_logs(kube: Kube) -> list[str]:
         restarted = any(c.get("restartCount") for c in statuses)
         if all(c.get("ready") for c in statuses) and statuses and not restarted:
             continue
-        for previous in ((True, False) if restarted else (False,)):
+        for previous in (True, False) if restarted else (False,):
             args = ["logs", meta["name"], "-n", meta["namespace"], "-c", "postgres", f"--tail={POD_LINES}"]
             res = kube.kubectl(*args, *(["--previous"] if previous else []), check=False, timeout=30)
             tag = f"{meta['namespace']}/{meta['name']}{' (previous)' if previous else ''}"

@@ -180,9 +180,14 @@ def write_tls(tls_dir: Path, ca: KeyPair, server: KeyPair, replication: KeyPair,
               replication_ca: KeyPair) -> None:  # fmt: skip
     """What Secret <cluster>-server-tls holds, as the pod's mount (PGOP_TLS_DIR) shows it."""
     tls_dir.mkdir(parents=True, exist_ok=True)
-    files = {"tls.crt": server.cert_pem, "tls.key": server.key_pem, "ca.crt": ca.cert_pem,
-             "replication.crt": replication.cert_pem, "replication.key": replication.key_pem,
-             "replication-ca.crt": replication_ca.cert_pem}
+    files = {
+        "tls.crt": server.cert_pem,
+        "tls.key": server.key_pem,
+        "ca.crt": ca.cert_pem,
+        "replication.crt": replication.cert_pem,
+        "replication.key": replication.key_pem,
+        "replication-ca.crt": replication_ca.cert_pem,
+    }
     for name, content in files.items():
         (tls_dir / name).write_bytes(content)
 

@@ -36,12 +36,19 @@ def service_ip(kube: Kube, namespace: str, name: str) -> str:
     return str(get_json(kube, "service", name, "-n", namespace)["spec"]["clusterIP"])
 
 
-def connect_app(kube: Kube, namespace: str, cluster: str, service_suffix: str = "rw",
-                timeout: int = 3) -> psycopg.Connection[Any]:
+def connect_app(
+    kube: Kube, namespace: str, cluster: str, service_suffix: str = "rw", timeout: int = 3
+) -> psycopg.Connection[Any]:
     app = secret(kube, namespace, f"{cluster}-app")
-    return psycopg.connect(host=service_ip(kube, namespace, f"{cluster}-{service_suffix}"),
-                           port=int(app["port"]), user=app["username"], password=app["password"],
-                           dbname=app["dbname"], connect_timeout=timeout, autocommit=True)
+    return psycopg.connect(
+        host=service_ip(kube, namespace, f"{cluster}-{service_suffix}"),
+        port=int(app["port"]),
+        user=app["username"],
+        password=app["password"],
+        dbname=app["dbname"],
+        connect_timeout=timeout,
+        autocommit=True,
+    )
 
 
 def status(kube: Kube, namespace: str, cluster: str) -> dict[str, Any]:
@@ -78,8 +85,12 @@ def healthy(kube: Kube, namespace: str, cluster: str, replicas: int) -> dict[str
     st = status(kube, namespace, cluster)
     instances = st.get("instances") or []
     roles = sorted(i.get("role") for i in instances)
-    ok = (len(instances) == replicas and all(i.get("ready") for i in instances)
-          and roles == ["primary"] + ["replica"] * (replicas - 1) and st.get("currentPrimary"))
+    ok = (
+        len(instances) == replicas
+        and all(i.get("ready") for i in instances)
+        and roles == ["primary"] + ["replica"] * (replicas - 1)
+        and st.get("currentPrimary")
+    )
     if ok:
         return st
     refused = unschedulable(kube, namespace, cluster)
@@ -94,8 +105,9 @@ def wait_serving(kube: Kube, namespace: str, cluster: str, replicas: int, timeou
     Ready is the operator's word; the Service's endpoints and kube-proxy's rules follow moments later,
     and a client connecting in between is refused.
     """
-    st: dict[str, Any] = wait_until(f"{cluster} to be healthy",
-                                    lambda: healthy(kube, namespace, cluster, replicas), timeout, 2)
+    st: dict[str, Any] = wait_until(
+        f"{cluster} to be healthy", lambda: healthy(kube, namespace, cluster, replicas), timeout, 2
+    )
 
     def routes() -> bool:
         connect_app(kube, namespace, cluster).close()
@@ -133,8 +145,12 @@ def container_pid(kube: Kube, namespace: str, pod: str, container: str = "postgr
     pod_obj = get_json(kube, "pod", pod, "-n", namespace)
     cid = next(c["containerID"] for c in pod_obj["status"]["containerStatuses"] if c["name"] == container)
     cid = cid.split("://", 1)[1]
-    res = subprocess.run(["ctr", "--address", node.containerd_address(kube.ctx), "-n", "k8s.io",
-                          "tasks", "ls"], capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        ["ctr", "--address", node.containerd_address(kube.ctx), "-n", "k8s.io", "tasks", "ls"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     pids = [line.split()[1] for line in res.stdout.splitlines()[1:] if line.split()[0] == cid]
     assert pids, f"no running task for container {cid} of {pod}"
     return int(pids[0])
@@ -156,8 +172,14 @@ def pod_netns(kube: Kube, namespace: str, pod: str) -> str:
 
 
 def _in_netns(netns: str, *cmd: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["nsenter", f"--net={netns}", *cmd], capture_output=True, text=True, check=True,
-                          timeout=60, input=input)
+    return subprocess.run(
+        ["nsenter", f"--net={netns}", *cmd],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        input=input,
+    )
 
 
 class Partition:
@@ -216,11 +238,13 @@ def sql_in_netns(netns: str, dsn: str, query: str) -> str:
     """Run one statement from inside a network namespace (a partitioned pod's own view); returns the
     first column of the first row, or raises CalledProcessError with the client's error. The DSN (it
     holds a password) goes through stdin, never the command line."""
-    code = ("import sys, psycopg\n"
-            "with psycopg.connect(sys.stdin.read(), connect_timeout=3, autocommit=True) as c:\n"
-            "    c.execute(\"set statement_timeout = '3s'\")\n"
-            "    row = c.execute(sys.argv[1]).fetchone()\n"
-            "    print(row[0] if row else '')\n")
+    code = (
+        "import sys, psycopg\n"
+        "with psycopg.connect(sys.stdin.read(), connect_timeout=3, autocommit=True) as c:\n"
+        "    c.execute(\"set statement_timeout = '3s'\")\n"
+        "    row = c.execute(sys.argv[1]).fetchone()\n"
+        "    print(row[0] if row else '')\n"
+    )
     return _in_netns(netns, sys.executable, "-c", code, query, input=dsn).stdout.strip()
 
 
@@ -239,8 +263,15 @@ class Writer:
     OUTAGE_GAP_S = 1.0  # a normal attempt takes well under this, even on the loaded 2-CPU node
 
     def __init__(
-        self, kube: Kube, namespace: str, cluster: str, table: str, *, persistent: bool = False,
-        verify: bool = False, app_uri: bool = False,
+        self,
+        kube: Kube,
+        namespace: str,
+        cluster: str,
+        table: str,
+        *,
+        persistent: bool = False,
+        verify: bool = False,
+        app_uri: bool = False,
     ) -> None:
         self.kube, self.namespace, self.cluster, self.table = kube, namespace, cluster, table
         self.persistent = persistent
@@ -281,17 +312,25 @@ class Writer:
     def _connect(self) -> psycopg.Connection[Any]:
         a = self._app
         if self.app_uri:
-            return psycopg.connect(a["uri"], hostaddr=self._host, sslrootcert=str(self._ca_file),
-                                   autocommit=True)
+            return psycopg.connect(
+                a["uri"], hostaddr=self._host, sslrootcert=str(self._ca_file), autocommit=True
+            )
         tls: dict[str, Any] = {}
         if self.verify:
             tls = {"host": f"{self.cluster}-rw", "hostaddr": self._host, "sslmode": "verify-full",
                    "sslrootcert": str(self._ca_file)}  # fmt: skip
-        return psycopg.connect(**{"host": self._host, **tls}, port=int(a["port"]), user=a["username"],
-                               password=a["password"], dbname=a["dbname"], connect_timeout=2, autocommit=True,
-                               # A primary cut off mid-statement never answers: give up on it as a
-                               # pooled client would, instead of waiting out TCP's retransmissions.
-                               tcp_user_timeout=5000)
+        return psycopg.connect(
+            **{"host": self._host, **tls},
+            port=int(a["port"]),
+            user=a["username"],
+            password=a["password"],
+            dbname=a["dbname"],
+            connect_timeout=2,
+            autocommit=True,
+            # A primary cut off mid-statement never answers: give up on it as a
+            # pooled client would, instead of waiting out TCP's retransmissions.
+            tcp_user_timeout=5000,
+        )
 
     def _run(self) -> None:
         n, last_ok = 1, None
@@ -357,6 +396,7 @@ class Writer:
     def missing(self) -> list[int]:
         """Acknowledged commits that the current primary does not have: lost writes. Read through -rw,
         which may still route to a primary that is shutting down for a moment after a handover."""
+
         def present() -> tuple[set[int]]:
             with self._connect() as conn:
                 query = sql.SQL("select id from {}").format(sql.Identifier(self.table))

@@ -11,13 +11,24 @@ OLD_IMAGE, NEW_IMAGE = "localhost/pg-operator/postgres:16.13", "localhost/pg-ope
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
-def instance_pod(name: str, role: str = "replica", image: str = OLD_IMAGE, ready: bool = True, *,
-                 terminating: bool = False, container: str = "running", restarts: int = 0,
-                 age: timedelta = timedelta(hours=1)) -> dict[str, Any]:
+def instance_pod(
+    name: str,
+    role: str = "replica",
+    image: str = OLD_IMAGE,
+    ready: bool = True,
+    *,
+    terminating: bool = False,
+    container: str = "running",
+    restarts: int = 0,
+    age: timedelta = timedelta(hours=1),
+) -> dict[str, Any]:
     """A pod as the planners read it: role label, image, readiness and the database container's state."""
     state: dict[str, Any] = {container: {}}
-    meta: dict[str, Any] = {"name": name, "labels": {"role": role} if role else {},
-                            "creationTimestamp": (NOW - age).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": {"role": role} if role else {},
+        "creationTimestamp": (NOW - age).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
     if terminating:
         meta["deletionTimestamp"] = NOW.isoformat()
     return {

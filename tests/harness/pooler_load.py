@@ -50,8 +50,15 @@ def endpoint(kube: Kube, namespace: str, cluster: str, service: str,
     values = secret(kube, namespace, secret_name or f"{cluster}-app")
     ca = Path(tempfile.mkdtemp(prefix="pgop-pooler-")) / "ca.crt"
     ca.write_text(values["ca.crt"])
-    return Endpoint(service, namespace, service_ip(kube, namespace, service), values["username"],
-                    values["password"], values["dbname"], str(ca))
+    return Endpoint(
+        service,
+        namespace,
+        service_ip(kube, namespace, service),
+        values["username"],
+        values["password"],
+        values["dbname"],
+        str(ca),
+    )
 
 
 class TxWriter:

@@ -206,8 +206,16 @@ def test_recovery_cannot_change_after_creation(kube: Kube, crds: None) -> None:
                                check=False)  # fmt: skip
             refused(res, "spec.bootstrap", "bootstrap is applied once")
         # spec.backup may be added later (archiving starts with the rollout).
-        res = kube.kubectl("patch", resource, "-n", "default", "--type=merge",
-                           "-p", json.dumps({"spec": {"backup": {"s3": {**S3, "path": "own"}}}}), check=False)
+        res = kube.kubectl(
+            "patch",
+            resource,
+            "-n",
+            "default",
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"backup": {"s3": {**S3, "path": "own"}}}}),
+            check=False,
+        )
         assert res.returncode == 0, res.stderr
     finally:
         kube.kubectl("delete", f"{KINDS['PostgresCluster'].lower()}s.{GROUP}", name, "-n", "default",

@@ -151,6 +151,7 @@ class Clusters:
         argv = local_postgres.as_user(self.user, [str(self.python), "-m", "pg_operator.instance"])
         inst = Instance(pod, pg_port, api_port, root, env, argv)
         subprocess.run(["chown", "-R", f"{self.user.pw_uid}:{self.user.pw_gid}", str(root)], check=True)
+
         def running() -> bool:
             phase = self.kube.kubectl("get", "pod", pod, "-n", self.ns, "-o", "jsonpath={.status.phase}")
             return phase.stdout == "Running"
@@ -257,8 +258,9 @@ def test_archives_to_s3_and_a_new_cluster_restores_to_a_point_in_time(clusters: 
     (source,) = [k for k in c.clusters if k.name == "src"]
     assert source.spec.backup is not None
     store = archive_settings(source.spec.backup, "src", bin_dir=str(c.barman_bin)).store
-    argv = base_backup_argv(store, name="it-base", host=str(src.root / "run"), port=src.pg_port,
-                            user="postgres")
+    argv = base_backup_argv(
+        store, name="it-base", host=str(src.root / "run"), port=src.pg_port, user="postgres"
+    )
     backup = subprocess.run(local_postgres.as_user(c.user, argv), env={"PATH": "/usr/bin:/bin", **src.env},
                             capture_output=True, text=True, timeout=300, cwd="/")  # fmt: skip
     assert backup.returncode == 0, backup.stderr

@@ -140,6 +140,7 @@ def test_a_hostile_store_holds_up_only_its_own_namespace(
     apply(kube, cluster("b", ns_b, replicas=1, backup=backup_spec(s3.endpoint)))
     marker = f"iso/b/{MARKER_NAME}"
     wait_until("cluster b to claim its prefix", lambda: marker in s3.keys(BUCKET, "iso/b/"), 90)
+
     def b_reason() -> Any:
         return archiving(kube, ns_b, "b").get("reason")
 
@@ -164,6 +165,7 @@ def test_an_unlabelled_secret_and_plain_http_are_refused_and_nothing_is_sent(
     # A Secret the tenant did not label for its cluster (say, another team's admin key).
     apply(kube, secret(ns, s3, None) | {"metadata": {"name": "admin-key", "namespace": ns}})
     apply(kube, cluster("thief", ns, replicas=1, backup=backup_spec(hostile.endpoint, "admin-key")))
+
     def reason() -> Any:
         return archiving(kube, ns, "thief").get("reason")
 
@@ -196,6 +198,7 @@ def test_plain_http_is_refused_without_the_flag(
         strict.wait_leader(90)
         apply(kube, secret(ns, s3, "plain"))
         apply(kube, cluster("plain", ns, replicas=1, backup=backup_spec(hostile.endpoint)))
+
         def reason() -> Any:
             return archiving(kube, ns, "plain").get("reason")
 

@@ -194,7 +194,8 @@ def test_the_admission_policies_name_the_releases_service_account() -> None:
     for policy in policies:
         (match,) = policy["spec"]["matchConditions"]
         assert match["expression"] == (
-            "request.userInfo.username == 'system:serviceaccount:dbs:tenant-db-pg-operator'")
+            "request.userInfo.username == 'system:serviceaccount:dbs:tenant-db-pg-operator'"
+        )
     bindings = [o for o in chart if o["kind"] == "ValidatingAdmissionPolicyBinding"]
     bound = sorted(b["spec"]["policyName"] for b in bindings)
     assert bound == sorted(p["metadata"]["name"] for p in policies)

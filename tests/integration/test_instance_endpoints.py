@@ -206,7 +206,7 @@ def test_a_request_sent_one_byte_at_a_time_is_cut_off(endpoint: Endpoint) -> Non
         give_up = time.monotonic() + PATIENCE_SECONDS
         while time.monotonic() < give_up and sent < len(endless):
             try:
-                tls.sendall(endless[sent:sent + 1])
+                tls.sendall(endless[sent : sent + 1])
             except OSError:
                 cut_off = True
                 break

@@ -257,8 +257,11 @@ def rotate_credentials(leader: Instance, replica: Instance, su: str, api: Patron
         with inst.connect("postgres", su) as conn:
             started[inst.name] = conn.execute("SELECT pg_postmaster_start_time()").fetchone()
     with leader.connect("postgres", su) as conn:
-        conn.execute(sql.SQL("ALTER ROLE replicator PASSWORD {}").format(
-            sql.Literal(scram_sha256_verifier(repl_password))))
+        conn.execute(
+            sql.SQL("ALTER ROLE replicator PASSWORD {}").format(
+                sql.Literal(scram_sha256_verifier(repl_password))
+            )
+        )
     for inst in (leader, replica):
         (inst.root / "secrets" / "replication" / "password").write_text(repl_password)
         (inst.root / "secrets" / "patroni-api" / "password").write_text(new_api.password)
@@ -288,8 +291,9 @@ def rotate_credentials(leader: Instance, replica: Instance, su: str, api: Patron
     return new_api
 
 
-def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su: str, app: str,
-               api: PatroniAuth) -> None:
+def check_pair(
+    kube: Kube, ns: str, cluster: str, instances: list[Instance], su: str, app: str, api: PatroniAuth
+) -> None:
     by_name = {i.name: i for i in instances}
     for inst in instances:
         inst.start()
@@ -324,9 +328,7 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
             ).fetchall()
 
     wait_until("the replica to stream", streaming, timeout=120)
-    wait_until(
-        "the replica to become a quorum standby", lambda: streaming()[0][2] == "quorum", timeout=60
-    )
+    wait_until("the replica to become a quorum standby", lambda: streaming()[0][2] == "quorum", timeout=60)
 
     # Patroni lets only the members named in <scope>-sync (the quorum's voters) take over from a
     # synchronous primary.
@@ -365,19 +367,30 @@ def check_pair(kube: Kube, ns: str, cluster: str, instances: list[Instance], su:
     ca_file = leader.root.parent / "ca.crt"
     for client in ("", f" sslcert={stranger / 'client.crt'} sslkey={stranger / 'client.key'}"):
         with pytest.raises(psycopg.OperationalError, match=r"certificate|authentication failed|alert"):
-            psycopg.connect(f"host=localhost port={leader.pg_port} user=replicator dbname=postgres "
-                            f"sslmode=verify-full sslrootcert={ca_file} replication=database "
-                            f"connect_timeout=5{client}", password=replication_password).close()
+            psycopg.connect(
+                f"host=localhost port={leader.pg_port} user=replicator dbname=postgres "
+                f"sslmode=verify-full sslrootcert={ca_file} replication=database "
+                f"connect_timeout=5{client}",
+                password=replication_password,
+            ).close()
     assert stranger_ca.cert_pem != (leader.root.parent / "ca.crt").read_bytes()
 
     # --- TLS only: the server's name checked against the cluster's CA; no TLS, no connection ------------
-    with psycopg.connect(host="127.0.0.1", port=leader.pg_port, user="app", password=app, dbname="app",
-                         sslmode="verify-full", sslrootcert=str(leader.root.parent / "ca.crt")) as conn:
+    with psycopg.connect(
+        host="127.0.0.1",
+        port=leader.pg_port,
+        user="app",
+        password=app,
+        dbname="app",
+        sslmode="verify-full",
+        sslrootcert=str(leader.root.parent / "ca.crt"),
+    ) as conn:
         assert conn.execute("SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
                             ).fetchone()[0] is True  # fmt: skip
     with pytest.raises(psycopg.OperationalError, match="rejects connection"):
-        psycopg.connect(host="127.0.0.1", port=leader.pg_port, user="app", password=app, dbname="app",
-                        sslmode="disable").close()
+        psycopg.connect(
+            host="127.0.0.1", port=leader.pg_port, user="app", password=app, dbname="app", sslmode="disable"
+        ).close()
     with leader.connect("postgres", su) as conn:
         verifier = conn.execute("SELECT rolpassword FROM pg_authid WHERE rolname = 'app'").fetchone()
         assert verifier is not None and verifier[0].startswith("SCRAM-SHA-256$4096:")

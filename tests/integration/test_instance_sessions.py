@@ -115,8 +115,15 @@ def server(postgresql_16: Path) -> Iterator[Server]:
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, work, ignore_errors=True)
         pg.initdb()
-        pg.configure({**pg.base_parameters(), "archive_mode": "on", "archive_command": "/bin/true",
-                      "hba_file": str(work / "pg_hba.conf"), "ident_file": str(work / "pg_ident.conf")})
+        pg.configure(
+            {
+                **pg.base_parameters(),
+                "archive_mode": "on",
+                "archive_command": "/bin/true",
+                "hba_file": str(work / "pg_hba.conf"),
+                "ident_file": str(work / "pg_ident.conf"),
+            }
+        )
         hba = patroni_config.pg_hba(superuser=SUPERUSER, replication="replicator", networks=["127.0.0.1/32"])
         ident = patroni_config.pg_ident(os_user=getpass.getuser(), superuser=SUPERUSER)
         (work / "pg_hba.conf").write_text("\n".join(hba) + "\n")

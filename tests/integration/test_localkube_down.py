@@ -35,8 +35,9 @@ def processes_naming(needle: str) -> list[str]:
 def test_kwok_down_leaves_nothing_behind(kube: Kube, cluster_manager: ClusterManager) -> None:
     ctx = kube.ctx
     assert processes_naming(str(ctx.state)), "the kwok profile should be running before down"
-    res = subprocess.run([sys.executable, str(LOCALKUBE / "cluster.py"), "down"],
-                         capture_output=True, text=True, timeout=180)
+    res = subprocess.run(
+        [sys.executable, str(LOCALKUBE / "cluster.py"), "down"], capture_output=True, text=True, timeout=180
+    )
     cluster_manager.forget()
     assert res.returncode == 0, res.stderr
     assert processes_naming(str(ctx.state)) == []
@@ -46,6 +47,7 @@ def test_kwok_down_leaves_nothing_behind(kube: Kube, cluster_manager: ClusterMan
     assert busy == {}, f"ports still held: {busy}"
     assert not ctx.state.exists(), f"{ctx.state} was not removed"
     assert leftovers(ctx) == []
-    again = subprocess.run([sys.executable, str(LOCALKUBE / "cluster.py"), "down"],
-                           capture_output=True, text=True, timeout=60)
+    again = subprocess.run(
+        [sys.executable, str(LOCALKUBE / "cluster.py"), "down"], capture_output=True, text=True, timeout=60
+    )
     assert again.returncode == 0 and "nothing to do" in again.stdout, again.stdout + again.stderr

@@ -32,15 +32,22 @@ def test_fake_node_is_ready(kube: Kube) -> None:
 def test_statefulset_pods_become_ready(kube: Kube) -> None:
     ns = make_namespace(kube)
     sts = {
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
         "metadata": {"name": "web", "namespace": ns},
         "spec": {
-            "replicas": 3, "serviceName": "web", "podManagementPolicy": "Parallel",
+            "replicas": 3,
+            "serviceName": "web",
+            "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}},
-                         # KWOK's node: no process runs and no image is pulled.
-                         "spec": {"nodeSelector": {"type": "kwok"},
-                                  "containers": [{"name": "c", "image": "never-pulled:1"}]}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                # KWOK's node: no process runs and no image is pulled.
+                "spec": {
+                    "nodeSelector": {"type": "kwok"},
+                    "containers": [{"name": "c", "image": "never-pulled:1"}],
+                },
+            },
         },
     }
     kube.kubectl("apply", "-f", "-", input=json.dumps(sts))
@@ -61,9 +68,13 @@ def test_garbage_collector_removes_dependents(kube: Kube) -> None:
     kube.kubectl("create", "configmap", "owner", "-n", ns)
     owner_uid = kube.kubectl("get", "cm", "owner", "-n", ns, "-o", "jsonpath={.metadata.uid}").stdout
     dependent = {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "dependent", "namespace": ns, "ownerReferences": [
-            {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner_uid}]},
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "dependent",
+            "namespace": ns,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner_uid}],
+        },
     }
     kube.kubectl("apply", "-f", "-", input=json.dumps(dependent))
     kube.kubectl("delete", "cm", "owner", "-n", ns)
@@ -77,16 +88,32 @@ def test_garbage_collector_removes_dependents(kube: Kube) -> None:
 
 def test_crd_schema_refuses_invalid_object(kube: Kube) -> None:
     crd = {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": "widgets.test.localkube.dev"},
         "spec": {
-            "group": "test.localkube.dev", "scope": "Namespaced",
+            "group": "test.localkube.dev",
+            "scope": "Namespaced",
             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                "type": "object",
-                "properties": {"spec": {"type": "object", "required": ["size"], "properties": {
-                    "size": {"type": "integer", "minimum": 1, "maximum": 3}}}},
-            }}}],
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "required": ["size"],
+                                    "properties": {"size": {"type": "integer", "minimum": 1, "maximum": 3}},
+                                }
+                            },
+                        }
+                    },
+                }
+            ],
         },
     }
     kube.kubectl("apply", "-f", "-", input=json.dumps(crd))
@@ -94,11 +121,20 @@ def test_crd_schema_refuses_invalid_object(kube: Kube) -> None:
     ns = make_namespace(kube)
 
     def widget(size: int) -> str:
-        return json.dumps({"apiVersion": "test.localkube.dev/v1", "kind": "Widget",
-                           "metadata": {"name": f"w{size}", "namespace": ns}, "spec": {"size": size}})
+        return json.dumps(
+            {
+                "apiVersion": "test.localkube.dev/v1",
+                "kind": "Widget",
+                "metadata": {"name": f"w{size}", "namespace": ns},
+                "spec": {"size": size},
+            }
+        )
 
-    wait_until("the CRD to be served", lambda: kube.kubectl(
-        "apply", "-f", "-", input=widget(2), check=False).returncode == 0, timeout=30)
+    wait_until(
+        "the CRD to be served",
+        lambda: kube.kubectl("apply", "-f", "-", input=widget(2), check=False).returncode == 0,
+        timeout=30,
+    )
     bad = kube.kubectl("apply", "-f", "-", input=widget(5), check=False)
     assert bad.returncode != 0
     assert "spec.size" in bad.stderr and "less than or equal to 3" in bad.stderr, bad.stderr

@@ -277,6 +277,7 @@ def test_a_caught_up_standby_follows_the_upgrade_on_its_own_files(
     # standby's settings to those; a bare server must be told).
     new.configure({**new.base_parameters(), "max_wal_senders": "10"})
     new.start(wait_ready=False)
+
     def accepting() -> bool:
         if new.proc is not None and new.proc.poll() is not None:
             pytest.fail(f"the new major exited:\n{new.log.read_text()[-3000:]}")

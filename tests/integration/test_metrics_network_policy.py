@@ -23,15 +23,17 @@ def metrics_peers(kube: Any, namespace: str, name: str) -> list[dict[str, Any]] 
     return rules[0]["from"] if rules else []
 
 
-def test_the_applied_policy_admits_the_named_monitoring_namespace_only(operator_env: OperatorEnv,
-                                                                       operator: OperatorProcess) -> None:
+def test_the_applied_policy_admits_the_named_monitoring_namespace_only(
+    operator_env: OperatorEnv, operator: OperatorProcess
+) -> None:
     kube = operator_env.kube
     ns = make_namespace(kube, "scrape")
     try:
         apply(kube, cluster("quiet-db", ns, replicas=1))
         peers = wait_until("the NetworkPolicy of quiet-db", lambda: metrics_peers(kube, ns, "quiet-db"), 60)
         assert peers[0] == {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}}}
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}}
+        }
         assert {"namespaceSelector": {}} not in peers
         assert all("namespaceSelector" not in p or p["namespaceSelector"].get("matchLabels") for p in peers)
 

@@ -158,7 +158,7 @@ def test_it_reconciles_the_watched_namespaces_and_ignores_the_other(
     assert log.count(STORAGE_CLASSES_UNREADABLE) == 1, log[-3000:]
     # A refusal reads "forbidden" or carries status 403 (not to be confused with a timestamp's ",403").
     refused = re.search(r"forbidden|(?<![\d,.:])403(?!\d)", log, re.IGNORECASE)
-    assert refused is None, log[max(0, (refused.start() if refused else 0) - 2000):][:4000]
+    assert refused is None, log[max(0, (refused.start() if refused else 0) - 2000) :][:4000]
 
 
 def test_the_instance_pods_role_is_by_name(

@@ -135,8 +135,10 @@ def test_an_admins_objects_at_the_clusters_names_survive_the_cluster_and_its_del
     def warned() -> bool:
         said = [e["message"] for e in events_for(kube, ns, name) if e["reason"] == "Conflict"
                 and e["type"] == "Warning"]  # fmt: skip
-        return all(any(m.startswith(f"{what} exists and is not this cluster's") for m in said)
-                   for what in (f"NetworkPolicy {name}", f"ConfigMap {name}-instance", f"Secret {name}-app"))
+        return all(
+            any(m.startswith(f"{what} exists and is not this cluster's") for m in said)
+            for what in (f"NetworkPolicy {name}", f"ConfigMap {name}-instance", f"Secret {name}-app")
+        )
 
     wait_until("a Conflict Warning naming each foreign object", warned, 30)
 
@@ -147,8 +149,11 @@ def test_an_admins_objects_at_the_clusters_names_survive_the_cluster_and_its_del
                         ("Service", f"{name}-ro"), ("Service", f"{name}-r"), ("Secret", f"{name}-superuser"),
                         ("Secret", f"{name}-replication"), ("Secret", f"{name}-patroni-api"),
                         ("Secret", f"{name}-ca"), ("Secret", f"{name}-server-tls")]:  # fmt: skip
-        wait_until(f"{kind} {child} of the cluster",
-                   lambda k=kind, c=child: ours(get_or_none(kube, KUBECTL_NAMES[k], c, "-n", ns), uid), 30)
+        wait_until(
+            f"{kind} {child} of the cluster",
+            lambda k=kind, c=child: ours(get_or_none(kube, KUBECTL_NAMES[k], c, "-n", ns), uid),
+            30,
+        )
     assert get_or_none(kube, KUBECTL_NAMES["StatefulSet"], name, "-n", ns) is None
 
     # Created by create-only applies, the children carry one field manager entry of the operator's, an
@@ -164,8 +169,11 @@ def test_an_admins_objects_at_the_clusters_names_survive_the_cluster_and_its_del
     wait_until("three more passes", lambda: reconcile_passes(operator) >= before + 3, RESYNC * 4)
     assert_untouched(kube, originals)
     tried = operator_env.audit.requests_since(mark, namespace=ns)
-    assert not {k for k in tried if k[1] in ("networkpolicies", "configmaps", "secrets") and k[0] != "list"
-                and k[0] != "watch"}, tried
+    assert not {
+        k
+        for k in tried
+        if k[1] in ("networkpolicies", "configmaps", "secrets") and k[0] != "list" and k[0] != "watch"
+    }, tried
 
     kube.kubectl("delete", "pgc", name, "-n", ns)
     wait_until("the cluster's own objects to be garbage-collected",
@@ -189,8 +197,11 @@ def test_a_foreign_budget_at_the_clusters_name_is_neither_adopted_nor_deleted_wh
     })  # fmt: skip
     apply(kube, cluster(name, ns, replicas=2))
     uid = wait_degraded(kube, ns, name, f"PodDisruptionBudget {name} ")["metadata"]["uid"]
-    wait_until("the StatefulSet (a budget is no pod's dependency)",
-               lambda: ours(get_or_none(kube, KUBECTL_NAMES["StatefulSet"], name, "-n", ns), uid), 30)
+    wait_until(
+        "the StatefulSet (a budget is no pod's dependency)",
+        lambda: ours(get_or_none(kube, KUBECTL_NAMES["StatefulSet"], name, "-n", ns), uid),
+        30,
+    )
     assert_untouched(kube, [budget])
 
     kube.kubectl("patch", "pgc", name, "-n", ns, "--type=merge", "-p", '{"spec":{"replicas":1}}')
@@ -236,8 +247,15 @@ def test_the_api_server_checks_the_preconditions_the_write_path_sends(
     assert missing.returncode != 0 and "uid mismatch" in missing.stderr, missing.stderr
     assert get_or_none(kube, "configmap", f"{name}-none", "-n", ns) is None
 
-    posted = kube.kubectl("create", "-f", "-", check=False, input=json.dumps(
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}}))
+    posted = kube.kubectl(
+        "create",
+        "-f",
+        "-",
+        check=False,
+        input=json.dumps(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}}
+        ),
+    )
     assert posted.returncode != 0 and "AlreadyExists" in posted.stderr, posted.stderr
     assert same(theirs, kube) is not None
 
@@ -248,7 +266,8 @@ def test_the_api_server_checks_the_preconditions_the_write_path_sends(
     assert made.returncode == 0, made.stderr
     new = get_json(kube, "configmap", f"{name}-new", "-n", ns, "--show-managed-fields")
     assert [(e["manager"], e["operation"]) for e in new["metadata"]["managedFields"]] == [
-        ("pg-operator", "Apply")]
+        ("pg-operator", "Apply")
+    ]
 
     accepted = server_side_apply(theirs["metadata"]["uid"])
     assert accepted.returncode == 0, accepted.stderr
@@ -267,8 +286,13 @@ def test_the_operators_write_path_never_writes_over_an_object_it_did_not_observe
                            "metadata": {"name": "deny", "namespace": ns},
                            "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}})  # fmt: skip
     owner = str(uuid.uuid4())  # a cluster's uid (none is created: nothing of it may be written here)
-    reference = {"apiVersion": PG_API, "kind": "PostgresCluster", "name": "deny", "uid": owner,
-                 "controller": True}
+    reference = {
+        "apiVersion": PG_API,
+        "kind": "PostgresCluster",
+        "name": "deny",
+        "uid": owner,
+        "controller": True,
+    }
     mine: dict[str, Any] = {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
         "metadata": {"name": "deny", "namespace": ns, "labels": {CLUSTER_LABEL: "deny"},

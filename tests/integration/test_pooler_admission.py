@@ -51,18 +51,25 @@ def api(kube: Any) -> Iterator[Api]:
         kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
-@pytest.mark.parametrize(("pooler", "needles"), [
-    ({"instances": 0}, ["spec.pooler.instances", "greater than or equal to 1"]),
-    ({"instances": 11}, ["spec.pooler.instances", "less than or equal to 10"]),
-    ({"mode": "statement"}, ["spec.pooler.mode", "Unsupported value"]),
-    ({"readOnly": "yes"}, ["spec.pooler.readOnly"]),
-    ({"defaultPoolSize": 0}, ["spec.pooler.defaultPoolSize"]),
-    ({"defaultPoolSize": 50, "maxClientConnections": 10},
-     ["spec.pooler.defaultPoolSize", "must not exceed pooler.maxClientConnections"]),
-    ({"resources": {"requests": {"cpu": "lots"}}}, ["spec.pooler.resources.requests.cpu"]),
-    ({"resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}},
-     ["spec.pooler.resources.requests.memory", "must not exceed pooler.resources.limits.memory"]),
-])
+@pytest.mark.parametrize(
+    ("pooler", "needles"),
+    [
+        ({"instances": 0}, ["spec.pooler.instances", "greater than or equal to 1"]),
+        ({"instances": 11}, ["spec.pooler.instances", "less than or equal to 10"]),
+        ({"mode": "statement"}, ["spec.pooler.mode", "Unsupported value"]),
+        ({"readOnly": "yes"}, ["spec.pooler.readOnly"]),
+        ({"defaultPoolSize": 0}, ["spec.pooler.defaultPoolSize"]),
+        (
+            {"defaultPoolSize": 50, "maxClientConnections": 10},
+            ["spec.pooler.defaultPoolSize", "must not exceed pooler.maxClientConnections"],
+        ),
+        ({"resources": {"requests": {"cpu": "lots"}}}, ["spec.pooler.resources.requests.cpu"]),
+        (
+            {"resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}},
+            ["spec.pooler.resources.requests.memory", "must not exceed pooler.resources.limits.memory"],
+        ),
+    ],
+)
 def test_bad_pooler_input_is_refused_naming_the_field(api: Api, pooler: dict[str, Any],
                                                       needles: list[str]) -> None:  # fmt: skip
     result = api.create(f"bad-{secrets.token_hex(3)}", pooler=pooler)
@@ -76,7 +83,11 @@ def test_an_empty_pooler_is_admitted_with_its_defaults(api: Api) -> None:
     assert result.returncode == 0, result.stderr
     body = api.get("pooled")
     requests = {"cpu": "50m", "memory": "64Mi"}
-    assert body["spec"]["pooler"] == {"instances": 2, "mode": "transaction", "readOnly": False,
-                                      "resources": {"limits": {}, "requests": requests}}
+    assert body["spec"]["pooler"] == {
+        "instances": 2,
+        "mode": "transaction",
+        "readOnly": False,
+        "resources": {"limits": {}, "requests": requests},
+    }
     parsed = PostgresCluster.from_obj(body).spec.pooler
     assert parsed is not None and parsed.instances == 2

@@ -11,8 +11,14 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-LEAVES = ("pg_operator", "pg_operator.objects", "pg_operator.images", "pg_operator.scram",
-          "pg_operator.api.constants", "pg_operator.privileged_sql")
+LEAVES = (
+    "pg_operator",
+    "pg_operator.objects",
+    "pg_operator.images",
+    "pg_operator.scram",
+    "pg_operator.api.constants",
+    "pg_operator.privileged_sql",
+)
 # Package → the packages (besides itself) its modules may import.
 ALLOWED: dict[str, set[str]] = {
     "api": {"objects", "images"},

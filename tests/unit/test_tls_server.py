@@ -23,8 +23,15 @@ def test_the_request_line_gives_method_and_path() -> None:
     assert parse_request_line(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n") == ("GET", "/metrics?x=1")
 
 
-@pytest.mark.parametrize("head", [b"GET /metrics\r\n\r\n", b"GET metrics HTTP/1.1\r\n\r\n",
-                                  b"GET /metrics HTTP/2\r\n\r\n", b"\x16\x03\x01\x02\x00\r\n\r\n"])
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /metrics\r\n\r\n",
+        b"GET metrics HTTP/1.1\r\n\r\n",
+        b"GET /metrics HTTP/2\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\r\n\r\n",
+    ],
+)
 def test_anything_else_is_a_bad_request(head: bytes) -> None:
     with pytest.raises(RequestRefused) as refused:
         parse_request_line(head)
@@ -33,19 +40,23 @@ def test_anything_else_is_a_bad_request(head: bytes) -> None:
 
 def test_a_response_says_its_length_and_closes() -> None:
     text = render_response(Response(200, "text/plain", b"pg_up 1\n"))
-    assert text == (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 8\r\n"
-                    b"Connection: close\r\n\r\npg_up 1\n")
+    assert text == (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 8\r\n"
+        b"Connection: close\r\n\r\npg_up 1\n"
+    )
     assert render_response(Response(200, "text/plain", b"pg_up 1\n"), with_body=False).endswith(b"\r\n\r\n")
 
 
-LIMITS = ServerLimits(max_connections=4, max_connections_per_peer=2, request_deadline=5.0,
-                      max_request_bytes=256)
+LIMITS = ServerLimits(
+    max_connections=4, max_connections_per_peer=2, request_deadline=5.0, max_request_bytes=256
+)
 
 
 @pytest.fixture
 def server() -> Iterator[BoundedHttpsServer]:
-    s = BoundedHttpsServer(("127.0.0.1", 0), lambda path: Response(200, "text/plain", path.encode()),
-                           lambda: None, LIMITS)
+    s = BoundedHttpsServer(
+        ("127.0.0.1", 0), lambda path: Response(200, "text/plain", path.encode()), lambda: None, LIMITS
+    )
     s.start("test-server")
     try:
         yield s

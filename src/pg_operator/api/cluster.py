@@ -152,8 +152,6 @@ class ResourceLimits(SpecModel):
     )
 
 
-
-
 class Resources(SpecModel):
     model_config = ConfigDict(json_schema_extra=validations(*requests_within_limits("resources")))
 

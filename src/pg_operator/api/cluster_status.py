@@ -39,12 +39,14 @@ class InstanceStatus(StatusModel):
     ready: bool
     timeline: int | None = Field(None, description="PostgreSQL timeline as Patroni reports it.")
     lag_bytes: int | None = Field(
-        None, ge=0,
+        None,
+        ge=0,
         description="Replicas: bytes behind the primary's WAL position, as Patroni reports both, rounded "
         "down to whole MiB (exact figures in the operator's metrics).",
     )
     pending_restart: list[str] | None = Field(
-        None, description="Settings this instance has taken but applies only after a restart (the operator "
+        None,
+        description="Settings this instance has taken but applies only after a restart (the operator "
         "restarts instances one at a time, replicas first).",
     )
 
@@ -74,7 +76,8 @@ class BackupGenerationStatus(StatusModel):
     server_name: str = Field(description="barman's server name: the objects under <path>/<serverName>/.")
     major: str = Field(description="The PostgreSQL major whose WAL and base backups it holds.")
     since: str | None = Field(
-        None, json_schema_extra={"format": "date-time"},
+        None,
+        json_schema_extra={"format": "date-time"},
         description="When the previous generation stopped taking writes (absent for the first).",
     )
 
@@ -92,7 +95,8 @@ class StoreOwnershipStatus(StatusModel):
 class BackupClusterStatus(StatusModel):
     archiving: ArchivingStatus | None = Field(None, description="WAL archiving as the primary reports it.")
     generations: list[BackupGenerationStatus] | None = Field(
-        None, max_length=64,
+        None,
+        max_length=64,
         description="The store's generations, oldest first, once the major was upgraded in place.",
     )
     last_successful_backup: str | None = Field(None, description="Name of the newest completed Backup.")

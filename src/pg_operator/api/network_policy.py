@@ -183,9 +183,7 @@ class NetworkPeer(SpecModel):
     namespace_selector: LabelSelector | None = Field(
         None, description="Namespaces whose pods are allowed ({} is every namespace)."
     )
-    ip_block: IPBlock | None = Field(
-        None, description="Addresses allowed (usually outside the pod network)."
-    )
+    ip_block: IPBlock | None = Field(None, description="Addresses allowed (usually outside the pod network).")
 
     @model_validator(mode="after")
     def _one_kind(self) -> NetworkPeer:

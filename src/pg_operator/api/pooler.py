@@ -41,8 +41,14 @@ _Quantity = Annotated[
     str,
     BeforeValidator(_int_to_str),
     StringConstraints(pattern=QUANTITY_PATTERN, max_length=32),
-    WithJsonSchema({"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}],
-                    "pattern": QUANTITY_PATTERN, "maxLength": 32}),
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "maxLength": 32,
+        }
+    ),
 ]
 
 
@@ -68,13 +74,12 @@ class PoolerLimits(SpecModel):
     )
 
 
-
-
 class PoolerResources(SpecModel):
     model_config = ConfigDict(json_schema_extra=validations(*requests_within_limits("pooler.resources")))
 
-    requests: PoolerRequests = Field(default_factory=PoolerRequests,
-                                     json_schema_extra={"default": {"cpu": "50m", "memory": "64Mi"}})
+    requests: PoolerRequests = Field(
+        default_factory=PoolerRequests, json_schema_extra={"default": {"cpu": "50m", "memory": "64Mi"}}
+    )
     limits: PoolerLimits = Field(default_factory=PoolerLimits, json_schema_extra={"default": {}})
 
     @model_validator(mode="after")
@@ -90,34 +95,45 @@ class PoolerResources(SpecModel):
 class PoolerSpec(SpecModel):
     model_config = ConfigDict(
         json_schema_extra=validations(
-            rule("!has(self.defaultPoolSize) || !has(self.maxClientConnections) || "
-                 "self.defaultPoolSize <= self.maxClientConnections",
-                 "pooler.defaultPoolSize must not exceed pooler.maxClientConnections",
-                 fieldPath=".defaultPoolSize"),
+            rule(
+                "!has(self.defaultPoolSize) || !has(self.maxClientConnections) || "
+                "self.defaultPoolSize <= self.maxClientConnections",
+                "pooler.defaultPoolSize must not exceed pooler.maxClientConnections",
+                fieldPath=".defaultPoolSize",
+            ),
         )
     )
 
-    instances: int = Field(2, ge=1, le=MAX_INSTANCES,
-                           description="PgBouncer pods per side (a PodDisruptionBudget when more than one).")
+    instances: int = Field(
+        2,
+        ge=1,
+        le=MAX_INSTANCES,
+        description="PgBouncer pods per side (a PodDisruptionBudget when more than one).",
+    )
     mode: Literal["transaction", "session"] = Field(
         "transaction",
         description="PgBouncer's pool_mode: a server connection per transaction or per session.",
     )
     read_only: bool = Field(False, description="Also a `<name>-pooler-ro` side, in front of the replicas.")
     default_pool_size: int | None = Field(
-        None, ge=1, le=MAX_POOL_SIZE,
+        None,
+        ge=1,
+        le=MAX_POOL_SIZE,
         description="Server connections per user and database (PgBouncer's default_pool_size; default 20).",
     )
     max_client_connections: int | None = Field(
-        None, ge=1, le=MAX_CLIENT_CONNECTIONS,
+        None,
+        ge=1,
+        le=MAX_CLIENT_CONNECTIONS,
         description="Client connections each pooler pod accepts (PgBouncer's max_client_conn; default 1000).",
     )
     # The whole default object, not {}: the API server checks a default against the object's CEL rules as
     # it stands, before nested defaults (its rules read self.limits).
-    resources: PoolerResources = Field(default_factory=PoolerResources,
-                                       description="CPU and memory of each pooler pod.",
-                                       json_schema_extra={"default": {
-                                           "requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {}}})
+    resources: PoolerResources = Field(
+        default_factory=PoolerResources,
+        description="CPU and memory of each pooler pod.",
+        json_schema_extra={"default": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {}}},
+    )
 
     @model_validator(mode="after")
     def _pool_within_clients(self) -> PoolerSpec:

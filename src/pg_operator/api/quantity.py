@@ -12,8 +12,10 @@ _QUANTITY_RE = re.compile(QUANTITY_PATTERN)
 
 # Any quantity the API server may render (signs, exponents, n/u suffixes), for comparing what it stored
 # with what we asked for; user input is held to QUANTITY_PATTERN by the schema.
-_ANY_QUANTITY_RE = re.compile(r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?:[eE]([+-]?[0-9]+))?"
-                              r"(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+_ANY_QUANTITY_RE = re.compile(
+    r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?:[eE]([+-]?[0-9]+))?"
+    r"(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$"
+)
 
 _SUFFIX: dict[str, Fraction] = {
     "": Fraction(1),
@@ -48,4 +50,3 @@ def parse_quantity(value: str | int) -> Fraction:
     if match.group(2):
         number *= Fraction(10) ** int(match.group(2))
     return number * _SUFFIX[match.group(3) or ""]
-

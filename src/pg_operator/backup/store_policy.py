@@ -198,9 +198,7 @@ def after_page(pages_read: int, truncated: bool, limit: int) -> PageStep:
 OWNERSHIP_STATUS_KEY = "storeOwnership"
 
 
-def store_identity(
-    uid: str, endpoint_url: str | None, bucket: str, prefix: str, spec_backup: Any
-) -> str:
+def store_identity(uid: str, endpoint_url: str | None, bucket: str, prefix: str, spec_backup: Any) -> str:
     """A digest of what a verdict holds for: the cluster, the store, and `spec.backup` as written (another
     Secret name, endpoint or path is another identity)."""
     written = json.dumps(spec_backup, sort_keys=True, default=str)

@@ -77,7 +77,8 @@ def _namespace_or_none(value: str) -> str:
     """A namespace's name (a DNS label), or "" for none."""
     if value and not NAMESPACE_NAME.fullmatch(value):
         raise argparse.ArgumentTypeError(
-            f"not a namespace name (lowercase letters, digits and '-', at most 63): {value!r}")
+            f"not a namespace name (lowercase letters, digits and '-', at most 63): {value!r}"
+        )
     return value
 
 

@@ -31,6 +31,7 @@ from pg_operator.specs.status import SERVICE_NAME_LABEL, rw_service_name
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class WatchedKind:
     """A child kind the cache holds by cluster."""
@@ -271,7 +272,8 @@ class Cache:
         self.kinds = kinds
         # Secrets' values stay out of their kind's dictionary (Packer).
         self._stores: dict[tuple[str, str], _Store] = {
-            (k.api_version, k.kind): _Store(values_out=k == SECRET) for k in kinds}
+            (k.api_version, k.kind): _Store(values_out=k == SECRET) for k in kinds
+        }
         self._stores[CLUSTER_KIND] = _Store()
         self._stores[STORAGE_CLASS_KIND] = _Store()
         self._stores[BACKUP_KIND_KEY] = _Store()
@@ -429,5 +431,6 @@ class Cache:
             children[POD_KIND] = list(split.ours)
             foreign.update(split.foreign)
         known = self.synced and self.storage_classes_readable
-        return Snapshot(cluster, children, self.storage_classes() if known else frozenset(), known,
-                        tuple(sorted(foreign)))
+        return Snapshot(
+            cluster, children, self.storage_classes() if known else frozenset(), known, tuple(sorted(foreign))
+        )

@@ -28,7 +28,6 @@ _META_COMPARED = ("labels", "annotations", "ownerReferences")
 _LIST_KEYS = ("name", "type", "containerPort", "port", "mountPath", "key")
 
 
-
 # Spec fields left out of the hash: immutable fields the builders copy from the existing object (as the
 # server stored them, defaults included), so the hash stays that of our intent before and after creation.
 HASH_EXCLUDED_SPEC: dict[str, tuple[str, ...]] = {

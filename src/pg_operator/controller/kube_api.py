@@ -88,8 +88,9 @@ METADATA_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v
 METADATA_PAGE = 500
 
 
-def pooled_transport(config: KubeConfig, *, http2: bool = True,
-                     connections: int | None = MAX_IN_FLIGHT) -> httpx2.AsyncHTTPTransport:
+def pooled_transport(
+    config: KubeConfig, *, http2: bool = True, connections: int | None = MAX_IN_FLIGHT
+) -> httpx2.AsyncHTTPTransport:
     """HTTP/2 where the API server offers it (it does, as client-go uses it): every request in flight
     on one connection. At 1000 new clusters, 64 HTTP/1.1 connections held 2-3 MiB more than one, and
     finding a free one among them was an eighth of the operator's CPU (the pool probes every idle

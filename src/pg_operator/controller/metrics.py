@@ -97,8 +97,10 @@ class Metrics:
 
     def set_backups(self, key: tuple[str, str], last_success: float | None, succeeded: bool | None) -> None:
         """A cluster's base-backup figures; None removes a series (no such backup yet, or no backups)."""
-        for gauge, value in ((self.backup_last_success, last_success),
-                             (self.backup_last_succeeded, None if succeeded is None else float(succeeded))):
+        for gauge, value in (
+            (self.backup_last_success, last_success),
+            (self.backup_last_succeeded, None if succeeded is None else float(succeeded)),
+        ):
             if value is not None:
                 gauge.labels(namespace=key[0], cluster=key[1]).set(value)
             elif (key[0], key[1]) in _label_sets(gauge):
@@ -107,4 +109,3 @@ class Metrics:
 
 def _label_sets(gauge: Gauge) -> set[tuple[str, ...]]:
     return {tuple(sample.labels.values()) for metric in gauge.collect() for sample in metric.samples}
-

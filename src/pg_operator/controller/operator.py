@@ -101,6 +101,7 @@ async def unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> t
     stopping.cancel()
     return True, task.result()
 
+
 async def may_read_storage_classes(api: Api, opts: Options) -> bool:
     """A cluster-wide install holds StorageClass reads (deploy/operator/rbac.yaml); a namespaced one may
     not (deploy/namespaced/): the API server's authorizer says, asked until it answers."""
@@ -143,15 +144,15 @@ async def run(opts: Options) -> int:
     gate = cache_sync.SyncGate()  # opens once the cache has seen everything (told what, once leading)
     state = HealthState()
     state.ready = lambda: (
-        (state.role == "leader" and gate.open)
-        or (state.role == "candidate" and elector.last_error is None)
+        (state.role == "leader" and gate.open) or (state.role == "candidate" and elector.last_error is None)
     )
     state.detail = lambda: {
         "identity": opts.identity,
         "leaseError": elector.last_error,
         # What an unready leader's cache still waits for (empty once synced, and for a candidate).
         "cacheWaitingFor": {f"{v} {k}": n for (v, k), n in gate.waiting_for().items()}
-        if state.role == "leader" else {},
+        if state.role == "leader"
+        else {},
     }
     server = HealthServer(
         state, metrics, bind=opts.bind_address, health_port=opts.health_port, metrics_port=opts.metrics_port

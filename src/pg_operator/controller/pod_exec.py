@@ -170,10 +170,12 @@ class PodExec:
                 ) as ws:
                     if stdin is not None:
                         if ws.protocol != PROTOCOLS[0]:
-                            raise ExecError(f"exec in {namespace}/{pod}: the server cannot close stdin "
-                                            f"({ws.protocol} instead of {PROTOCOLS[0]})")
+                            raise ExecError(
+                                f"exec in {namespace}/{pod}: the server cannot close stdin "
+                                f"({ws.protocol} instead of {PROTOCOLS[0]})"
+                            )
                         for at in range(0, len(stdin), STDIN_CHUNK):
-                            await ws.send_bytes(bytes([STDIN]) + stdin[at:at + STDIN_CHUNK])
+                            await ws.send_bytes(bytes([STDIN]) + stdin[at : at + STDIN_CHUNK])
                         await ws.send_bytes(bytes([CLOSE, STDIN]))
                     return await _collect(ws, f"{namespace}/{pod}")
         except aiohttp.WSServerHandshakeError as exc:

@@ -156,8 +156,14 @@ class Reconciler:
         self.memo = WriteMemo()
         self.applier = Applier(api, self.memo)
         self.high_availability = HighAvailabilityRoom(api, events, pod_exec)
-        pooler = PoolerRoom(api, self.memo, events, pod_exec, registry=metrics.registry,
-                            monitoring_namespace=monitoring_namespace)
+        pooler = PoolerRoom(
+            api,
+            self.memo,
+            events,
+            pod_exec,
+            registry=metrics.registry,
+            monitoring_namespace=monitoring_namespace,
+        )
         self.high_availability.switchover_guard = pooler  # paused around the switchovers it drives
         # In phase order: the storage check comes first so the StatefulSet waits for its class.
         self.rooms: tuple[Room, ...] = (

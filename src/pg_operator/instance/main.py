@@ -249,8 +249,10 @@ def run(env: Mapping[str, str]) -> int:
             code = code if code >= 0 else 128 - code
             linger = linger_seconds(any(stopping), code)
             if linger:
-                _log(f"Patroni stopped; the pod's address keeps refusing connections for {linger:g} s "
-                     "while its Services move on")
+                _log(
+                    f"Patroni stopped; the pod's address keeps refusing connections for {linger:g} s "
+                    "while its Services move on"
+                )
                 time.sleep(linger)
             return code
         now = secrets_digests(pod.secrets_dir, pod.tls_dir)

@@ -348,12 +348,18 @@ def render_patroni_config(
                 "superuser": {"username": superuser.username, "password": superuser.password},
                 # Authenticated by the client certificate (pg_hba `cert`); the password is kept for
                 # Patroni, which sets it on the role at bootstrap.
-                "replication": {"username": replication.username, "password": replication.password,
-                                **_replication_tls(tls)},
+                "replication": {
+                    "username": replication.username,
+                    "password": replication.password,
+                    **_replication_tls(tls),
+                },
                 # pg_rewind as the replication role (Patroni grants it the file functions at bootstrap),
                 # so the superuser never connects over the network.
-                "rewind": {"username": replication.username, "password": replication.password,
-                           **_replication_tls(tls)},
+                "rewind": {
+                    "username": replication.username,
+                    "password": replication.password,
+                    **_replication_tls(tls),
+                },
             },
             "parameters": owned_parameters,
             "pg_hba": pg_hba(
@@ -368,9 +374,14 @@ def render_patroni_config(
         },
         # Containers have no /dev/watchdog.
         "watchdog": {"mode": "off"},
-        "tags": {"nofailover": False, "noloadbalance": False, "clonefrom": False, "nosync": False,
-                 # Which TLS files this instance runs with, for the operator (a CA rotation waits on it).
-                 **({LOADED_TAG: tls_loaded} if tls_loaded else {})},
+        "tags": {
+            "nofailover": False,
+            "noloadbalance": False,
+            "clonefrom": False,
+            "nosync": False,
+            # Which TLS files this instance runs with, for the operator (a CA rotation waits on it).
+            **({LOADED_TAG: tls_loaded} if tls_loaded else {}),
+        },
     }
     backup = instance.get("backup")
     if backup is not None and not isinstance(backup, Mapping):

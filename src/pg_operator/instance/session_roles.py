@@ -52,8 +52,10 @@ def monitor_role_statements(role: str = MONITOR_ROLE) -> list[sql.Composed]:
     pg_hba rejects it over TCP) and reads statistics as pg_monitor does, nothing more."""
     ident = sql.Identifier(role)
     return [
-        sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS "
-                "CONNECTION LIMIT 5").format(ident),
+        sql.SQL(
+            "CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS "
+            "CONNECTION LIMIT 5"
+        ).format(ident),
         sql.SQL("GRANT pg_monitor TO {}").format(ident),
     ]
 
@@ -102,7 +104,11 @@ def keep_monitor_role(*, socket_dir: str, pg_port: int, superuser: str) -> None:
 
 
 def start_keeper(*, socket_dir: str, pg_port: int, superuser: str) -> threading.Thread:
-    thread = threading.Thread(target=keep_monitor_role, name="monitor-role", daemon=True,
-                              kwargs={"socket_dir": socket_dir, "pg_port": pg_port, "superuser": superuser})
+    thread = threading.Thread(
+        target=keep_monitor_role,
+        name="monitor-role",
+        daemon=True,
+        kwargs={"socket_dir": socket_dir, "pg_port": pg_port, "superuser": superuser},
+    )
     thread.start()
     return thread

@@ -47,8 +47,9 @@ class LockRelease:
 
     def patch(self) -> dict[str, Any]:
         """A merge patch that removes the key only if nobody touched the ConfigMap since we looked."""
-        return {"metadata": {"resourceVersion": self.resource_version,
-                             "annotations": {LEADER_ANNOTATION: None}}}
+        return {
+            "metadata": {"resourceVersion": self.resource_version, "annotations": {LEADER_ANNOTATION: None}}
+        }
 
 
 def sync_configmap_name(scope: str) -> str:
@@ -66,9 +67,11 @@ def sync_standbys(sync_configmap: Mapping[str, Any] | None, leader: str) -> froz
     return frozenset(n.strip() for n in str(annotations.get("sync_standby") or "").split(",") if n.strip())
 
 
-def plan_lock_release(configmap: Mapping[str, Any] | None,
-                      instances: Sequence[Instance],
-                      sync_configmap: Mapping[str, Any] | None = None) -> LockRelease | None:
+def plan_lock_release(
+    configmap: Mapping[str, Any] | None,
+    instances: Sequence[Instance],
+    sync_configmap: Mapping[str, Any] | None = None,
+) -> LockRelease | None:
     """Release the leader key only when (1) its holder's database container is reported not running by
     the kubelet, and (2) a running replica that Patroni would promote can take over: with synchronous
     replication, only a recorded synchronous standby (Patroni promotes no other, so releasing for
@@ -83,14 +86,18 @@ def plan_lock_release(configmap: Mapping[str, Any] | None,
         # (Patroni releases the key itself): not certain, so not ours to decide.
         return None
     allowed = sync_standbys(sync_configmap, holder)
-    if not any(i.viable_replica and i.name != holder and (allowed is None or i.name in allowed)
-               for i in instances):
+    if not any(
+        i.viable_replica and i.name != holder and (allowed is None or i.name in allowed) for i in instances
+    ):
         return None
     version = objects.resource_version(configmap)
     if not version:
         return None
-    return LockRelease(holder=holder, resource_version=version,
-                       reason=f"the kubelet reports {holder}'s database container as not running")
+    return LockRelease(
+        holder=holder,
+        resource_version=version,
+        reason=f"the kubelet reports {holder}'s database container as not running",
+    )
 
 
 # How long after a promotion a member off the leader's timeline is woken for its pg_rewind: a promotion
@@ -118,8 +125,12 @@ def _promoted(configmap: Mapping[str, Any] | None) -> bool:
     return bool(value) and value.isdigit() and int(value) > 0
 
 
-def plan_nudges(configmap: Mapping[str, Any] | None, instances: Sequence[Instance],
-                sync_configmap: Mapping[str, Any] | None, now: datetime) -> list[Nudge]:
+def plan_nudges(
+    configmap: Mapping[str, Any] | None,
+    instances: Sequence[Instance],
+    sync_configmap: Mapping[str, Any] | None,
+    now: datetime,
+) -> list[Nudge]:
     """The members whose Patroni loop to wake now, while the leader key's holder runs as primary:
     - the leader itself, with synchronous replication on, while a replica publishes that it streams on
       the leader's timeline but the `<scope>-sync` key does not count it as a voter: quorum commit adds
@@ -131,26 +142,54 @@ def plan_nudges(configmap: Mapping[str, Any] | None, instances: Sequence[Instanc
       (then a pg_rewind from it can start at once)."""
     holder = leader_holder(configmap)
     leader = next((i for i in instances if i.name == holder), None)
-    if (holder is None or leader is None or leader.role != ROLE_PRIMARY or leader.container_down
-            or leader.terminating or not leader.pod_ip or leader.timeline is None):
+    if (
+        holder is None
+        or leader is None
+        or leader.role != ROLE_PRIMARY
+        or leader.container_down
+        or leader.terminating
+        or not leader.pod_ip
+        or leader.timeline is None
+    ):
         return []
     nudges = []
     if objects.annotation(sync_configmap, "leader"):
         voters = sync_standbys(sync_configmap, holder) or frozenset()
-        outside = sorted(i.name for i in instances if i.name != holder and i.streaming
-                         and not i.container_down and not i.terminating and i.timeline == leader.timeline
-                         and i.name not in voters)
+        outside = sorted(
+            i.name
+            for i in instances
+            if i.name != holder
+            and i.streaming
+            and not i.container_down
+            and not i.terminating
+            and i.timeline == leader.timeline
+            and i.name not in voters
+        )
         if outside:
-            nudges.append(Nudge(holder, f"{', '.join(outside)} streams from it but is not a synchronous "
-                                        "standby yet"))
+            nudges.append(
+                Nudge(holder, f"{', '.join(outside)} streams from it but is not a synchronous standby yet")
+            )
     acquired = _acquired(configmap)
     # A few seconds of clock skew between the instance and the operator are allowed for.
-    recent = (acquired is not None and _promoted(configmap)
-              and -5 <= (now - acquired).total_seconds() <= NUDGE_WINDOW_SECONDS)
+    recent = (
+        acquired is not None
+        and _promoted(configmap)
+        and -5 <= (now - acquired).total_seconds() <= NUDGE_WINDOW_SECONDS
+    )
     if recent and not leader.checkpoint_pending:
         for inst in instances:
-            if (inst.name != holder and inst.pod_ip and not inst.container_down and not inst.terminating
-                    and (inst.timeline is None or inst.timeline < leader.timeline)):
-                nudges.append(Nudge(inst.name, f"it is not on {holder}'s timeline {leader.timeline} yet, "
-                                               "and a pg_rewind from it can start"))
+            if (
+                inst.name != holder
+                and inst.pod_ip
+                and not inst.container_down
+                and not inst.terminating
+                and (inst.timeline is None or inst.timeline < leader.timeline)
+            ):
+                nudges.append(
+                    Nudge(
+                        inst.name,
+                        f"it is not on {holder}'s timeline {leader.timeline} yet, "
+                        "and a pg_rewind from it can start",
+                    )
+                )
     return nudges

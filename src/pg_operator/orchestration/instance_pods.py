@@ -44,7 +44,7 @@ def member_ordinal(pod_name: str, statefulset_name: str) -> int | None:
     prefix = f"{statefulset_name}-"
     if not pod_name.startswith(prefix):
         return None
-    tail = pod_name[len(prefix):]
+    tail = pod_name[len(prefix) :]
     if not tail.isdigit() or not tail.isascii() or (len(tail) > 1 and tail.startswith("0")):
         return None
     ordinal = int(tail)

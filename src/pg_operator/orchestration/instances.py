@@ -74,15 +74,23 @@ class Instance:
 
     @property
     def healthy_replica(self) -> bool:
-        return (self.role == ROLE_REPLICA and self.ready and not self.terminating
-                and (self.member is None or self.member.streaming))
+        return (
+            self.role == ROLE_REPLICA
+            and self.ready
+            and not self.terminating
+            and (self.member is None or self.member.streaming)
+        )
 
     @property
     def viable_replica(self) -> bool:
         """Could take over from a dead primary: its database runs, whatever its lag or readiness (a
         replica of a dead primary stops streaming and may fail its readiness check)."""
-        return (self.role == ROLE_REPLICA and not self.terminating and not self.container_down
-                and (self.member is None or self.member.state in ("running", "streaming")))
+        return (
+            self.role == ROLE_REPLICA
+            and not self.terminating
+            and not self.container_down
+            and (self.member is None or self.member.state in ("running", "streaming"))
+        )
 
     @property
     def lag(self) -> int:
@@ -178,8 +186,9 @@ def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | No
     role = pod_role(pod)
     status = _container(pod, "status")
     state = status.get("state") or {}
-    down = bool(status) and ("terminated" in state or (
-        "waiting" in state and int(status.get("restartCount") or 0) > 0))
+    down = bool(status) and (
+        "terminated" in state or ("waiting" in state and int(status.get("restartCount") or 0) > 0)
+    )
     return Instance(
         name=name,
         ordinal=_ordinal(name),
@@ -193,8 +202,9 @@ def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | No
         member=(members or {}).get(name),
         pending_restart=_pending_restart(published),
         state=str(published.get("state") or ""),
-        not_ready_since=None if pod_ready(pod) else _parse_time(
-            (objects.condition(objects.status(pod), "Ready") or {}).get("lastTransitionTime")),
+        not_ready_since=None
+        if pod_ready(pod)
+        else _parse_time((objects.condition(objects.status(pod), "Ready") or {}).get("lastTransitionTime")),
         timeline=_timeline(published),
         checkpoint_pending=published.get("checkpoint_after_promote") is False,
         streaming=published.get("replication_state") == "streaming",
@@ -206,6 +216,7 @@ def _timeline(published: Mapping[str, Any]) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def instances_from_pods(pods: Sequence[Mapping[str, Any]],
-                        members: Mapping[str, Member] | None = None) -> list[Instance]:
+def instances_from_pods(
+    pods: Sequence[Mapping[str, Any]], members: Mapping[str, Member] | None = None
+) -> list[Instance]:
     return sorted((instance_from_pod(p, members) for p in pods), key=lambda i: i.ordinal)

@@ -119,8 +119,9 @@ def parse_check_output(names: Collection[str], stdout: str) -> dict[str, Verdict
             verdicts[name] = Verdict(False, reason=reason)
         else:
             tail = " ".join(line.strip() for line in lines[-3:] if line.strip())
-            verdicts[name] = Verdict(False, unknown=True,
-                                     reason=f"could not check {name}: {tail or 'no answer from postgres -C'}")
+            verdicts[name] = Verdict(
+                False, unknown=True, reason=f"could not check {name}: {tail or 'no answer from postgres -C'}"
+            )
     return verdicts
 
 
@@ -133,8 +134,9 @@ def new_values(patch: Mapping[str, Any] | None) -> dict[str, Any]:
     return {name: value for name, value in params.items() if value is not None}
 
 
-def without_refused(desired: Mapping[str, Any], held: Mapping[str, Any] | None,
-                    refused: Collection[str]) -> dict[str, Any]:
+def without_refused(
+    desired: Mapping[str, Any], held: Mapping[str, Any] | None, refused: Collection[str]
+) -> dict[str, Any]:
     """`desired` dynamic settings with each refused parameter kept as Patroni holds it now (or left
     out when it holds none), so the patch built from them carries only what PostgreSQL accepts."""
     section = desired.get("postgresql")
@@ -153,11 +155,14 @@ def without_refused(desired: Mapping[str, Any], held: Mapping[str, Any] | None,
 def refusal_message(refused: Mapping[str, str]) -> str:
     """The condition's and the Event's message: each refused parameter with PostgreSQL's reason."""
     said = "; ".join(f"{name}: {reason}" for name, reason in sorted(refused.items()))
-    return (f"spec.postgresql.parameters: PostgreSQL refuses {', '.join(sorted(refused))} "
-            f"({said}); not sent to the instances, which keep their previous value")
+    return (
+        f"spec.postgresql.parameters: PostgreSQL refuses {', '.join(sorted(refused))} "
+        f"({said}); not sent to the instances, which keep their previous value"
+    )
 
 
 # --- after the reload --------------------------------------------------------------------------------
+
 
 def verify_query(names: Collection[str]) -> str:
     """pg_settings rows (name|setting|pending_restart) for `names`, which must match NAME_PATTERN."""
@@ -200,14 +205,19 @@ def applied_message(result: Applied, primary: str, removed: Collection[str] = ()
     """The ConfigurationUpdated Event: only what the primary really shows."""
     parts = []
     if result.applied:
-        parts.append(f"applied on primary {primary} (replicas reload the same configuration): "
-                     + ", ".join(f"parameter {n}" for n in result.applied))
+        parts.append(
+            f"applied on primary {primary} (replicas reload the same configuration): "
+            + ", ".join(f"parameter {n}" for n in result.applied)
+        )
     if result.waiting_restart:
-        parts.append("waiting for a restart of every instance: "
-                     + ", ".join(f"parameter {n}" for n in result.waiting_restart))
+        parts.append(
+            "waiting for a restart of every instance: "
+            + ", ".join(f"parameter {n}" for n in result.waiting_restart)
+        )
     if removed:
-        parts.append("removed from Patroni's configuration: "
-                     + ", ".join(f"parameter {n}" for n in sorted(removed)))
+        parts.append(
+            "removed from Patroni's configuration: " + ", ".join(f"parameter {n}" for n in sorted(removed))
+        )
     if result.not_yet:
         parts.append(f"not in effect on {primary}: " + ", ".join(f"parameter {n}" for n in result.not_yet))
     return "; ".join(parts)

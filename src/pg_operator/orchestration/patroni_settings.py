@@ -68,8 +68,12 @@ def synchronous_settings(number: int, data_durability: str) -> dict[str, Any]:
     }
 
 
-def desired_dynamic_settings(parameters: Mapping[str, str | int | float], sync_number: int,
-                             sync_durability: str, timing: Mapping[str, int] | None = None) -> dict[str, Any]:
+def desired_dynamic_settings(
+    parameters: Mapping[str, str | int | float],
+    sync_number: int,
+    sync_durability: str,
+    timing: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
     """Everything the operator keeps in Patroni's dynamic configuration for one cluster: its own settings,
     Patroni's timing (ttl, loop_wait, retry_timeout), synchronous replication and
     `postgresql.parameters` (the base replication settings plus the user's). The same values seed
@@ -109,8 +113,9 @@ def dynamic_config(configmap: Mapping[str, Any] | None) -> dict[str, Any] | None
     return value if isinstance(value, dict) else None
 
 
-def dynamic_config_patch(configmap: Mapping[str, Any] | None,
-                         desired: Mapping[str, Any] = OPERATOR_DYNAMIC_SETTINGS) -> dict[str, Any] | None:
+def dynamic_config_patch(
+    configmap: Mapping[str, Any] | None, desired: Mapping[str, Any] = OPERATOR_DYNAMIC_SETTINGS
+) -> dict[str, Any] | None:
     """The body of a PATCH /config that brings Patroni's dynamic settings to `desired` (a JSON merge
     patch of only the keys that differ), or None when nothing differs or Patroni has not bootstrapped
     yet (then Patroni has no leader to ask, and its bootstrap copy may still come).
@@ -142,8 +147,9 @@ def _postgresql_patch(current: Any, desired: Mapping[str, Any]) -> dict[str, Any
             continue
         held = current.get("parameters")
         held = held if isinstance(held, Mapping) else {}
-        params: dict[str, Any] = {name: v for name, v in value.items()
-                                  if name not in held or not _same(held[name], v)}
+        params: dict[str, Any] = {
+            name: v for name, v in value.items() if name not in held or not _same(held[name], v)
+        }
         params.update({name: None for name in held if name not in value})
         if params:
             out["parameters"] = params

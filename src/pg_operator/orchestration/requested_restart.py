@@ -27,14 +27,18 @@ def _restarted(pods: Sequence[Mapping[str, Any]], token: str) -> set[str]:
     return {objects.name(p) for p in pods if objects.annotation(p, RESTARTED_FOR_ANNOTATION) == token}
 
 
-def with_requested_restart(instances: Sequence[Instance], pods: Sequence[Mapping[str, Any]],
-                           token: str) -> list[Instance]:
+def with_requested_restart(
+    instances: Sequence[Instance], pods: Sequence[Mapping[str, Any]], token: str
+) -> list[Instance]:
     """The instances, those not yet restarted for `token` marked as waiting for a restart (besides
     any settings Patroni already has them waiting for)."""
     done = _restarted(pods, token)
-    return [i if i.name in done or i.terminating or REQUESTED in (i.pending_restart or ())
-            else dataclasses.replace(i, pending_restart=(*(i.pending_restart or ()), REQUESTED))
-            for i in instances]
+    return [
+        i
+        if i.name in done or i.terminating or REQUESTED in (i.pending_restart or ())
+        else dataclasses.replace(i, pending_restart=(*(i.pending_restart or ()), REQUESTED))
+        for i in instances
+    ]
 
 
 def restart_answered(instances: Sequence[Instance], pods: Sequence[Mapping[str, Any]], token: str) -> bool:

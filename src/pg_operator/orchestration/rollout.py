@@ -45,13 +45,18 @@ class Action:
 NONE = Action("none")
 
 
-def best_candidate(instances: Sequence[Instance], *, below_ordinal: int | None = None,
-                   image: str | None = None) -> Instance | None:
+def best_candidate(
+    instances: Sequence[Instance], *, below_ordinal: int | None = None, image: str | None = None
+) -> Instance | None:
     """The healthiest replica: streaming, least lag, then lowest ordinal. When Patroni names synchronous
     standbys, only they qualify: Patroni refuses a switchover to any other."""
-    pool = [i for i in instances if i.healthy_replica
-            and (below_ordinal is None or i.ordinal < below_ordinal)
-            and (image is None or i.image == image)]
+    pool = [
+        i
+        for i in instances
+        if i.healthy_replica
+        and (below_ordinal is None or i.ordinal < below_ordinal)
+        and (image is None or i.image == image)
+    ]
     if any(i.member is not None and i.member.is_sync for i in instances):
         pool = [i for i in pool if i.member is not None and i.member.is_sync]
     return min(pool, key=lambda i: (i.lag, i.ordinal), default=None)
@@ -85,9 +90,15 @@ def _behind(instances: Sequence[Instance], max_lag_bytes: int) -> Action | None:
     return None
 
 
-def plan_update(instances: Sequence[Instance], desired_image: str, expected: int, now: datetime,
-                *, stall_after: timedelta = STALL_AFTER,
-                max_lag_bytes: int = MAX_CATCH_UP_LAG_BYTES) -> Action:
+def plan_update(
+    instances: Sequence[Instance],
+    desired_image: str,
+    expected: int,
+    now: datetime,
+    *,
+    stall_after: timedelta = STALL_AFTER,
+    max_lag_bytes: int = MAX_CATCH_UP_LAG_BYTES,
+) -> Action:
     outdated = [i for i in instances if i.image != desired_image and not i.terminating]
     updated = [i for i in instances if i.image == desired_image]
     if not outdated:
@@ -95,25 +106,37 @@ def plan_update(instances: Sequence[Instance], desired_image: str, expected: int
     for i in updated:
         age = now - i.created if i.created else timedelta(0)
         if not i.ready and age > stall_after:
-            return Action("halt", target=i.name, reason=(
-                f"{i.name} runs {desired_image} but is not ready after {int(age.total_seconds())} s; "
-                "the rollout stopped: fix the image or set spec.image back"))
+            return Action(
+                "halt",
+                target=i.name,
+                reason=(
+                    f"{i.name} runs {desired_image} but is not ready after {int(age.total_seconds())} s; "
+                    "the rollout stopped: fix the image or set spec.image back"
+                ),
+            )
     blocked = _blocking(instances, expected) or _behind(updated, max_lag_bytes)
     if blocked:
         return blocked
     target = _last_replica(outdated)
     if target is not None:
-        return Action("delete_pod", target=target.name,
-                      reason=f"recreating replica {target.name} with {desired_image}")
+        return Action(
+            "delete_pod", target=target.name, reason=f"recreating replica {target.name} with {desired_image}"
+        )
     primary = next(i for i in outdated if i.role == ROLE_PRIMARY)
     if len(instances) == 1:
-        return Action("delete_pod", target=primary.name,
-                      reason=f"single instance: restarting {primary.name} with {desired_image} in place")
+        return Action(
+            "delete_pod",
+            target=primary.name,
+            reason=f"single instance: restarting {primary.name} with {desired_image} in place",
+        )
     candidate = best_candidate(instances, image=desired_image)
     if candidate is None:
         return Action("wait", reason="waiting for an upgraded replica to stream before the switchover")
-    return Action("switchover", target=candidate.name,
-                  reason=f"switching over from {primary.name} to upgraded {candidate.name}")
+    return Action(
+        "switchover",
+        target=candidate.name,
+        reason=f"switching over from {primary.name} to upgraded {candidate.name}",
+    )
 
 
 def plan_scale(instances: Sequence[Instance], desired_replicas: int) -> tuple[int, Action]:
@@ -129,11 +152,18 @@ def plan_scale(instances: Sequence[Instance], desired_replicas: int) -> tuple[in
         return desired_replicas, NONE
     candidate = best_candidate(instances, below_ordinal=desired_replicas)
     if candidate is None:
-        return current, Action("wait", reason=(
-            f"scale-down to {desired_replicas} waits: primary {primary.name} would be removed and no "
-            "surviving replica is streaming"))
-    return current, Action("switchover", target=candidate.name,
-                           reason=f"moving the primary off {primary.name} before scaling down")
+        return current, Action(
+            "wait",
+            reason=(
+                f"scale-down to {desired_replicas} waits: primary {primary.name} would be removed and no "
+                "surviving replica is streaming"
+            ),
+        )
+    return current, Action(
+        "switchover",
+        target=candidate.name,
+        reason=f"moving the primary off {primary.name} before scaling down",
+    )
 
 
 def _setting_names(instance: Instance) -> str:
@@ -144,8 +174,9 @@ def _member_state(instance: Instance) -> str:
     return instance.member.state if instance.member is not None else instance.state
 
 
-def restart_halt(instances: Sequence[Instance], now: datetime | None, *,
-                 stall_after: timedelta = RESTART_STALL_AFTER) -> Action | None:
+def restart_halt(
+    instances: Sequence[Instance], now: datetime | None, *, stall_after: timedelta = RESTART_STALL_AFTER
+) -> Action | None:
     """An instance that does not come back while settings wait for a restart stops the rollout, naming
     the instance, Patroni's state of it and the settings (as the instances still waiting list them).
     The primary keeps its previous value; setting the spec back lets Patroni start the instance with
@@ -157,25 +188,35 @@ def restart_halt(instances: Sequence[Instance], now: datetime | None, *,
         if i.ready or i.terminating:
             continue
         state = _member_state(i)
-        stalled = (now is not None and i.not_ready_since is not None
-                   and now - i.not_ready_since > stall_after)
+        stalled = now is not None and i.not_ready_since is not None and now - i.not_ready_since > stall_after
         if not state.startswith(FAILED_STATES) and not stalled:
             continue
         settings = ", ".join(waiting) or "a setting"
         primary = next((p.name for p in instances if p.role == ROLE_PRIMARY and p.ready), "")
-        serving = (f"primary {primary} keeps serving with the previous value" if primary
-                   else "no primary is ready")
+        serving = (
+            f"primary {primary} keeps serving with the previous value" if primary else "no primary is ready"
+        )
         said = f"Patroni: {state}" if state else "not ready"
-        return Action("halt", target=i.name, reason=(
-            f"{i.name} does not start ({said}) while {settings} "
-            f"{'wait' if len(waiting) > 1 else 'waits'} for a restart: the restart "
-            f"rollout stopped at {i.name} and {serving}; set spec.postgresql.parameters {settings} "
-            "back (or to a value the instances can start with) and it recovers on its own"))
+        return Action(
+            "halt",
+            target=i.name,
+            reason=(
+                f"{i.name} does not start ({said}) while {settings} "
+                f"{'wait' if len(waiting) > 1 else 'waits'} for a restart: the restart "
+                f"rollout stopped at {i.name} and {serving}; set spec.postgresql.parameters {settings} "
+                "back (or to a value the instances can start with) and it recovers on its own"
+            ),
+        )
     return None
 
 
-def plan_restart(instances: Sequence[Instance], expected: int, *,
-                 max_lag_bytes: int = MAX_CATCH_UP_LAG_BYTES, now: datetime | None = None) -> Action:
+def plan_restart(
+    instances: Sequence[Instance],
+    expected: int,
+    *,
+    max_lag_bytes: int = MAX_CATCH_UP_LAG_BYTES,
+    now: datetime | None = None,
+) -> Action:
     """Restart the instances Patroni marks pending_restart after a settings change, one at a time.
 
     The primary goes last and is restarted in place: Patroni keeps the leader key through a planned
@@ -193,8 +234,14 @@ def plan_restart(instances: Sequence[Instance], expected: int, *,
         return blocked
     target = _last_replica(pending)
     if target is not None:
-        return Action("restart", target=target.name,
-                      reason=f"restarting replica {target.name} to apply {_setting_names(target)}")
+        return Action(
+            "restart",
+            target=target.name,
+            reason=f"restarting replica {target.name} to apply {_setting_names(target)}",
+        )
     primary = pending[0]
-    return Action("restart", target=primary.name,
-                  reason=f"restarting primary {primary.name} in place to apply {_setting_names(primary)}")
+    return Action(
+        "restart",
+        target=primary.name,
+        reason=f"restarting primary {primary.name} in place to apply {_setting_names(primary)}",
+    )

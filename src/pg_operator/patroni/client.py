@@ -102,13 +102,21 @@ def _auth_headers(auth: PatroniAuth | None) -> dict[str, str]:
     return {"Authorization": aiohttp.encode_basic_auth(auth.username, auth.password)} if auth else {}
 
 
-async def _post(session: aiohttp.ClientSession, member: Endpoint, path: str, body: Mapping[str, Any],
-                auth: PatroniAuth | None, limit_s: float, what: str) -> str:
+async def _post(
+    session: aiohttp.ClientSession,
+    member: Endpoint,
+    path: str,
+    body: Mapping[str, Any],
+    auth: PatroniAuth | None,
+    limit_s: float,
+    what: str,
+) -> str:
     """POST a JSON body to an unsafe endpoint; Patroni's answer, or PatroniError naming `what`."""
     limit = aiohttp.ClientTimeout(total=limit_s, connect=2)
     try:
-        async with session.post(member.url(path), json=dict(body), headers=_auth_headers(auth), timeout=limit,
-                                **member.options()) as resp:
+        async with session.post(
+            member.url(path), json=dict(body), headers=_auth_headers(auth), timeout=limit, **member.options()
+        ) as resp:
             text = (await resp.text()).strip()
             if resp.status != 200:
                 raise PatroniError(f"{what} refused: HTTP {resp.status}: {text}")
@@ -117,20 +125,27 @@ async def _post(session: aiohttp.ClientSession, member: Endpoint, path: str, bod
         raise PatroniError(f"{what}: {type(e).__name__}: {e}") from None
 
 
-async def switchover(session: aiohttp.ClientSession, member: Endpoint, leader: str, candidate: str,
-                     auth: PatroniAuth | None = None) -> str:
+async def switchover(
+    session: aiohttp.ClientSession,
+    member: Endpoint,
+    leader: str,
+    candidate: str,
+    auth: PatroniAuth | None = None,
+) -> str:
     """Planned switchover from `leader` to `candidate`; Patroni does it synchronously and answers
     once the candidate has taken over (or says why not)."""
     body = {"leader": leader, "candidate": candidate}
     return await _post(session, member, "/switchover", body, auth, 60, f"switchover {leader} -> {candidate}")
 
 
-async def restart_pending(session: aiohttp.ClientSession, member: Endpoint,
-                          auth: PatroniAuth | None = None) -> str:
+async def restart_pending(
+    session: aiohttp.ClientSession, member: Endpoint, auth: PatroniAuth | None = None
+) -> str:
     """POST /restart on one member, only if it still waits for a restart (Patroni checks that itself, so
     a restart that already happened is not repeated). Patroni answers once PostgreSQL is back up."""
-    return await _post(session, member, "/restart", {"restart_pending": True}, auth, 120,
-                       f"restart on {member}")
+    return await _post(
+        session, member, "/restart", {"restart_pending": True}, auth, 120, f"restart on {member}"
+    )
 
 
 async def restart(session: aiohttp.ClientSession, member: Endpoint, auth: PatroniAuth | None = None) -> str:
@@ -139,14 +154,23 @@ async def restart(session: aiohttp.ClientSession, member: Endpoint, auth: Patron
     return await _post(session, member, "/restart", {}, auth, 120, f"restart on {member}")
 
 
-async def patch_config(session: aiohttp.ClientSession, member: Endpoint, patch: Mapping[str, Any],
-                       auth: PatroniAuth | None = None) -> None:
+async def patch_config(
+    session: aiohttp.ClientSession,
+    member: Endpoint,
+    patch: Mapping[str, Any],
+    auth: PatroniAuth | None = None,
+) -> None:
     """PATCH /config: Patroni merges the body into its dynamic configuration (null removes a key) and
     every member applies it on its next loop."""
     pod_ip = str(member)
     try:
-        async with session.patch(member.url("/config"), json=dict(patch), headers=_auth_headers(auth),
-                                 timeout=TIMEOUT, **member.options()) as resp:
+        async with session.patch(
+            member.url("/config"),
+            json=dict(patch),
+            headers=_auth_headers(auth),
+            timeout=TIMEOUT,
+            **member.options(),
+        ) as resp:
             if resp.status != 200:
                 text = (await resp.text()).strip()
                 raise PatroniError(f"PATCH /config on {pod_ip} refused: HTTP {resp.status}: {text}")

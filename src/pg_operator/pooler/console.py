@@ -42,11 +42,11 @@ def split_messages(buffer: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
     out = []
     at = 0
     while len(buffer) - at >= 5:
-        kind = buffer[at:at + 1]
-        (length,) = struct.unpack("!I", buffer[at + 1:at + 5])
+        kind = buffer[at : at + 1]
+        (length,) = struct.unpack("!I", buffer[at + 1 : at + 5])
         if len(buffer) - at - 1 < length:
             break
-        out.append((kind, buffer[at + 5:at + 1 + length]))
+        out.append((kind, buffer[at + 5 : at + 1 + length]))
         at += 1 + length
     return out, buffer[at:]
 
@@ -74,12 +74,12 @@ def parse_data_row(payload: bytes) -> list[str | None]:
     values: list[str | None] = []
     at = 2
     for _ in range(count):
-        (length,) = struct.unpack("!i", payload[at:at + 4])
+        (length,) = struct.unpack("!i", payload[at : at + 4])
         at += 4
         if length < 0:
             values.append(None)
         else:
-            values.append(payload[at:at + length].decode(errors="replace"))
+            values.append(payload[at : at + length].decode(errors="replace"))
             at += length
     return values
 

@@ -13,34 +13,76 @@ Row = Mapping[str, str | None]
 
 # SHOW POOLS column → (metric, help); one sample per database and user.
 POOL_GAUGES: tuple[tuple[str, str, str], ...] = (
-    ("cl_active", "pgbouncer_pools_client_active_connections",
-     "Client connections linked to a server connection and able to process queries"),
-    ("cl_waiting", "pgbouncer_pools_client_waiting_connections",
-     "Client connections waiting on a server connection"),
-    ("sv_active", "pgbouncer_pools_server_active_connections",
-     "Server connections linked to a client connection"),
-    ("sv_idle", "pgbouncer_pools_server_idle_connections",
-     "Server connections idle and ready for a client query"),
-    ("sv_used", "pgbouncer_pools_server_used_connections",
-     "Server connections idle more than server_check_delay, needing a check"),
-    ("sv_login", "pgbouncer_pools_server_login_connections",
-     "Server connections currently in the process of logging in"),
+    (
+        "cl_active",
+        "pgbouncer_pools_client_active_connections",
+        "Client connections linked to a server connection and able to process queries",
+    ),
+    (
+        "cl_waiting",
+        "pgbouncer_pools_client_waiting_connections",
+        "Client connections waiting on a server connection",
+    ),
+    (
+        "sv_active",
+        "pgbouncer_pools_server_active_connections",
+        "Server connections linked to a client connection",
+    ),
+    (
+        "sv_idle",
+        "pgbouncer_pools_server_idle_connections",
+        "Server connections idle and ready for a client query",
+    ),
+    (
+        "sv_used",
+        "pgbouncer_pools_server_used_connections",
+        "Server connections idle more than server_check_delay, needing a check",
+    ),
+    (
+        "sv_login",
+        "pgbouncer_pools_server_login_connections",
+        "Server connections currently in the process of logging in",
+    ),
 )
 # SHOW STATS column → (metric, help, divisor); counters per database.
 STAT_COUNTERS: tuple[tuple[str, str, str, float], ...] = (
-    ("total_xact_count", "pgbouncer_stats_sql_transactions_pooled_total",
-     "Total number of SQL transactions pooled", 1.0),
+    (
+        "total_xact_count",
+        "pgbouncer_stats_sql_transactions_pooled_total",
+        "Total number of SQL transactions pooled",
+        1.0,
+    ),
     ("total_query_count", "pgbouncer_stats_queries_pooled_total", "Total number of SQL queries pooled", 1.0),
-    ("total_received", "pgbouncer_stats_received_bytes_total",
-     "Total volume in bytes of network traffic received by pgbouncer", 1.0),
-    ("total_sent", "pgbouncer_stats_sent_bytes_total",
-     "Total volume in bytes of network traffic sent by pgbouncer", 1.0),
-    ("total_xact_time", "pgbouncer_stats_server_in_transaction_seconds_total",
-     "Total number of seconds spent by pgbouncer when connected to PostgreSQL in a transaction", 1e6),
-    ("total_query_time", "pgbouncer_stats_queries_duration_seconds_total",
-     "Total number of seconds spent by pgbouncer when actively connected to PostgreSQL", 1e6),
-    ("total_wait_time", "pgbouncer_stats_client_wait_seconds_total",
-     "Time spent by clients waiting for a server in seconds", 1e6),
+    (
+        "total_received",
+        "pgbouncer_stats_received_bytes_total",
+        "Total volume in bytes of network traffic received by pgbouncer",
+        1.0,
+    ),
+    (
+        "total_sent",
+        "pgbouncer_stats_sent_bytes_total",
+        "Total volume in bytes of network traffic sent by pgbouncer",
+        1.0,
+    ),
+    (
+        "total_xact_time",
+        "pgbouncer_stats_server_in_transaction_seconds_total",
+        "Total number of seconds spent by pgbouncer when connected to PostgreSQL in a transaction",
+        1e6,
+    ),
+    (
+        "total_query_time",
+        "pgbouncer_stats_queries_duration_seconds_total",
+        "Total number of seconds spent by pgbouncer when actively connected to PostgreSQL",
+        1e6,
+    ),
+    (
+        "total_wait_time",
+        "pgbouncer_stats_client_wait_seconds_total",
+        "Time spent by clients waiting for a server in seconds",
+        1e6,
+    ),
 )
 
 
@@ -98,11 +140,15 @@ def render(*, up: bool, pools: Sequence[Row] = (), stats: Sequence[Row] = (), pa
             samples.append(f"{metric}{_labels([('database', str(row.get('database') or ''))])} "
                            f"{_fmt(value / divisor)}")  # fmt: skip
         out += [f"# HELP {metric} {text}", f"# TYPE {metric} counter", *samples]
-    out += ["# HELP pg_operator_pooler_paused 1 while PgBouncer is paused (around a switchover)",
-            "# TYPE pg_operator_pooler_paused gauge", f"pg_operator_pooler_paused {1 if paused else 0}"]
+    out += [
+        "# HELP pg_operator_pooler_paused 1 while PgBouncer is paused (around a switchover)",
+        "# TYPE pg_operator_pooler_paused gauge",
+        f"pg_operator_pooler_paused {1 if paused else 0}",
+    ]
     if target:
-        out += ["# HELP pg_operator_pooler_target_info The host the pooler sends server connections to",
-                "# TYPE pg_operator_pooler_target_info gauge",
-                f"pg_operator_pooler_target_info{_labels([('host', target)])} 1"]
+        out += [
+            "# HELP pg_operator_pooler_target_info The host the pooler sends server connections to",
+            "# TYPE pg_operator_pooler_target_info gauge",
+            f"pg_operator_pooler_target_info{_labels([('host', target)])} 1",
+        ]
     return "\n".join(out) + "\n"
-

@@ -59,8 +59,14 @@ class Authority:
 
 
 def _pair(secret: Mapping[str, Any] | None, cert_key: str, key_key: str) -> tls.KeyPair | None:
-    return tls.ca_from_secret({"data": {tls.CA_CERT_KEY: ((secret or {}).get("data") or {}).get(cert_key),
-                                        tls.CA_KEY_KEY: ((secret or {}).get("data") or {}).get(key_key)}})
+    return tls.ca_from_secret(
+        {
+            "data": {
+                tls.CA_CERT_KEY: ((secret or {}).get("data") or {}).get(cert_key),
+                tls.CA_KEY_KEY: ((secret or {}).get("data") or {}).get(key_key),
+            }
+        }
+    )
 
 
 def authority_from_secret(secret: Mapping[str, Any] | None) -> Authority | None:
@@ -149,9 +155,17 @@ def _leaves_by(secret: Mapping[str, Any] | None, ca: tls.KeyPair, previous: tls.
     return tls.issued_by(cert, ca) or not tls.issued_by(cert, previous)
 
 
-def plan(authority: Authority, requested: str | None, server_secret: Mapping[str, Any] | None,
-         loaded: Mapping[str, str], now: dt.datetime, *, trust_pem: bytes | None = None,
-         replacement: tls.KeyPair | None = None, trust_period: dt.timedelta = TRUST_PERIOD) -> Plan:
+def plan(
+    authority: Authority,
+    requested: str | None,
+    server_secret: Mapping[str, Any] | None,
+    loaded: Mapping[str, str],
+    now: dt.datetime,
+    *,
+    trust_pem: bytes | None = None,
+    replacement: tls.KeyPair | None = None,
+    trust_period: dt.timedelta = TRUST_PERIOD,
+) -> Plan:
     """`trust_pem`: what the instances must trust now (default: the authority's bundle; more when the
     user brings the server certificate); `replacement`: the CA the user brings, rolled in when it differs;
     `trust_period`: how long both CAs are trusted before the new one's leaves are served."""
@@ -177,8 +191,11 @@ def plan(authority: Authority, requested: str | None, server_secret: Mapping[str
     waits = [f"instances loading both CAs: {', '.join(behind)}"] if behind or not bundled else []
     if remaining > 0:
         waits.append(f"the trust period ({remaining:.0f} s left)")
-    return Plan(leaf_ca=authority.previous, waiting="; ".join(waits) or "the bundle",
-                again_in=max(remaining, 1.0) if remaining > 0 else None)
+    return Plan(
+        leaf_ca=authority.previous,
+        waiting="; ".join(waits) or "the bundle",
+        again_in=max(remaining, 1.0) if remaining > 0 else None,
+    )
 
 
 def start(authority: Authority, requested: str | None, new: tls.KeyPair, now: dt.datetime) -> Authority:

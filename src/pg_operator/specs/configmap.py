@@ -55,7 +55,11 @@ def dynamic_settings(cluster: PostgresCluster) -> dict[str, Any]:
     """What Patroni's dynamic configuration must hold for this cluster (kept there by the operator after
     bootstrap; the entrypoint seeds the same values from instance.yaml at initdb)."""
     config = instance_config(cluster)
-    timing = {"ttl": config.patroni.ttl, "loop_wait": config.patroni.loop_wait,
-              "retry_timeout": config.patroni.retry_timeout}
-    return desired_dynamic_settings(config.postgresql.parameters, config.synchronous.number,
-                                    config.synchronous.data_durability, timing)
+    timing = {
+        "ttl": config.patroni.ttl,
+        "loop_wait": config.patroni.loop_wait,
+        "retry_timeout": config.patroni.retry_timeout,
+    }
+    return desired_dynamic_settings(
+        config.postgresql.parameters, config.synchronous.number, config.synchronous.data_durability, timing
+    )

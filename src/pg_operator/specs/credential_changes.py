@@ -28,7 +28,6 @@ from pg_operator.specs.secrets import app_connection, decoded, gone_keys
 APPLIED_ANNOTATION = f"{GROUP}/credential-applied"
 
 
-
 @dataclass(frozen=True)
 class Slot:
     """One credential Secret of a cluster and the role it stands for."""
@@ -127,13 +126,17 @@ def applied_patch(cluster: PostgresCluster, change: Change, secret: Mapping[str,
     """The merge patch recording the change as applied, conditional on the version it was read at; for the
     application Secret also the keys derived from the password (URIs, pgpass) where they differ."""
     patch: dict[str, Any] = {
-        "metadata": {"resourceVersion": change.resource_version,
-                     "annotations": {APPLIED_ANNOTATION: change.fingerprint}},
+        "metadata": {
+            "resourceVersion": change.resource_version,
+            "annotations": {APPLIED_ANNOTATION: change.fingerprint},
+        },
     }
     if change.slot.kind == "app":
         data = secret.get("data") or {}
-        wanted = {k: base64.b64encode(v.encode()).decode("ascii")
-                  for k, v in app_connection(cluster, change.password).items()}
+        wanted = {
+            k: base64.b64encode(v.encode()).decode("ascii")
+            for k, v in app_connection(cluster, change.password).items()
+        }
         differing: dict[str, str | None] = {k: v for k, v in wanted.items() if data.get(k) != v}
         differing.update(gone_keys(cluster, data))
         if differing:
@@ -151,7 +154,8 @@ def stale_app_keys(cluster: PostgresCluster, secret: Mapping[str, Any] | None) -
     password = password[:-1] if password and password.endswith("\n") else password
     username = (decoded(secret, "username") or "").strip()
     if not password or objects.annotation(secret, APPLIED_ANNOTATION) != fingerprint(
-            objects.uid(secret), username, password):
+        objects.uid(secret), username, password
+    ):
         return None
     app = next(slot for slot in slots(cluster) if slot.kind == "app")
     change = Change(app, objects.resource_version(secret), "", password)

@@ -77,8 +77,11 @@ def generated_names(cluster: PostgresCluster) -> set[ObjectId]:
     for service in (names.headless_service, names.rw_service, names.ro_service, names.r_service):
         out.add((*SERVICE, service(cluster)))
     for side in ("rw", "ro"):
-        out |= {(*DEPLOYMENT, pooler.deployment_name(cluster, side)),
-                (*SERVICE, pooler.service_name(cluster, side)), (*PDB, pooler.deployment_name(cluster, side))}
+        out |= {
+            (*DEPLOYMENT, pooler.deployment_name(cluster, side)),
+            (*SERVICE, pooler.service_name(cluster, side)),
+            (*PDB, pooler.deployment_name(cluster, side)),
+        }
     for secret in (*secret_names(cluster), *tls_secret_names(cluster)):
         out.add((*SECRET, secret))
     for role in declared_roles(cluster):
@@ -120,7 +123,7 @@ def _pod_template_refs(workload: Mapping[str, Any]) -> set[ObjectId]:
     for volume in pod.get("volumes") or ():
         sources = [volume, *((volume.get("projected") or {}).get("sources") or ())]
         for source in sources:
-            secret = (source.get("secret") or {})
+            secret = source.get("secret") or {}
             if secret.get("secretName") or secret.get("name"):
                 out.add((*SECRET, str(secret.get("secretName") or secret.get("name"))))
             config = (source.get("configMap") or {}).get("name")
@@ -200,8 +203,10 @@ def conflict_message(conflicts: Mapping[ObjectId, str], held: Mapping[ObjectId, 
 
 def conflict_event(ident: ObjectId, why: str) -> str:
     """One Warning Event's message about one foreign object."""
-    return (f"{describe(ident)} exists and is not this cluster's ({why}): the operator leaves it alone and "
-            "writes the cluster's other objects; rename the cluster or remove it")
+    return (
+        f"{describe(ident)} exists and is not this cluster's ({why}): the operator leaves it alone and "
+        "writes the cluster's other objects; rename the cluster or remove it"
+    )
 
 
 def _created(body: Mapping[str, Any] | None) -> datetime | None:

@@ -110,8 +110,10 @@ def auth_secret(cluster: PostgresCluster, password: str) -> dict[str, Any]:
         "kind": "Secret",
         "metadata": child_metadata(cluster, auth_secret_name(cluster), COMPONENT_POOLER),
         "type": "kubernetes.io/basic-auth",
-        "data": {"username": base64.b64encode(AUTH_USER.encode()).decode(),
-                 PASSWORD_KEY: base64.b64encode(password.encode()).decode()},
+        "data": {
+            "username": base64.b64encode(AUTH_USER.encode()).decode(),
+            PASSWORD_KEY: base64.b64encode(password.encode()).decode(),
+        },
     }
 
 
@@ -119,8 +121,12 @@ def auth_secret(cluster: PostgresCluster, password: str) -> dict[str, Any]:
 
 
 def _pod_labels(cluster: PostgresCluster, side: str) -> dict[str, str]:
-    return {**pooler_pod_labels(cluster.name, side), "app.kubernetes.io/instance": cluster.name,
-            "app.kubernetes.io/component": COMPONENT_POOLER, "app.kubernetes.io/managed-by": MANAGED_BY}
+    return {
+        **pooler_pod_labels(cluster.name, side),
+        "app.kubernetes.io/instance": cluster.name,
+        "app.kubernetes.io/component": COMPONENT_POOLER,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
 
 
 def _resources(cluster: PostgresCluster) -> dict[str, Any]:
@@ -158,15 +164,20 @@ def deployment(cluster: PostgresCluster, side: str, image: str = DEFAULT_IMAGE) 
         "imagePullPolicy": "IfNotPresent",
         "command": ["/usr/bin/tini", "-s", "--", SUPERVISOR, "run"],
         "env": [{"name": k, "value": v} for k, v in env.items()],
-        "ports": [{"name": "pgbouncer", "containerPort": POOLER_PORT, "protocol": "TCP"},
-                  {"name": "metrics", "containerPort": POOLER_METRICS_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "pgbouncer", "containerPort": POOLER_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": POOLER_METRICS_PORT, "protocol": "TCP"},
+        ],
         "readinessProbe": {**probe, "periodSeconds": 2, "failureThreshold": 2},
         # A pod going away keeps serving until the Service has stopped sending it new clients.
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
         "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 6},
         "resources": _resources(cluster),
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "capabilities": {"drop": ["ALL"]}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
         "volumeMounts": [
             {"name": "run", "mountPath": DEFAULT_RUN_DIR},
             {"name": "tls", "mountPath": TLS_DIR, "readOnly": True},
@@ -178,28 +189,53 @@ def deployment(cluster: PostgresCluster, side: str, image: str = DEFAULT_IMAGE) 
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 30,
-        "securityContext": {"runAsUser": POOLER_UID, "runAsGroup": POOLER_UID, "fsGroup": POOLER_UID,
-                            "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {
+            "runAsUser": POOLER_UID,
+            "runAsGroup": POOLER_UID,
+            "fsGroup": POOLER_UID,
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "containers": [container],
         "volumes": [
             {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
-            {"name": "tls", "secret": {"secretName": names.server_tls_secret(cluster), "items": tls_items,
-                                       "defaultMode": 0o440}},
-            {"name": "auth", "secret": {"secretName": auth_secret_name(cluster),
-                                        "items": [{"key": PASSWORD_KEY, "path": PASSWORD_KEY}],
-                                        "defaultMode": 0o440}},
+            {
+                "name": "tls",
+                "secret": {
+                    "secretName": names.server_tls_secret(cluster),
+                    "items": tls_items,
+                    "defaultMode": 0o440,
+                },
+            },
+            {
+                "name": "auth",
+                "secret": {
+                    "secretName": auth_secret_name(cluster),
+                    "items": [{"key": PASSWORD_KEY, "path": PASSWORD_KEY}],
+                    "defaultMode": 0o440,
+                },
+            },
         ],
-        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
-            "weight": 100,
-            "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
-                                "labelSelector": {"matchLabels": pooler_pod_labels(cluster.name, side)}},
-        }]}},
+        "affinity": {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": pooler_pod_labels(cluster.name, side)},
+                        },
+                    }
+                ]
+            }
+        },
     }
     if cluster.spec.node_selector:
         pod_spec["nodeSelector"] = dict(cluster.spec.node_selector)
     if cluster.spec.tolerations:
-        pod_spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True, mode="json")
-                                   for t in cluster.spec.tolerations]
+        pod_spec["tolerations"] = [
+            t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in cluster.spec.tolerations
+        ]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -221,8 +257,9 @@ def service(cluster: PostgresCluster, side: str) -> dict[str, Any]:
         "spec": {
             "type": "ClusterIP",
             "selector": pooler_pod_labels(cluster.name, side),
-            "ports": [{"name": "pgbouncer", "port": POOLER_PORT, "targetPort": "pgbouncer",
-                       "protocol": "TCP"}],
+            "ports": [
+                {"name": "pgbouncer", "port": POOLER_PORT, "targetPort": "pgbouncer", "protocol": "TCP"}
+            ],
         },
     }
 
@@ -235,8 +272,11 @@ def pdb(cluster: PostgresCluster, side: str) -> dict[str, Any] | None:
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": child_metadata(cluster, deployment_name(cluster, side), COMPONENT_POOLER),
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": pooler_pod_labels(cluster.name, side)},
-                 "unhealthyPodEvictionPolicy": "AlwaysAllow"},
+        "spec": {
+            "minAvailable": 1,
+            "selector": {"matchLabels": pooler_pod_labels(cluster.name, side)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
     }
 
 
@@ -257,8 +297,11 @@ def network_policy(cluster: PostgresCluster,
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": child_metadata(cluster, policy_name(cluster), COMPONENT_POOLER),
-        "spec": {"podSelector": {"matchLabels": any_pooler_pod(cluster.name)}, "policyTypes": ["Ingress"],
-                 "ingress": ingress},
+        "spec": {
+            "podSelector": {"matchLabels": any_pooler_pod(cluster.name)},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
     }
 
 

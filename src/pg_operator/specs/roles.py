@@ -278,7 +278,6 @@ class Entry:
         return out
 
 
-
 ROLES_CONDITION = "RolesApplied"
 DATABASES_CONDITION = "DatabasesApplied"
 

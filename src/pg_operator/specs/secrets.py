@@ -72,12 +72,13 @@ class ClusterPasswords:
 
     @classmethod
     def generate(cls) -> ClusterPasswords:
-        return cls(superuser=_password(), replication=_password(), app=_password(),
-                   patroni_api=_password())
+        return cls(superuser=_password(), replication=_password(), app=_password(), patroni_api=_password())
 
     def __repr__(self) -> str:
-        return ("ClusterPasswords(superuser=<redacted>, replication=<redacted>, app=<redacted>, "
-                "patroni_api=<redacted>)")
+        return (
+            "ClusterPasswords(superuser=<redacted>, replication=<redacted>, app=<redacted>, "
+            "patroni_api=<redacted>)"
+        )
 
     __str__ = __repr__
 
@@ -95,8 +96,12 @@ def decoded(secret: Mapping[str, Any] | None, key: str) -> str | None:
 
 
 def secret_names(cluster: PostgresCluster) -> list[str]:
-    return [names.superuser_secret(cluster), names.replication_secret(cluster), names.app_secret(cluster),
-            names.patroni_api_secret(cluster)]
+    return [
+        names.superuser_secret(cluster),
+        names.replication_secret(cluster),
+        names.app_secret(cluster),
+        names.patroni_api_secret(cluster),
+    ]
 
 
 def _pgpass_field(value: str) -> str:

@@ -32,6 +32,7 @@ CONFLICT_REASON = "Conflict"
 # The label the endpointslice controller puts on each slice of a Service, naming the Service.
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
+
 def _timestamp(now: datetime) -> str:
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
@@ -269,9 +270,10 @@ def compute_status(
         "currentPrimary": primary,
         # Keys are left out rather than null: a null would be dropped by the merge patch and make every
         # later pass see a difference.
-        "instances": [{k: i[k] for k in ("name", "role", "ready", "timeline", "lagBytes", "pendingRestart")
-                       if k in i}
-                      for i in instances],
+        "instances": [
+            {k: i[k] for k in ("name", "role", "ready", "timeline", "lagBytes", "pendingRestart") if k in i}
+            for i in instances
+        ],
         "selector": ",".join(f"{k}={v}" for k, v in sorted(selector_labels(cluster).items())),
         **carried_fields(previous),
     }

@@ -82,8 +82,9 @@ def user_ca(name: str, secret: Mapping[str, Any] | None) -> tls.KeyPair | str:
     return tls.KeyPair((tls.pem_certificates(cert_pem) or [cert_pem])[0], pkcs8)
 
 
-def user_server(cluster: PostgresCluster, name: str, secret: Mapping[str, Any] | None,
-                now: dt.datetime) -> UserServer | str:
+def user_server(
+    cluster: PostgresCluster, name: str, secret: Mapping[str, Any] | None, now: dt.datetime
+) -> UserServer | str:
     """The server certificate in Secret `name`, or why it cannot be used."""
     if secret is None:
         return (f"Secret {name} (spec.tls.serverSecret) is not there, or lacks the label "
@@ -140,8 +141,10 @@ def trust_bundle(authority_trust: bytes, user: UserServer | None) -> bytes:
 def user_server_renewal(user: UserServer, trust_pem: bytes, secret: Mapping[str, Any] | None) -> str | None:
     """Why Secret <name>-server-tls must be rewritten to carry the user's server certificate, or None (the
     replication role's certificate is the replication CA's: `tls.replication_trust`)."""
-    if tls.secret_bytes(secret, tls.TLS_CERT_KEY) != user.cert_pem or tls.secret_bytes(
-            secret, tls.TLS_KEY_KEY) != user.key_pem:
+    if (
+        tls.secret_bytes(secret, tls.TLS_CERT_KEY) != user.cert_pem
+        or tls.secret_bytes(secret, tls.TLS_KEY_KEY) != user.key_pem
+    ):
         return USER_CERTIFICATE_CHANGED
     if tls.secret_bytes(secret, tls.CA_CERT_KEY) != trust_pem:
         return tls.TRUST_CHANGED

@@ -21,17 +21,20 @@ def test_defaults() -> None:
     assert cluster().spec.pooler is None
 
 
-@pytest.mark.parametrize(("pooler", "named"), [
-    ({"instances": 0}, "instances"),
-    ({"instances": 11}, "instances"),
-    ({"mode": "statement"}, "mode"),
-    ({"defaultPoolSize": 0}, "defaultPoolSize"),
-    ({"maxClientConnections": 0}, "maxClientConnections"),
-    ({"defaultPoolSize": 50, "maxClientConnections": 10}, "defaultPoolSize"),
-    ({"resources": {"requests": {"cpu": "lots"}}}, "cpu"),
-    ({"resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}}, "memory"),
-    ({"poolSize": 3}, "poolSize"),
-])
+@pytest.mark.parametrize(
+    ("pooler", "named"),
+    [
+        ({"instances": 0}, "instances"),
+        ({"instances": 11}, "instances"),
+        ({"mode": "statement"}, "mode"),
+        ({"defaultPoolSize": 0}, "defaultPoolSize"),
+        ({"maxClientConnections": 0}, "maxClientConnections"),
+        ({"defaultPoolSize": 50, "maxClientConnections": 10}, "defaultPoolSize"),
+        ({"resources": {"requests": {"cpu": "lots"}}}, "cpu"),
+        ({"resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}}, "memory"),
+        ({"poolSize": 3}, "poolSize"),
+    ],
+)
 def test_bad_input_is_refused_naming_the_field(pooler: dict[str, Any], named: str) -> None:
     with pytest.raises(ValueError, match=named):
         cluster(pooler=pooler)

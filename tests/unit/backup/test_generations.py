@@ -21,8 +21,10 @@ def test_first_generation_keeps_the_cluster_name_later_ones_name_their_major() -
 
 def test_started_appends_once_and_parse_reads_back_what_dump_wrote() -> None:
     gens = g.started([], "orders-db", "16", "17", T0)
-    assert gens == [g.Generation("orders-db", "16"),
-                    g.Generation("orders-db-pg17", "17", "2026-12-02T22:00:00.000000Z")]
+    assert gens == [
+        g.Generation("orders-db", "16"),
+        g.Generation("orders-db-pg17", "17", "2026-12-02T22:00:00.000000Z"),
+    ]
     assert g.started(gens, "orders-db", "16", "17", T0 + dt.timedelta(hours=1)) == gens
     assert g.parse(g.dump(gens)) == gens
     later = g.started(gens, "orders-db", "17", "18", T0 + dt.timedelta(days=30))
@@ -87,8 +89,9 @@ def test_retention_empties_an_old_generation_only_when_later_ones_keep_the_promi
     now = T0 + 10 * day
     # keepLast 2: one backup on 17 is not enough, two are.
     assert g.retired(gens, [[T0 - day], [T0 + day]], keep_last=2, window=None, now=now) == []
-    assert g.retired(gens, [[T0 - day], [T0 + day, T0 + 2 * day]], keep_last=2, window=None,
-                     now=now) == gens[:1]
+    assert (
+        g.retired(gens, [[T0 - day], [T0 + day, T0 + 2 * day]], keep_last=2, window=None, now=now) == gens[:1]
+    )
     # A 7-day window starts at T0+3d: 17's first backup (T0+1d) ended before it → 16 is not needed.
     assert g.retired(gens, [[T0 - day], [T0 + day]], keep_last=None, window=7 * day, now=now) == gens[:1]
     # ... but with a 9-day window (starting T0+1h) the first 17 backup ended inside it: keep 16.

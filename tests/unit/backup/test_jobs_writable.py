@@ -16,7 +16,7 @@ def stand_in_psql(tmp_path: Path, answers: list[str]) -> dict[str, str]:
     script = tmp_path / "psql"
     script.write_text(
         "#!/bin/sh\n"
-        f'n=$(cat {tmp_path}/calls 2>/dev/null || echo 0); n=$((n+1)); echo $n > {tmp_path}/calls\n'
+        f"n=$(cat {tmp_path}/calls 2>/dev/null || echo 0); n=$((n+1)); echo $n > {tmp_path}/calls\n"
         f'line=$(sed -n "${{n}}p" {tmp_path}/answers)\n'
         f'[ -n "$line" ] || line=$(tail -n 1 {tmp_path}/answers)\n'
         'echo "$line"\n'

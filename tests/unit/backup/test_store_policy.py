@@ -177,7 +177,9 @@ def test_a_recovery_source_is_wired_only_from_a_labelled_secret_over_https() -> 
     restored = PostgresCluster.from_obj({"metadata": meta, "spec": spec})
     refused = recovery_refusals(restored, labelled=lambda _: False, allow_insecure=False)
     assert [(r.reason, r.field) for r in refused] == [
-        (INSECURE_ENDPOINT, RECOVERY_ENDPOINT_FIELD), (CREDENTIALS_UNLABELLED, RECOVERY_CREDENTIALS_FIELD)]
+        (INSECURE_ENDPOINT, RECOVERY_ENDPOINT_FIELD),
+        (CREDENTIALS_UNLABELLED, RECOVERY_CREDENTIALS_FIELD),
+    ]
     wired = wired_for_pods(restored, labelled=lambda _: False, allow_insecure=False)
     assert wired.spec.bootstrap.recovery is None
     assert "admin-keys" not in _secret_refs(statefulset(wired))

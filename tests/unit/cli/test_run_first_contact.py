@@ -9,14 +9,19 @@ from pg_operator.controller.lease import LeaseNamespaceMissing, missing_namespac
 
 
 def test_a_missing_namespace_is_named() -> None:
-    status = Status(code=404, reason="NotFound", message='namespaces "pg-operator-system" not found',
-                    details=StatusDetails(kind="namespaces", name="pg-operator-system"))
+    status = Status(
+        code=404,
+        reason="NotFound",
+        message='namespaces "pg-operator-system" not found',
+        details=StatusDetails(kind="namespaces", name="pg-operator-system"),
+    )
     assert missing_namespace(status) == "pg-operator-system"
 
 
 def test_a_missing_lease_or_another_failure_is_not() -> None:
-    lease = Status(code=404, details=StatusDetails(kind="leases", name="pg-operator-leader",
-                                                   group="coordination.k8s.io"))
+    lease = Status(
+        code=404, details=StatusDetails(kind="leases", name="pg-operator-leader", group="coordination.k8s.io")
+    )
     assert missing_namespace(lease) is None
     assert missing_namespace(Status(code=403, details=StatusDetails(kind="namespaces", name="x"))) is None
     assert missing_namespace(Status(code=404)) is None

@@ -85,7 +85,9 @@ def test_a_values_out_packer_keeps_no_value_of_the_first_secret_past_its_own_pac
     first_key = base64.b64encode(secrets.token_bytes(96)).decode()
     applied = secret("db-tls", first_key)
     applied["metadata"]["annotations"] = {
-        "kubectl.kubernetes.io/last-applied-configuration": json.dumps({"data": applied["data"]}), "a": "b"}
+        "kubectl.kubernetes.io/last-applied-configuration": json.dumps({"data": applied["data"]}),
+        "a": "b",
+    }
     packer = Packer(values_out=True)
     first = packer.pack(applied)
     later = packer.pack(secret("other-tls", base64.b64encode(secrets.token_bytes(96)).decode()))

@@ -8,11 +8,19 @@ from pg_operator.controller.events import RECENT_SECONDS, EventRecorder, event_b
 
 
 def test_an_event_points_at_the_object_it_is_given() -> None:
-    backup = {"apiVersion": "db.example.com/v1alpha1", "kind": "Backup",
-              "metadata": {"name": "nightly", "namespace": "shop", "uid": "u1"}}
+    backup = {
+        "apiVersion": "db.example.com/v1alpha1",
+        "kind": "Backup",
+        "metadata": {"name": "nightly", "namespace": "shop", "uid": "u1"},
+    }
     body = event_body(backup, "Warning", "BackupFailed", "x" * 2000, "op-1")
-    assert body["involvedObject"] == {"apiVersion": "db.example.com/v1alpha1", "kind": "Backup",
-                                      "name": "nightly", "namespace": "shop", "uid": "u1"}
+    assert body["involvedObject"] == {
+        "apiVersion": "db.example.com/v1alpha1",
+        "kind": "Backup",
+        "name": "nightly",
+        "namespace": "shop",
+        "uid": "u1",
+    }
     assert body["metadata"] == {"generateName": "nightly.", "namespace": "shop"}
     assert len(body["message"]) == 1024 and body["reason"] == "BackupFailed"
 

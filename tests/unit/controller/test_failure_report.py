@@ -281,6 +281,7 @@ async def test_a_message_that_changes_on_every_attempt_is_written_and_posted_at_
     t[0] = 31.0
     assert await r.failed(KEY, RuntimeError("attempt 3"), 7) == 2
     assert [p["status"]["conditions"][1]["message"] for p in rec.patches] == [
-        "RuntimeError: attempt 1", "RuntimeError: attempt 3"
+        "RuntimeError: attempt 1",
+        "RuntimeError: attempt 3",
     ]
     assert len(rec.events) == 2

@@ -167,7 +167,12 @@ def test_one_informer_per_namespace_for_namespaced_kinds_and_the_gate_awaits_onl
              Feed(backups, lambda b, t: None, awaited=False)]  # fmt: skip
     informers = Informers(Script([], []), feeds, ["a", "b"], lambda f, ns, u, first: None)
     assert [(i.feed.kind.kind, i.namespace) for i in informers.informers] == [
-        ("Pod", "a"), ("Pod", "b"), ("StorageClass", None), ("Backup", "a"), ("Backup", "b")]
+        ("Pod", "a"),
+        ("Pod", "b"),
+        ("StorageClass", None),
+        ("Backup", "a"),
+        ("Backup", "b"),
+    ]
     assert informers.awaited() == [(PODS.key, "a"), (PODS.key, "b"), (classes.key, None)]
 
 

@@ -71,7 +71,8 @@ def test_a_cluster_version_is_its_uid_and_resource_version() -> None:
 
 def test_the_work_loop_and_the_reconciler_read_a_client_error_the_same_way() -> None:
     refused = ApiError(status=meta_v1.Status.from_dict(REFUSAL))
-    forbidden = ApiError(status=meta_v1.Status.from_dict({**REFUSAL, "message": "RBAC: access denied",
-                                                          "details": {}}))
+    forbidden = ApiError(
+        status=meta_v1.Status.from_dict({**REFUSAL, "message": "RBAC: access denied", "details": {}})
+    )
     assert namespace_terminating(refused)
     assert not namespace_terminating(forbidden)

@@ -54,11 +54,14 @@ def test_only_the_controller_reference_with_the_clusters_uid_makes_an_object_its
 def test_the_holder_is_said_in_names_only() -> None:
     assert holder(obj("ConfigMap", "x")) == "no owner"
     assert holder(obj("ConfigMap", "x", ref("old"))) == (
-        "controlled by another PostgresCluster orders-db (uid old)")
+        "controlled by another PostgresCluster orders-db (uid old)"
+    )
     assert holder(obj("Secret", "x", ref(kind="ExternalSecret", api_version="e.io/v1", name="s"))) == (
-        "controlled by ExternalSecret s")
+        "controlled by ExternalSecret s"
+    )
     assert holder(obj("ConfigMap", "x", ref(controller=False))) == (
-        "owned by PostgresCluster orders-db, no controller")
+        "owned by PostgresCluster orders-db, no controller"
+    )
 
 
 @pytest.mark.parametrize("spec", [
@@ -109,8 +112,10 @@ def test_foreign_objects_at_the_clusters_names_are_set_aside_and_the_rest_stays(
     assert kept[("networking.k8s.io/v1", "NetworkPolicy")] == []
     assert kept[("v1", "Secret")] == [users]
     assert kept[("v1", "Pod")] == children[("v1", "Pod")]
-    assert set(foreign) == {("networking.k8s.io/v1", "NetworkPolicy", "orders-db"),
-                            ("v1", "Secret", "orders-db-app")}
+    assert set(foreign) == {
+        ("networking.k8s.io/v1", "NetworkPolicy", "orders-db"),
+        ("v1", "Secret", "orders-db-app"),
+    }
 
 
 def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -161,15 +166,20 @@ def test_the_poolers_deployments_need_their_secrets_and_their_policy() -> None:
 
 
 def test_env_and_projected_references_count() -> None:
-    env = [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s2", "key": "k"}}},
-           {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "c2", "key": "k"}}}]
+    env = [
+        {"name": "A", "valueFrom": {"secretKeyRef": {"name": "s2", "key": "k"}}},
+        {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "c2", "key": "k"}}},
+    ]
     env_from = [{"secretRef": {"name": "s3"}}, {"configMapRef": {"name": "c3"}}]
     projected = {"sources": [{"secret": {"name": "s1"}}, {"configMap": {"name": "c1"}}]}
-    pod = {"volumes": [{"name": "p", "projected": projected}],
-           "containers": [{"name": "x", "env": env, "envFrom": env_from}]}
+    pod = {
+        "volumes": [{"name": "p", "projected": projected}],
+        "containers": [{"name": "x", "env": env, "envFrom": env_from}],
+    }
     workload = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"template": {"spec": pod}}}
     assert needs(workload, []) == {("v1", "Secret", f"s{i}") for i in (1, 2, 3)} | {
-        ("v1", "ConfigMap", f"c{i}") for i in (1, 2, 3)}
+        ("v1", "ConfigMap", f"c{i}") for i in (1, 2, 3)
+    }
 
 
 def test_claims_record_a_conflict_once_a_write_meets_a_foreign_object() -> None:
@@ -194,9 +204,11 @@ def test_the_conflict_message_names_each_object_and_what_waits() -> None:
         "NetworkPolicy default-deny exists and is not this cluster's (no owner): left alone; "
         "ConfigMap default-deny-instance exists and is not this cluster's (no owner): left alone; "
         "StatefulSet default-deny not written: it would use NetworkPolicy default-deny, "
-        "ConfigMap default-deny-instance; rename the cluster or remove the objects")
+        "ConfigMap default-deny-instance; rename the cluster or remove the objects"
+    )
     assert conflict_event(np, "no owner").startswith(
-        "NetworkPolicy default-deny exists and is not this cluster's")
+        "NetworkPolicy default-deny exists and is not this cluster's"
+    )
 
 
 def test_patroni_configmaps_are_adopted_only_when_created_after_the_cluster_without_an_owner() -> None:

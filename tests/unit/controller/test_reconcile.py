@@ -119,8 +119,14 @@ def test_a_pending_restart_wakes_the_cluster_other_patroni_updates_do_not() -> N
     moving = pod()
     moving["metadata"]["annotations"] = {"status": '{"xlog_location": 456}'}
     waiting = pod()
-    waiting["metadata"]["annotations"] = {"status": json.dumps(
-        {"xlog_location": 789, "pending_restart": True,
-         "pending_restart_reason": {"shared_buffers": {"old_value": "128MB", "new_value": "64MB"}}})}
+    waiting["metadata"]["annotations"] = {
+        "status": json.dumps(
+            {
+                "xlog_location": 789,
+                "pending_restart": True,
+                "pending_restart_reason": {"shared_buffers": {"old_value": "128MB", "new_value": "64MB"}},
+            }
+        )
+    }
     assert relevance(moving) == relevance(pod())
     assert relevance(waiting) != relevance(moving)

@@ -14,8 +14,12 @@ from pg_operator.instance import main
 from pg_operator.tls_files import LOADED_TAG, TLS_FILES
 from pg_operator.tls_files import digest as tls_digest
 
-PASSWORDS = {"superuser": "su-pw-0123456789", "replication": "repl-pw-0123456789", "app": "app-pw-0123456789",
-             "patroni-api": "api-pw-0123456789"}
+PASSWORDS = {
+    "superuser": "su-pw-0123456789",
+    "replication": "repl-pw-0123456789",
+    "app": "app-pw-0123456789",
+    "patroni-api": "api-pw-0123456789",
+}
 USERS = {"superuser": "postgres", "replication": "replicator", "app": "app", "patroni-api": "patroni"}
 
 
@@ -37,9 +41,14 @@ def pod_files(tmp_path: Path) -> dict[str, str]:
         (tmp_path / "secrets" / role / "username").write_text(USERS[role])
         (tmp_path / "secrets" / role / "password").write_text(password + "\n")
     (tmp_path / "tls").mkdir()
-    for name, content in (("tls.crt", "CERT"), ("tls.key", "KEY"), ("ca.crt", "CA"),
-                          ("replication.crt", "CLIENT"), ("replication.key", "CLIENTKEY"),
-                          ("replication-ca.crt", "REPLCA")):
+    for name, content in (
+        ("tls.crt", "CERT"),
+        ("tls.key", "KEY"),
+        ("ca.crt", "CA"),
+        ("replication.crt", "CLIENT"),
+        ("replication.key", "CLIENTKEY"),
+        ("replication-ca.crt", "REPLCA"),
+    ):
         (tmp_path / "tls" / name).write_text(content)
     return {
         "PGOP_TLS_DIR": str(tmp_path / "tls"),
@@ -215,4 +224,5 @@ def test_the_container_outlives_patroni_only_after_a_completed_requested_stop() 
     assert main.linger_seconds(True, 1) == 0
     # The grace period leaves room for Patroni's own shutdown after the linger.
     from pg_operator.specs.statefulset import TERMINATION_GRACE_SECONDS
+
     assert main.STOP_LINGER_SECONDS <= TERMINATION_GRACE_SECONDS / 4

@@ -40,9 +40,12 @@ INSTANCE: dict[str, Any] = {
 }
 
 TLS = tls_files("/var/run/postgresql")
-PEER_TLS = {"sslmode": "verify-full", "sslrootcert": "/var/run/postgresql/tls/ca.crt",
-            "sslcert": "/var/run/postgresql/tls/replication.crt",
-            "sslkey": "/var/run/postgresql/tls/replication.key"}
+PEER_TLS = {
+    "sslmode": "verify-full",
+    "sslrootcert": "/var/run/postgresql/tls/ca.crt",
+    "sslcert": "/var/run/postgresql/tls/replication.crt",
+    "sslkey": "/var/run/postgresql/tls/replication.key",
+}
 
 CREDS = {
     "superuser": Credentials("postgres", "su-secret-pw"),
@@ -65,8 +68,15 @@ def render(instance: dict[str, Any] | None = None, env: dict[str, str] | None = 
 
 def test_the_loaded_tls_files_are_published_as_a_tag() -> None:
     assert "pgop_tls" not in render()["tags"]
-    tagged = pc.render_patroni_config(pod=pod_environment(ENV), instance=INSTANCE, credentials=CREDS,
-                                      os_user="postgres", post_bootstrap="true", tls=TLS, tls_loaded="ab12")
+    tagged = pc.render_patroni_config(
+        pod=pod_environment(ENV),
+        instance=INSTANCE,
+        credentials=CREDS,
+        os_user="postgres",
+        post_bootstrap="true",
+        tls=TLS,
+        tls_loaded="ab12",
+    )
     assert tagged["tags"]["pgop_tls"] == "ab12" and tagged["tags"]["nofailover"] is False
 
 
@@ -107,12 +117,14 @@ def test_rest_api_and_postgresql_addresses() -> None:
     config = render()
     # Peers reach a member by its pod's name under the headless Service (the certificate covers it), over
     # HTTPS for the REST API.
-    assert config["restapi"] == {"listen": "0.0.0.0:8008",
-                                 "connect_address": "orders-db-1.orders-db.shop.svc:8008",
-                                 "certfile": "/var/run/postgresql/tls/tls.crt",
-                                 "keyfile": "/var/run/postgresql/tls/tls.key",
-                                 "cafile": "/var/run/postgresql/tls/ca.crt",
-                                 "authentication": {"username": "patroni", "password": "api-secret-pw"}}
+    assert config["restapi"] == {
+        "listen": "0.0.0.0:8008",
+        "connect_address": "orders-db-1.orders-db.shop.svc:8008",
+        "certfile": "/var/run/postgresql/tls/tls.crt",
+        "keyfile": "/var/run/postgresql/tls/tls.key",
+        "cafile": "/var/run/postgresql/tls/ca.crt",
+        "authentication": {"username": "patroni", "password": "api-secret-pw"},
+    }
     pg = config["postgresql"]
     assert pg["listen"] == "*:5432"
     assert pg["connect_address"] == "orders-db-1.orders-db.shop.svc:5432"
@@ -124,7 +136,9 @@ def test_rest_api_and_postgresql_addresses() -> None:
     assert v6["kubernetes"]["pod_ip"] == "fd00::7"
     here = render(env={**ENV, "PGOP_CONNECT_HOST": "localhost"})
     assert (here["restapi"]["connect_address"], here["postgresql"]["connect_address"]) == (
-        "localhost:8008", "localhost:5432")
+        "localhost:8008",
+        "localhost:5432",
+    )
 
 
 def test_dcs_settings_failsafe_rewind_timing() -> None:
@@ -180,8 +194,10 @@ def test_pg_hba_tls_only_replication_by_certificate_superuser_not_over_the_netwo
     assert not any(("trust" in line or "md5" in line) for line in hba)
     assert all(line.endswith("reject") for line in hba if "0.0.0.0/0" in line or "::/0" in line)
     ident = render()["postgresql"]["pg_ident"]
-    assert ident == [f'{pc.LOCAL_IDENT_MAP} postgres "postgres"',
-                     f'{pc.MONITOR_IDENT_MAP} postgres "pgop_monitor"']
+    assert ident == [
+        f'{pc.LOCAL_IDENT_MAP} postgres "postgres"',
+        f'{pc.MONITOR_IDENT_MAP} postgres "pgop_monitor"',
+    ]
     # Each socket line has its own map, and the monitoring role's reaches one database only.
     local = [line.split() for line in hba if line.startswith("local ")]
     assert [(db, role, method[-1]) for _, db, role, *method in local] == [
@@ -257,9 +273,12 @@ def test_bootstrap_dcs_equals_what_the_operator_enforces() -> None:
     # cluster needs no PATCH /config at all.
     config = render()
     sync = INSTANCE["synchronous"]
-    desired = desired_dynamic_settings(INSTANCE["postgresql"]["parameters"], sync["number"],
-                                       sync["dataDurability"],
-                                       {"ttl": 20, "loop_wait": 2, "retry_timeout": 5})
+    desired = desired_dynamic_settings(
+        INSTANCE["postgresql"]["parameters"],
+        sync["number"],
+        sync["dataDurability"],
+        {"ttl": 20, "loop_wait": 2, "retry_timeout": 5},
+    )
     configmap = {"metadata": {"annotations": {"config": json.dumps(config["bootstrap"]["dcs"])}}}
     assert dynamic_config_patch(configmap, desired) is None
 
@@ -341,5 +360,11 @@ def test_renders_what_the_operator_model_dumps() -> None:
 def test_unsafe_rest_endpoints_require_the_api_credentials() -> None:
     without = {k: v for k, v in CREDS.items() if k != "patroni-api"}
     with pytest.raises(ValueError, match="patroni-api"):
-        pc.render_patroni_config(pod=pod_environment(ENV), instance=INSTANCE, credentials=without,
-                                 os_user="postgres", post_bootstrap="true", tls=TLS)
+        pc.render_patroni_config(
+            pod=pod_environment(ENV),
+            instance=INSTANCE,
+            credentials=without,
+            os_user="postgres",
+            post_bootstrap="true",
+            tls=TLS,
+        )

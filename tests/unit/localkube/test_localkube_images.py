@@ -27,6 +27,7 @@ def test_pack_writes_an_oci_layout_whose_digests_and_names_match(tmp_path: Path)
     digest = oci.pack(root, "localhost/x/hello:1.2", cfg, dest)
 
     with tarfile.open(dest) as t:
+
         def blob(d: str) -> bytes:
             f = t.extractfile(f"blobs/sha256/{d.split(':')[1]}")
             assert f is not None
@@ -37,8 +38,10 @@ def test_pack_writes_an_oci_layout_whose_digests_and_names_match(tmp_path: Path)
         index = json.load(t.extractfile("index.json"))  # type: ignore[arg-type]
         (entry,) = index["manifests"]
         assert entry["digest"] == digest
-        assert entry["annotations"] == {"io.containerd.image.name": "localhost/x/hello:1.2",
-                                        "org.opencontainers.image.ref.name": "1.2"}
+        assert entry["annotations"] == {
+            "io.containerd.image.name": "localhost/x/hello:1.2",
+            "org.opencontainers.image.ref.name": "1.2",
+        }
         manifest = json.loads(blob(digest))
         config = json.loads(blob(manifest["config"]["digest"]))
         layer = blob(manifest["layers"][0]["digest"])
@@ -69,8 +72,16 @@ def spec_dir(tmp_path: Path, doc: dict[str, object]) -> Path:
 
 
 def test_image_json_tag_template_maps_a_tag_back_to_its_args(tmp_path: Path) -> None:
-    d = spec_dir(tmp_path, {"name": "localhost/pg", "tag": "${PG_VERSION}", "recipe": "recipe.sh",
-                            "args": {"PG_VERSION": ["15.19", "16.13"]}, "env": {"V": "${PG_VERSION}"}})
+    d = spec_dir(
+        tmp_path,
+        {
+            "name": "localhost/pg",
+            "tag": "${PG_VERSION}",
+            "recipe": "recipe.sh",
+            "args": {"PG_VERSION": ["15.19", "16.13"]},
+            "env": {"V": "${PG_VERSION}"},
+        },
+    )
     spec = ImageSpec.load(d)
     assert spec.args == {"PG_VERSION": "15.19"}
     assert spec.args_for_tag("16.13") == {"PG_VERSION": "16.13"}
@@ -91,8 +102,10 @@ def test_image_json_requires_name(tmp_path: Path) -> None:
 
 
 def test_provisioned_volume_is_local_with_affinity_to_the_selected_node(tmp_path: Path) -> None:
-    pvc = {"metadata": {"name": "data-db-0", "namespace": "shop", "uid": "u-1"},
-           "spec": {"resources": {"requests": {"storage": "20Gi"}}, "accessModes": ["ReadWriteOnce"]}}
+    pvc = {
+        "metadata": {"name": "data-db-0", "namespace": "shop", "uid": "u-1"},
+        "spec": {"resources": {"requests": {"storage": "20Gi"}}, "accessModes": ["ReadWriteOnce"]},
+    }
     pv = provisioner.persistent_volume(pvc, "node-a", tmp_path / "pvc-u-1", "standard", "p.example/x")
     assert pv["metadata"]["name"] == "pvc-u-1"
     assert pv["spec"]["local"] == {"path": str(tmp_path / "pvc-u-1")}

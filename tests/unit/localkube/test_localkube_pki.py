@@ -43,8 +43,12 @@ def test_identities_match_what_rbac_expects(pki: Pki) -> None:
 
 def test_apiserver_certificate_names_what_clients_dial(pki: Pki) -> None:
     text = openssl("x509", "-noout", "-ext", "subjectAltName,extendedKeyUsage", "-in", str(pki.apiserver[0]))
-    for san in ("DNS:kubernetes.default.svc", "IP Address:127.0.0.1", f"IP Address:{KUBERNETES_SERVICE_IP}",
-                "IP Address:192.0.2.77"):
+    for san in (
+        "DNS:kubernetes.default.svc",
+        "IP Address:127.0.0.1",
+        f"IP Address:{KUBERNETES_SERVICE_IP}",
+        "IP Address:192.0.2.77",
+    ):
         assert san in text
     assert "TLS Web Server Authentication" in text
 

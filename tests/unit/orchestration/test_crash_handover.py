@@ -26,7 +26,8 @@ def test_primary_start_timeout_zero_is_patched_in_when_patroni_has_another_value
     current = {"ttl": 20, "loop_wait": 5, "postgresql": {"use_pg_rewind": True}}
     assert dynamic_config_patch(config_cm(current)) == {"primary_start_timeout": 0}
     assert dynamic_config_patch(config_cm({**current, "primary_start_timeout": 300})) == {
-        "primary_start_timeout": 0}
+        "primary_start_timeout": 0
+    }
 
 
 def test_nothing_to_patch_once_patroni_holds_the_setting() -> None:

@@ -28,8 +28,13 @@ def statefulset(owner_uid: str = CLUSTER_UID) -> dict[str, Any]:
 
 
 def pod(name: str, *refs: dict[str, Any]) -> dict[str, Any]:
-    return {"metadata": {"name": name, "labels": {"db.example.com/cluster": "db", "role": "primary"},
-                         "ownerReferences": list(refs)}}
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"db.example.com/cluster": "db", "role": "primary"},
+            "ownerReferences": list(refs),
+        }
+    }
 
 
 def test_member_names_are_those_the_statefulset_gives() -> None:
@@ -46,8 +51,9 @@ def test_the_statefulsets_own_pods_are_the_instances_and_look_alikes_are_foreign
     other_sts = pod("db-1", ref("StatefulSet", "another-sts"))
     not_controller = pod("db-2", ref("StatefulSet", STS_UID, controller=False))
     replicaset = pod("db-3", ref("ReplicaSet", STS_UID))
-    split = instance_pods([ours, unowned, forged_elsewhere, other_sts, not_controller, replicaset],
-                          statefulset(), CLUSTER_UID)
+    split = instance_pods(
+        [ours, unowned, forged_elsewhere, other_sts, not_controller, replicaset], statefulset(), CLUSTER_UID
+    )
     assert split.ours == (ours,)
     assert split.foreign == ("a-forged", "a-imposter", "db-1", "db-2", "db-3")
 

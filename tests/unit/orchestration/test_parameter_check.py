@@ -39,33 +39,53 @@ def refused(name: str, *lines: str) -> str:
 
 # What PostgreSQL says, one case per class of value.
 REFUSALS = {
-    "not a number": ("work_mem", ['FATAL:  invalid value for parameter "work_mem": "lots"'],
-                     'invalid value for parameter "work_mem": "lots"'),
-    "wrong unit": ("statement_timeout",
-                   ['FATAL:  invalid value for parameter "statement_timeout": "5 fortnights"',
-                    'HINT:  Valid units for this parameter are "us", "ms", "s", "min", "h", and "d".'],
-                   'invalid value for parameter "statement_timeout": "5 fortnights" (HINT: Valid units for '
-                   'this parameter are "us", "ms", "s", "min", "h", and "d".)'),
-    "out of range": ("max_connections",
-                     ['FATAL:  300000 is outside the valid range for parameter "max_connections" '
-                      '(1 .. 262143)'],
-                     '300000 is outside the valid range for parameter "max_connections" (1 .. 262143)'),
-    "real out of range": ("random_page_cost",
-                          ['FATAL:  -1 is outside the valid range for parameter "random_page_cost" '
-                           '(0 .. 1.79769e+308)'],
-                          '-1 is outside the valid range for parameter "random_page_cost" '
-                          '(0 .. 1.79769e+308)'),
-    "not in the enum": ("log_statement",
-                        ['FATAL:  invalid value for parameter "log_statement": "bogus"',
-                         "HINT:  Available values: none, ddl, mod, all."],
-                        'invalid value for parameter "log_statement": "bogus" (HINT: Available values: none, '
-                        "ddl, mod, all.)"),
-    "not a Boolean": ("enable_seqscan", ['FATAL:  parameter "enable_seqscan" requires a Boolean value'],
-                      'parameter "enable_seqscan" requires a Boolean value'),
-    "unknown name": ("work_mme", ['FATAL:  unrecognized configuration parameter "work_mme"'],
-                     'unrecognized configuration parameter "work_mme"'),
-    "not settable": ("server_version", ['FATAL:  parameter "server_version" cannot be changed'],
-                     'parameter "server_version" cannot be changed'),
+    "not a number": (
+        "work_mem",
+        ['FATAL:  invalid value for parameter "work_mem": "lots"'],
+        'invalid value for parameter "work_mem": "lots"',
+    ),
+    "wrong unit": (
+        "statement_timeout",
+        [
+            'FATAL:  invalid value for parameter "statement_timeout": "5 fortnights"',
+            'HINT:  Valid units for this parameter are "us", "ms", "s", "min", "h", and "d".',
+        ],
+        'invalid value for parameter "statement_timeout": "5 fortnights" (HINT: Valid units for '
+        'this parameter are "us", "ms", "s", "min", "h", and "d".)',
+    ),
+    "out of range": (
+        "max_connections",
+        ['FATAL:  300000 is outside the valid range for parameter "max_connections" (1 .. 262143)'],
+        '300000 is outside the valid range for parameter "max_connections" (1 .. 262143)',
+    ),
+    "real out of range": (
+        "random_page_cost",
+        ['FATAL:  -1 is outside the valid range for parameter "random_page_cost" (0 .. 1.79769e+308)'],
+        '-1 is outside the valid range for parameter "random_page_cost" (0 .. 1.79769e+308)',
+    ),
+    "not in the enum": (
+        "log_statement",
+        [
+            'FATAL:  invalid value for parameter "log_statement": "bogus"',
+            "HINT:  Available values: none, ddl, mod, all.",
+        ],
+        'invalid value for parameter "log_statement": "bogus" (HINT: Available values: none, ddl, mod, all.)',
+    ),
+    "not a Boolean": (
+        "enable_seqscan",
+        ['FATAL:  parameter "enable_seqscan" requires a Boolean value'],
+        'parameter "enable_seqscan" requires a Boolean value',
+    ),
+    "unknown name": (
+        "work_mme",
+        ['FATAL:  unrecognized configuration parameter "work_mme"'],
+        'unrecognized configuration parameter "work_mme"',
+    ),
+    "not settable": (
+        "server_version",
+        ['FATAL:  parameter "server_version" cannot be changed'],
+        'parameter "server_version" cannot be changed',
+    ),
 }
 
 
@@ -78,13 +98,23 @@ def test_each_class_of_refusal_is_quoted_as_postgresql_says_it(case: str) -> Non
 
 def test_accepted_values_carry_the_setting_postgresql_parsed_them_to() -> None:
     # work_mem 1.5MB → 1536 (kB, rounded as PostgreSQL does), 5min → 300000 ms, yes → on, ALL → all.
-    out = (accepted("work_mem", "1536") + accepted("statement_timeout", "300000")
-           + accepted("enable_seqscan", "on") + accepted("log_statement", "all") + accepted("myext.x", "bar"))
-    verdicts = parse_check_output(["work_mem", "statement_timeout", "enable_seqscan", "log_statement",
-                                   "myext.x"], out)
+    out = (
+        accepted("work_mem", "1536")
+        + accepted("statement_timeout", "300000")
+        + accepted("enable_seqscan", "on")
+        + accepted("log_statement", "all")
+        + accepted("myext.x", "bar")
+    )
+    verdicts = parse_check_output(
+        ["work_mem", "statement_timeout", "enable_seqscan", "log_statement", "myext.x"], out
+    )
     assert {n: (v.accepted, v.setting) for n, v in verdicts.items()} == {
-        "work_mem": (True, "1536"), "statement_timeout": (True, "300000"), "enable_seqscan": (True, "on"),
-        "log_statement": (True, "all"), "myext.x": (True, "bar")}
+        "work_mem": (True, "1536"),
+        "statement_timeout": (True, "300000"),
+        "enable_seqscan": (True, "on"),
+        "log_statement": (True, "all"),
+        "myext.x": (True, "bar"),
+    }
 
 
 def test_mixed_output_gives_each_name_its_own_verdict() -> None:
@@ -115,11 +145,22 @@ def test_values_go_on_stdin_one_line_each_never_in_the_command_line() -> None:
 
 
 BOOTSTRAPPED: dict[str, Any] = {
-    "ttl": 30, "loop_wait": 10, "retry_timeout": 10, "primary_start_timeout": 0,
-    "synchronous_mode": False, "synchronous_mode_strict": False,
-    "postgresql": {"use_pg_rewind": True, "parameters": {
-        "wal_level": "replica", "max_wal_senders": 10, "max_replication_slots": 10,
-        "wal_retrieve_retry_interval": "1s", "work_mem": "8MB"}},
+    "ttl": 30,
+    "loop_wait": 10,
+    "retry_timeout": 10,
+    "primary_start_timeout": 0,
+    "synchronous_mode": False,
+    "synchronous_mode_strict": False,
+    "postgresql": {
+        "use_pg_rewind": True,
+        "parameters": {
+            "wal_level": "replica",
+            "max_wal_senders": 10,
+            "max_replication_slots": 10,
+            "wal_retrieve_retry_interval": "1s",
+            "work_mem": "8MB",
+        },
+    },
 }
 
 
@@ -128,8 +169,9 @@ def config_cm(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def desired(parameters: dict[str, str]) -> dict[str, Any]:
-    return desired_dynamic_settings(parameters, 0, "preferred", {"ttl": 30, "loop_wait": 10,
-                                                                 "retry_timeout": 10})
+    return desired_dynamic_settings(
+        parameters, 0, "preferred", {"ttl": 30, "loop_wait": 10, "retry_timeout": 10}
+    )
 
 
 def test_a_refused_value_is_left_out_and_the_valid_ones_of_the_same_edit_still_go() -> None:
@@ -139,7 +181,8 @@ def test_a_refused_value_is_left_out_and_the_valid_ones_of_the_same_edit_still_g
     kept = without_refused(want, BOOTSTRAPPED, {"work_mem", "work_mme"})
     # work_mem stays as Patroni holds it (8MB), the unknown name is not added at all.
     assert dynamic_config_patch(config_cm(BOOTSTRAPPED), kept) == {
-        "postgresql": {"parameters": {"shared_buffers": "64MB"}}}
+        "postgresql": {"parameters": {"shared_buffers": "64MB"}}
+    }
 
 
 def test_nothing_is_sent_when_the_only_change_is_refused() -> None:
@@ -155,8 +198,12 @@ def test_removals_need_no_check() -> None:
 
 
 def test_the_refusal_message_names_each_parameter_and_postgresqls_reason() -> None:
-    message = refusal_message({"work_mem": 'invalid value for parameter "work_mem": "lots"',
-                               "work_mme": 'unrecognized configuration parameter "work_mme"'})
+    message = refusal_message(
+        {
+            "work_mem": 'invalid value for parameter "work_mem": "lots"',
+            "work_mme": 'unrecognized configuration parameter "work_mme"',
+        }
+    )
     assert message.startswith("spec.postgresql.parameters: PostgreSQL refuses work_mem, work_mme (")
     assert 'work_mem: invalid value for parameter "work_mem": "lots"' in message
     assert "keep their previous value" in message
@@ -165,15 +212,19 @@ def test_the_refusal_message_names_each_parameter_and_postgresqls_reason() -> No
 def test_read_back_tells_applied_from_waiting_for_a_restart_from_not_in_effect() -> None:
     expected = {"work_mem": "8192", "shared_buffers": "8192", "statement_timeout": "300000"}
     psql = "shared_buffers|16384|t\nstatement_timeout|0|f\nwork_mem|8192|f\n"
-    assert read_back(expected, psql) == Applied(applied=("work_mem",), waiting_restart=("shared_buffers",),
-                                                not_yet=("statement_timeout",))
+    assert read_back(expected, psql) == Applied(
+        applied=("work_mem",), waiting_restart=("shared_buffers",), not_yet=("statement_timeout",)
+    )
     # A name pg_settings does not list (Patroni dropped it) is not in effect either.
     assert read_back({"myext.x": "1"}, "").not_yet == ("myext.x",)
 
 
 def test_the_event_claims_only_what_the_primary_shows() -> None:
-    message = applied_message(Applied(applied=("work_mem",), waiting_restart=("shared_buffers",),
-                                      not_yet=("statement_timeout",)), "db-0", removed=["log_statement"])
+    message = applied_message(
+        Applied(applied=("work_mem",), waiting_restart=("shared_buffers",), not_yet=("statement_timeout",)),
+        "db-0",
+        removed=["log_statement"],
+    )
     assert "applied on primary db-0" in message and "parameter work_mem" in message
     assert "waiting for a restart of every instance: parameter shared_buffers" in message
     assert "not in effect on db-0: parameter statement_timeout" in message
@@ -184,6 +235,7 @@ def test_the_event_claims_only_what_the_primary_shows() -> None:
 
 def test_the_verify_query_only_takes_parameter_names() -> None:
     assert verify_query(["work_mem", "auto_explain.log_min_duration"]).endswith(
-        "where name in ('auto_explain.log_min_duration', 'work_mem')")
+        "where name in ('auto_explain.log_min_duration', 'work_mem')"
+    )
     with pytest.raises(ValueError, match="not a parameter name"):
         verify_query(["work_mem'); drop table x; --"])

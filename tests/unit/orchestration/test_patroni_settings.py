@@ -18,12 +18,26 @@ from pg_operator.orchestration.rollout import plan_restart
 from pg_operator.specs.configmap import dynamic_settings
 
 BOOTSTRAPPED: dict[str, Any] = {
-    "ttl": 20, "loop_wait": 2, "retry_timeout": 5, "primary_start_timeout": 0,
-    "synchronous_mode": "quorum", "synchronous_node_count": 1, "synchronous_mode_strict": True,
-    "maximum_lag_on_failover": 1048576, "failsafe_mode": True,
-    "postgresql": {"use_pg_rewind": True, "use_slots": True,
-                   "parameters": {"wal_level": "replica", "max_wal_senders": 10, "max_replication_slots": 10,
-                                  "wal_retrieve_retry_interval": "1s", "work_mem": "4MB"}},
+    "ttl": 20,
+    "loop_wait": 2,
+    "retry_timeout": 5,
+    "primary_start_timeout": 0,
+    "synchronous_mode": "quorum",
+    "synchronous_node_count": 1,
+    "synchronous_mode_strict": True,
+    "maximum_lag_on_failover": 1048576,
+    "failsafe_mode": True,
+    "postgresql": {
+        "use_pg_rewind": True,
+        "use_slots": True,
+        "parameters": {
+            "wal_level": "replica",
+            "max_wal_senders": 10,
+            "max_replication_slots": 10,
+            "wal_retrieve_retry_interval": "1s",
+            "work_mem": "4MB",
+        },
+    },
 }
 TIMING = {"ttl": 20, "loop_wait": 2, "retry_timeout": 5}
 
@@ -50,8 +64,10 @@ def test_changed_added_and_removed_parameters() -> None:
 
 
 def test_numbers_and_their_strings_are_the_same_setting() -> None:
-    held = {**BOOTSTRAPPED, "postgresql": {"parameters": {**BOOTSTRAPPED["postgresql"]["parameters"],
-                                                          "max_wal_senders": "10"}}}
+    held = {
+        **BOOTSTRAPPED,
+        "postgresql": {"parameters": {**BOOTSTRAPPED["postgresql"]["parameters"], "max_wal_senders": "10"}},
+    }
     assert dynamic_config_patch(config_cm(held), desired({"work_mem": "4MB"})) is None
 
 
@@ -63,28 +79,46 @@ def test_a_cluster_bootstrapped_with_one_named_standby_moves_to_quorum_commit() 
 
 def test_synchronous_replication_changes() -> None:
     assert dynamic_config_patch(config_cm(BOOTSTRAPPED), desired({"work_mem": "4MB"}, 0)) == {
-        "synchronous_mode": False, "synchronous_mode_strict": False}
+        "synchronous_mode": False,
+        "synchronous_mode_strict": False,
+    }
     assert dynamic_config_patch(config_cm(BOOTSTRAPPED), desired({"work_mem": "4MB"}, 2, "preferred")) == {
-        "synchronous_node_count": 2, "synchronous_mode_strict": False}
+        "synchronous_node_count": 2,
+        "synchronous_mode_strict": False,
+    }
 
 
 def test_timing_changes() -> None:
-    patch = dynamic_config_patch(config_cm(BOOTSTRAPPED), desired_dynamic_settings(
-        {"work_mem": "4MB"}, 1, "required", {"ttl": 30, "loop_wait": 2, "retry_timeout": 5}))
+    patch = dynamic_config_patch(
+        config_cm(BOOTSTRAPPED),
+        desired_dynamic_settings(
+            {"work_mem": "4MB"}, 1, "required", {"ttl": 30, "loop_wait": 2, "retry_timeout": 5}
+        ),
+    )
     assert patch == {"ttl": 30}
 
 
 def test_desired_settings_from_the_cluster_spec() -> None:
-    cluster = PostgresCluster.from_obj({
-        "metadata": {"name": "db", "namespace": "shop", "uid": "u1"},
-        "spec": {"replicas": 3, "version": "16", "storage": "1Gi",
-                 "postgresql": {"parameters": {"shared_buffers": "256MB"}},
-                 "synchronous": {"number": 1, "dataDurability": "preferred"}},
-    })
+    cluster = PostgresCluster.from_obj(
+        {
+            "metadata": {"name": "db", "namespace": "shop", "uid": "u1"},
+            "spec": {
+                "replicas": 3,
+                "version": "16",
+                "storage": "1Gi",
+                "postgresql": {"parameters": {"shared_buffers": "256MB"}},
+                "synchronous": {"number": 1, "dataDurability": "preferred"},
+            },
+        }
+    )
     settings = dynamic_settings(cluster)
     assert settings["postgresql"]["parameters"] == {
-        "wal_level": "replica", "max_wal_senders": 10, "max_replication_slots": 10,
-        "wal_retrieve_retry_interval": "1s", "shared_buffers": "256MB"}
+        "wal_level": "replica",
+        "max_wal_senders": 10,
+        "max_replication_slots": 10,
+        "wal_retrieve_retry_interval": "1s",
+        "shared_buffers": "256MB",
+    }
     assert settings["synchronous_mode"] == "quorum" and settings["synchronous_mode_strict"] is False
     assert settings["primary_start_timeout"] == 0 and {"ttl", "loop_wait", "retry_timeout"} <= set(settings)
 
@@ -94,21 +128,31 @@ def pod(name: str, role: str, *, pending: dict[str, Any] | None = None, ready: b
     if pending is not None:
         state.update(pending_restart=True, pending_restart_reason=pending)
     return {
-        "metadata": {"name": name, "labels": {"role": role}, "annotations": {"status": json.dumps(state)},
-                     "creationTimestamp": "2026-12-01T10:00:00Z"},
+        "metadata": {
+            "name": name,
+            "labels": {"role": role},
+            "annotations": {"status": json.dumps(state)},
+            "creationTimestamp": "2026-12-01T10:00:00Z",
+        },
         "spec": {"containers": [{"name": "postgres", "image": "img"}]},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                   "containerStatuses": [{"name": "postgres", "state": {"running": {}}, "restartCount": 0}],
-                   "podIP": "10.0.0.1"},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": [{"name": "postgres", "state": {"running": {}}, "restartCount": 0}],
+            "podIP": "10.0.0.1",
+        },
     }
 
 
 SHARED = {"shared_buffers": {"old_value": "128MB", "new_value": "256MB"}}
-STREAMING = parse_members({"members": [
-    {"name": "db-0", "role": "leader", "state": "running", "lag": 0},
-    {"name": "db-1", "role": "sync_standby", "state": "streaming", "lag": 0},
-    {"name": "db-2", "role": "replica", "state": "streaming", "lag": 0},
-]})
+STREAMING = parse_members(
+    {
+        "members": [
+            {"name": "db-0", "role": "leader", "state": "running", "lag": 0},
+            {"name": "db-1", "role": "sync_standby", "state": "streaming", "lag": 0},
+            {"name": "db-2", "role": "replica", "state": "streaming", "lag": 0},
+        ]
+    }
+)
 
 
 def test_pending_restart_is_read_from_the_pod_annotation() -> None:
@@ -118,8 +162,11 @@ def test_pending_restart_is_read_from_the_pod_annotation() -> None:
 
 
 def test_replicas_restart_first_highest_ordinal_then_the_primary_in_place() -> None:
-    pods = [pod("db-0", "primary", pending=SHARED), pod("db-1", "replica", pending=SHARED),
-            pod("db-2", "replica", pending=SHARED)]
+    pods = [
+        pod("db-0", "primary", pending=SHARED),
+        pod("db-1", "replica", pending=SHARED),
+        pod("db-2", "replica", pending=SHARED),
+    ]
     first = plan_restart(instances_from_pods(pods, STREAMING), 3)
     assert (first.kind, first.target) == ("restart", "db-2") and "shared_buffers" in first.reason
     pods[2] = pod("db-2", "replica")
@@ -132,16 +179,23 @@ def test_replicas_restart_first_highest_ordinal_then_the_primary_in_place() -> N
 
 
 def test_no_restart_while_an_instance_is_down_or_behind() -> None:
-    pods = [pod("db-0", "primary", pending=SHARED), pod("db-1", "replica", ready=False),
-            pod("db-2", "replica", pending=SHARED)]
+    pods = [
+        pod("db-0", "primary", pending=SHARED),
+        pod("db-1", "replica", ready=False),
+        pod("db-2", "replica", pending=SHARED),
+    ]
     action = plan_restart(instances_from_pods(pods, STREAMING), 3)
     assert action.kind == "wait" and "db-1" in action.reason
     pods[1] = pod("db-1", "replica")
-    behind = parse_members({"members": [
-        {"name": "db-0", "role": "leader", "state": "running", "lag": 0},
-        {"name": "db-1", "role": "replica", "state": "streaming", "lag": 10**9},
-        {"name": "db-2", "role": "replica", "state": "streaming", "lag": 0},
-    ]})
+    behind = parse_members(
+        {
+            "members": [
+                {"name": "db-0", "role": "leader", "state": "running", "lag": 0},
+                {"name": "db-1", "role": "replica", "state": "streaming", "lag": 10**9},
+                {"name": "db-2", "role": "replica", "state": "streaming", "lag": 0},
+            ]
+        }
+    )
     action = plan_restart(instances_from_pods(pods, behind), 3)
     assert action.kind == "wait" and "catch up" in action.reason
     # Without Patroni's word on lag, a replica is not known to be caught up.

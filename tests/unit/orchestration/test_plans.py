@@ -15,15 +15,24 @@ OLD, NEW = OLD_IMAGE, NEW_IMAGE
 
 
 def members(*rows: tuple[str, str, str, Any]) -> dict[str, Any]:
-    return {"members": [{"name": n, "role": r, "state": s, "lag": lag, "timeline": 1}
-                        for n, r, s, lag in rows]}
+    return {
+        "members": [{"name": n, "role": r, "state": s, "lag": lag, "timeline": 1} for n, r, s, lag in rows]
+    }
 
 
 def three(images: tuple[str, str, str] = (OLD, OLD, OLD), **kw: Any) -> list[Instance]:
-    pods = [pod("db-0", "primary", images[0]), pod("db-1", "replica", images[1]),
-            pod("db-2", "replica", images[2])]
-    m = parse_members(members(("db-0", "leader", "running", 0), ("db-1", "replica", "streaming", 0),
-                              ("db-2", "replica", "streaming", kw.get("lag2", 0))))
+    pods = [
+        pod("db-0", "primary", images[0]),
+        pod("db-1", "replica", images[1]),
+        pod("db-2", "replica", images[2]),
+    ]
+    m = parse_members(
+        members(
+            ("db-0", "leader", "running", 0),
+            ("db-1", "replica", "streaming", 0),
+            ("db-2", "replica", "streaming", kw.get("lag2", 0)),
+        )
+    )
     return instances_from_pods(pods, m)
 
 
@@ -39,8 +48,11 @@ def test_rollout_starts_with_the_highest_replica() -> None:
 
 
 def test_rollout_waits_while_any_instance_is_down() -> None:
-    pods = [pod("db-0", "primary"), pod("db-1"),
-            pod("db-2", image=NEW, ready=False, age=timedelta(seconds=20))]
+    pods = [
+        pod("db-0", "primary"),
+        pod("db-1"),
+        pod("db-2", image=NEW, ready=False, age=timedelta(seconds=20)),
+    ]
     action = plan_update(instances_from_pods(pods), NEW, 3, NOW)
     assert action.kind == "wait" and "db-2" in action.reason
 
@@ -56,8 +68,13 @@ def test_rollout_then_next_replica_then_switchover_then_old_primary() -> None:
     assert switch.kind == "switchover" and switch.target in ("db-1", "db-2")
     # After the switchover db-0 is a replica with the old image: it goes last.
     pods = [pod("db-0", "replica", OLD), pod("db-1", "primary", NEW), pod("db-2", "replica", NEW)]
-    after = parse_members(members(("db-0", "replica", "streaming", 0), ("db-1", "leader", "running", 0),
-                                  ("db-2", "replica", "streaming", 0)))
+    after = parse_members(
+        members(
+            ("db-0", "replica", "streaming", 0),
+            ("db-1", "leader", "running", 0),
+            ("db-2", "replica", "streaming", 0),
+        )
+    )
     last = plan_update(instances_from_pods(pods, after), NEW, 3, NOW)
     assert (last.kind, last.target) == ("delete_pod", "db-0")
     # Without Patroni's word on lag, an upgraded replica is not known to be caught up: wait.
@@ -67,8 +84,11 @@ def test_rollout_then_next_replica_then_switchover_then_old_primary() -> None:
 
 
 def test_rollout_halts_when_an_upgraded_instance_never_becomes_ready() -> None:
-    pods = [pod("db-0", "primary"), pod("db-1"),
-            pod("db-2", image=NEW, ready=False, age=timedelta(minutes=9))]
+    pods = [
+        pod("db-0", "primary"),
+        pod("db-1"),
+        pod("db-2", image=NEW, ready=False, age=timedelta(minutes=9)),
+    ]
     action = plan_update(instances_from_pods(pods), NEW, 3, NOW)
     assert action.kind == "halt" and action.target == "db-2" and "rollout stopped" in action.reason
 
@@ -126,8 +146,10 @@ def test_lock_kept_when_death_is_not_certain() -> None:
 
 
 def test_lock_kept_without_a_running_replica_or_holder() -> None:
-    lonely = [pod("db-0", "primary", ready=False, container="terminated"),
-              pod("db-1", ready=False, container="terminated")]
+    lonely = [
+        pod("db-0", "primary", ready=False, container="terminated"),
+        pod("db-1", ready=False, container="terminated"),
+    ]
     assert plan_lock_release(leader_cm("db-0"), instances_from_pods(lonely)) is None
     assert plan_lock_release(leader_cm(None), instances_from_pods(lonely)) is None
     assert leader_holder(None) is None
@@ -135,12 +157,21 @@ def test_lock_kept_without_a_running_replica_or_holder() -> None:
 
 def test_switchover_candidates_are_the_synchronous_standbys_when_there_are_any() -> None:
     pods = [pod("db-0", "primary"), pod("db-1"), pod("db-2")]
-    m = parse_members(members(("db-0", "leader", "running", 0), ("db-1", "replica", "streaming", 0),
-                              ("db-2", "sync_standby", "streaming", 100)))
+    m = parse_members(
+        members(
+            ("db-0", "leader", "running", 0),
+            ("db-1", "replica", "streaming", 0),
+            ("db-2", "sync_standby", "streaming", 100),
+        )
+    )
     chosen = best_candidate(instances_from_pods(pods, m))
     assert chosen is not None and chosen.name == "db-2"
-    asynchronous = parse_members(members(("db-0", "leader", "running", 0),
-                                         ("db-1", "replica", "streaming", 0),
-                                         ("db-2", "replica", "streaming", 100)))
+    asynchronous = parse_members(
+        members(
+            ("db-0", "leader", "running", 0),
+            ("db-1", "replica", "streaming", 0),
+            ("db-2", "replica", "streaming", 100),
+        )
+    )
     chosen = best_candidate(instances_from_pods(pods, asynchronous))
     assert chosen is not None and chosen.name == "db-1"

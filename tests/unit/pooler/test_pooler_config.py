@@ -55,14 +55,17 @@ def test_the_ini_points_every_database_at_the_target_over_verified_tls() -> None
     assert conf["server_login_retry"] == "1"  # not PgBouncer's 15 s after a failed login
 
 
-@pytest.mark.parametrize(("key", "value", "named"), [
-    ("POOLER_MODE", "statement", "POOLER_MODE"),
-    ("POOLER_SIDE", "rx", "POOLER_SIDE"),
-    ("POOLER_DEFAULT_POOL_SIZE", "lots", "POOLER_DEFAULT_POOL_SIZE"),
-    ("POOLER_MAX_CLIENT_CONN", "0", "POOLER_MAX_CLIENT_CONN"),
-    ("POOLER_TARGET_HOST", "a host; evil=1", "POOLER_TARGET_HOST"),
-    ("POOLER_CLUSTER", "", "POOLER_CLUSTER"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("POOLER_MODE", "statement", "POOLER_MODE"),
+        ("POOLER_SIDE", "rx", "POOLER_SIDE"),
+        ("POOLER_DEFAULT_POOL_SIZE", "lots", "POOLER_DEFAULT_POOL_SIZE"),
+        ("POOLER_MAX_CLIENT_CONN", "0", "POOLER_MAX_CLIENT_CONN"),
+        ("POOLER_TARGET_HOST", "a host; evil=1", "POOLER_TARGET_HOST"),
+        ("POOLER_CLUSTER", "", "POOLER_CLUSTER"),
+    ],
+)
 def test_a_bad_environment_is_refused_naming_the_variable(key: str, value: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         settings_from_env({**ENV, key: value})

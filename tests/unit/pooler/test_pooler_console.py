@@ -50,14 +50,21 @@ def test_split_keeps_a_partial_message_for_later() -> None:
 
 
 def test_rows_of_a_show_command() -> None:
-    stream = (row_description("database", "cl_active", "host") + data_row("app", "3", None)
-              + data_row("pgbouncer", "1", None) + message(b"C", b"SHOW\0") + message(b"Z", b"I"))
+    stream = (
+        row_description("database", "cl_active", "host")
+        + data_row("app", "3", None)
+        + data_row("pgbouncer", "1", None)
+        + message(b"C", b"SHOW\0")
+        + message(b"Z", b"I")
+    )
     messages, rest = split_messages(stream)
     result, columns = Result(), list[str]()
     assert collect(messages, result, columns) is True
     assert rest == b""
-    assert result.rows == [{"database": "app", "cl_active": "3", "host": None},
-                           {"database": "pgbouncer", "cl_active": "1", "host": None}]
+    assert result.rows == [
+        {"database": "app", "cl_active": "3", "host": None},
+        {"database": "pgbouncer", "cl_active": "1", "host": None},
+    ]
     assert result.command == "SHOW"
 
 

@@ -4,11 +4,32 @@ from __future__ import annotations
 
 from pg_operator.pooler.metrics import render
 
-POOLS = [{"database": "app", "user": "app", "cl_active": "4", "cl_waiting": "2", "sv_active": "3",
-          "sv_idle": "1", "sv_used": "0", "sv_login": "0", "maxwait": "1", "maxwait_us": "500000"}]
-STATS = [{"database": "app", "total_xact_count": "120", "total_query_count": "240", "total_received": "1000",
-          "total_sent": "2000", "total_xact_time": "1500000", "total_query_time": "500000",
-          "total_wait_time": "250000"}]
+POOLS = [
+    {
+        "database": "app",
+        "user": "app",
+        "cl_active": "4",
+        "cl_waiting": "2",
+        "sv_active": "3",
+        "sv_idle": "1",
+        "sv_used": "0",
+        "sv_login": "0",
+        "maxwait": "1",
+        "maxwait_us": "500000",
+    }
+]
+STATS = [
+    {
+        "database": "app",
+        "total_xact_count": "120",
+        "total_query_count": "240",
+        "total_received": "1000",
+        "total_sent": "2000",
+        "total_xact_time": "1500000",
+        "total_query_time": "500000",
+        "total_wait_time": "250000",
+    }
+]
 
 
 def samples(text: str) -> dict[str, str]:

@@ -44,6 +44,14 @@ def test_the_pod_side_imports_no_pydantic_and_agrees_on_ports() -> None:
     for module in [*package.glob("*.py"), package.parent / "tls_server.py"]:
         for node in ast.walk(ast.parse(module.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
-                allowed = ("pg_operator.pooler", "pg_operator.tls_server", "__future__", "collections",
-                           "concurrent", "dataclasses", "http", "typing")
+                allowed = (
+                    "pg_operator.pooler",
+                    "pg_operator.tls_server",
+                    "__future__",
+                    "collections",
+                    "concurrent",
+                    "dataclasses",
+                    "http",
+                    "typing",
+                )
                 assert node.module.startswith(allowed), f"{module.name} imports {node.module}"

@@ -52,7 +52,8 @@ def test_the_rotation_trusts_both_then_reissues_then_drops_the_old_ca() -> None:
     step = plan(rotating, "r1", before, {"db-0": secret_digest(before)}, later)
     assert step.leaf_ca == old.current and not step.finish and "both CAs" in step.waiting
     assert server_renewal(C, step.leaf_ca, before, later, rotating.trust_pem()) == (
-        "the trusted certificate authorities changed")
+        "the trusted certificate authorities changed"
+    )
     bundled = leaves(old.current, rotating.trust_pem())
     loaded = {"db-0": secret_digest(bundled), "db-1": secret_digest(bundled)}
     # Every instance has the bundle, but the trust period is not over: wait, and come back when it is.
@@ -73,7 +74,8 @@ def test_the_rotation_trusts_both_then_reissues_then_drops_the_old_ca() -> None:
     step = plan(rotating, "r1", bundled, loaded, later + TRUST_PERIOD)
     assert step.leaf_ca == rotating.current and not step.finish and step.waiting == ""
     assert server_renewal(C, step.leaf_ca, bundled, later, rotating.trust_pem()) == (
-        "the certificate authority changed")
+        "the certificate authority changed"
+    )
     reissued = leaves(rotating.current, rotating.trust_pem())
     step = plan(rotating, "r1", reissued, loaded, later + TRUST_PERIOD)
     assert step.leaf_ca == rotating.current and not step.finish and "db-0" in step.waiting
@@ -84,7 +86,8 @@ def test_the_rotation_trusts_both_then_reissues_then_drops_the_old_ca() -> None:
     finished = finish(rotating)
     assert finished.previous is None and finished.started is None and finished.rotated_for == "r1"
     assert server_renewal(C, finished.current, reissued, later, finished.trust_pem()) == (
-        "the trusted certificate authorities changed")
+        "the trusted certificate authorities changed"
+    )
     assert plan(finished, "r1", reissued, {}, later).start is False
 
 

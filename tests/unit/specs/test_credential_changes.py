@@ -48,7 +48,9 @@ def test_new_secrets_are_all_unapplied_and_applied_ones_are_quiet() -> None:
     secrets = stored()
     changes = plan(cluster(), secrets).changes
     assert [(c.slot.kind, c.slot.username, c.slot.has_role) for c in changes] == [
-        ("superuser", "postgres", True), ("replication", "replicator", True), ("app", "app", True),
+        ("superuser", "postgres", True),
+        ("replication", "replicator", True),
+        ("app", "app", True),
         ("patroni-api", "patroni", False),
     ]
     assert [c.resource_version for c in changes] == ["10", "11", "12", "13"]
@@ -103,10 +105,15 @@ def test_role_sql_sends_verifiers_only_and_quiets_the_log() -> None:
     for password in ("su-pw", "repl-pw", "app-pw", "api-pw"):
         assert password not in sql
     lines = sql.splitlines()
-    assert lines[:7] == ["SET ROLE NONE;", "SET search_path = pg_catalog, pg_temp;",
-                         "SET default_transaction_read_only = off;", "SET standard_conforming_strings = on;",
-                         "SET log_statement = 'none';", "SET log_min_duration_statement = -1;",
-                         "SET log_min_error_statement = 'panic';"]
+    assert lines[:7] == [
+        "SET ROLE NONE;",
+        "SET search_path = pg_catalog, pg_temp;",
+        "SET default_transaction_read_only = off;",
+        "SET standard_conforming_strings = on;",
+        "SET log_statement = 'none';",
+        "SET log_min_duration_statement = -1;",
+        "SET log_min_error_statement = 'panic';",
+    ]
     verifier = scram_sha256_verifier("app-pw", salt=b"0123456789abcdef")
     assert lines[7:] == [
         f"ALTER ROLE \"postgres\" PASSWORD '{scram_sha256_verifier('su-pw', salt=b'0123456789abcdef')}';",
@@ -135,8 +142,10 @@ def test_no_password_in_a_repr_and_no_verifier_in_a_message() -> None:
     (change, *_) = plan(cluster(), stored()).changes
     assert "su-pw" not in repr(change)
     assert change.describe() == "the password of role postgres (Secret orders-db-superuser)"
-    out = ("psql:<stdin>:4: ERROR:  role \"x\" does not exist\n"
-           "LINE 1: ALTER ROLE x PASSWORD 'SCRAM-SHA-256$4096:abc'")
+    out = (
+        'psql:<stdin>:4: ERROR:  role "x" does not exist\n'
+        "LINE 1: ALTER ROLE x PASSWORD 'SCRAM-SHA-256$4096:abc'"
+    )
     assert without_verifiers(out) == 'psql:<stdin>:4: ERROR:  role "x" does not exist'
 
 

@@ -64,15 +64,19 @@ def test_default_peers_per_port() -> None:
 
 
 def test_the_monitoring_namespace_is_the_install_s() -> None:
-    ports = rules_by_port(network_policy(cluster(), OperatorPeer("pg-operator-system",
-                                                                 monitoring_namespace="observability")) or {})
+    ports = rules_by_port(
+        network_policy(cluster(), OperatorPeer("pg-operator-system", monitoring_namespace="observability"))
+        or {}
+    )
     assert ports[METRICS_PORT][0] == {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}
+    }
 
 
 def test_without_a_monitoring_namespace_only_own_pods_and_the_operator_scrape() -> None:
-    ports = rules_by_port(network_policy(cluster(), OperatorPeer("pg-operator-system",
-                                                                 monitoring_namespace="")) or {})
+    ports = rules_by_port(
+        network_policy(cluster(), OperatorPeer("pg-operator-system", monitoring_namespace="")) or {}
+    )
     assert ports[METRICS_PORT] == [OWN_PODS, OPERATOR_PODS]
 
 

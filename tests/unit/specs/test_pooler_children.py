@@ -36,8 +36,12 @@ def test_no_pooler_no_children() -> None:
 
 def test_rw_side_by_default_with_a_budget_and_a_policy() -> None:
     got = by_kind(children(cluster(pooler={})))
-    assert set(got) == {("Deployment", "orders-db-pooler-rw"), ("Service", "orders-db-pooler-rw"),
-                        ("PodDisruptionBudget", "orders-db-pooler-rw"), ("NetworkPolicy", "orders-db-pooler")}
+    assert set(got) == {
+        ("Deployment", "orders-db-pooler-rw"),
+        ("Service", "orders-db-pooler-rw"),
+        ("PodDisruptionBudget", "orders-db-pooler-rw"),
+        ("NetworkPolicy", "orders-db-pooler"),
+    }
     for obj in got.values():
         assert obj["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
         assert obj["metadata"]["labels"][CLUSTER_LABEL] == "orders-db"
@@ -62,16 +66,31 @@ def test_rw_side_by_default_with_a_budget_and_a_policy() -> None:
 
 
 def test_read_only_side_one_instance_no_budget_and_settings() -> None:
-    c = cluster(pooler={"instances": 1, "readOnly": True, "mode": "session", "defaultPoolSize": 5,
-                        "maxClientConnections": 50, "resources": {"requests": {"cpu": "10m"}}})
+    c = cluster(
+        pooler={
+            "instances": 1,
+            "readOnly": True,
+            "mode": "session",
+            "defaultPoolSize": 5,
+            "maxClientConnections": 50,
+            "resources": {"requests": {"cpu": "10m"}},
+        }
+    )
     got = by_kind(children(c))
     assert ("Deployment", "orders-db-pooler-ro") in got and ("Service", "orders-db-pooler-ro") in got
     assert not any(kind == "PodDisruptionBudget" for kind, _ in got)
-    env = {e["name"]: e["value"] for e in
-           got[("Deployment", "orders-db-pooler-ro")]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e["value"]
+        for e in got[("Deployment", "orders-db-pooler-ro")]["spec"]["template"]["spec"]["containers"][0][
+            "env"
+        ]
+    }
     assert env["POOLER_TARGET_HOST"] == "orders-db-ro.shop.svc"
     assert (env["POOLER_MODE"], env["POOLER_DEFAULT_POOL_SIZE"], env["POOLER_MAX_CLIENT_CONN"]) == (
-        "session", "5", "50")
+        "session",
+        "5",
+        "50",
+    )
 
 
 def test_the_policies_admit_clients_to_the_pooler_and_the_pooler_to_the_instances() -> None:
@@ -82,19 +101,25 @@ def test_the_policies_admit_clients_to_the_pooler_and_the_pooler_to_the_instance
     instances = network_policy(c, DEFAULT_OPERATOR_PEER)
     assert instances is not None
     pg_from = instances["spec"]["ingress"][0]["from"]
-    assert {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "pgbouncer",
-                                            "db.example.com/pooler": "orders-db"}}} in pg_from
+    assert {
+        "podSelector": {
+            "matchLabels": {"app.kubernetes.io/name": "pgbouncer", "db.example.com/pooler": "orders-db"}
+        }
+    } in pg_from
     off = network_policy(cluster(networkPolicy={"allowFrom": peer}), DEFAULT_OPERATOR_PEER)
     assert off is not None and len(off["spec"]["ingress"][0]["from"]) == len(pg_from) - 1
     assert ("NetworkPolicy", "orders-db-pooler") not in by_kind(
-        children(cluster(pooler={}, networkPolicy={"enabled": False})))
+        children(cluster(pooler={}, networkPolicy={"enabled": False}))
+    )
 
 
 def test_connection_keys_through_the_pooler_only_when_it_is_on() -> None:
     keys = connection_keys(cluster(pooler={}), "app", "app", "p@ss")
     assert keys["pgbouncer-host"] == "orders-db-pooler-rw.shop.svc"
     assert keys["pgbouncer-port"] == "5432"
-    assert keys["pgbouncer-uri"].startswith("postgresql://app:p%40ss@orders-db-pooler-rw.shop.svc:5432/app?sslmode=verify-full&")
+    assert keys["pgbouncer-uri"].startswith(
+        "postgresql://app:p%40ss@orders-db-pooler-rw.shop.svc:5432/app?sslmode=verify-full&"
+    )
     assert "target_session_attrs" not in keys["pgbouncer-uri"]
     assert "?user=app&password=p%40ss&sslmode=verify-full&connectTimeout=5" in keys["pgbouncer-jdbc-uri"]
     assert not any(k.startswith("pgbouncer") for k in connection_keys(cluster(), "app", "app", "x"))
@@ -132,8 +157,10 @@ def test_setup_trigger_moves_with_primary_secret_and_databases() -> None:
 
 
 def meta(name: str, side: str, points_to: str | None = None, **extra: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": name, "labels": {"db.example.com/pooler": "orders-db",
-                                                   "db.example.com/pooler-side": side}}
+    out: dict[str, Any] = {
+        "name": name,
+        "labels": {"db.example.com/pooler": "orders-db", "db.example.com/pooler-side": side},
+    }
     if points_to is not None:
         out["annotations"] = {"db.example.com/pooler-points-to": points_to}
     return {**out, **extra}
@@ -142,14 +169,17 @@ def meta(name: str, side: str, points_to: str | None = None, **extra: Any) -> di
 def test_which_pods_to_point_and_where() -> None:
     c = cluster(pooler={"readOnly": True})
     primary_host = "orders-db-1.orders-db.shop.svc"
-    pods = pooler_pods("orders-db", [
-        meta("rw-a", "rw"),  # fresh: points at -rw
-        meta("rw-b", "rw", primary_host),  # already there
-        meta("rw-c", "rw", "orders-db-0.orders-db.shop.svc"),  # the old primary
-        meta("ro-a", "ro"),  # fresh ro: at -ro already
-        meta("going", "rw", deletionTimestamp="2026-01-01T00:00:00Z"),
-        {"name": "other", "labels": {"db.example.com/pooler": "another-db"}},
-    ])
+    pods = pooler_pods(
+        "orders-db",
+        [
+            meta("rw-a", "rw"),  # fresh: points at -rw
+            meta("rw-b", "rw", primary_host),  # already there
+            meta("rw-c", "rw", "orders-db-0.orders-db.shop.svc"),  # the old primary
+            meta("ro-a", "ro"),  # fresh ro: at -ro already
+            meta("going", "rw", deletionTimestamp="2026-01-01T00:00:00Z"),
+            {"name": "other", "labels": {"db.example.com/pooler": "another-db"}},
+        ],
+    )
     assert [p.name for p in pods] == ["ro-a", "rw-a", "rw-b", "rw-c"]
     assert to_point(c, pods, "orders-db-1") == [("rw-a", primary_host), ("rw-c", primary_host)]
     assert to_point(c, pods, None) == []  # no primary known: leave them where they are
@@ -158,12 +188,14 @@ def test_which_pods_to_point_and_where() -> None:
 
 def test_status_condition() -> None:
     c = cluster(pooler={"instances": 2})
+
     def deployment(name: str, generation: int, **status: int) -> dict[str, Any]:
         return {"metadata": {"name": name, "generation": generation}, "status": status}
 
     done = {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 2}
-    assert ready_pods(c, [deployment("orders-db-pooler-rw", 2, **done),
-                          deployment("unrelated", 1, **done)]) == 2
+    assert (
+        ready_pods(c, [deployment("orders-db-pooler-rw", 2, **done), deployment("unrelated", 1, **done)]) == 2
+    )
     # Rolling out: the old pods still serve, or the controller has not seen the new template.
     rolling = {**done, "replicas": 3, "updatedReplicas": 1}
     assert ready_pods(c, [deployment("orders-db-pooler-rw", 2, **rolling)]) == 0
@@ -196,15 +228,19 @@ def test_the_pooler_keys_leave_the_connection_secrets_with_the_pooler() -> None:
     off = cluster(roles=[{"name": "shopper"}])
     patch = stale_keys(off, "shopper", secret, None)
     assert patch is not None
-    assert patch["data"] == {"pgbouncer-host": None, "pgbouncer-port": None, "pgbouncer-uri": None,
-                             "pgbouncer-jdbc-uri": None}
+    assert patch["data"] == {
+        "pgbouncer-host": None,
+        "pgbouncer-port": None,
+        "pgbouncer-uri": None,
+        "pgbouncer-jdbc-uri": None,
+    }
     assert gone_keys(on, secret["data"]) == {}
 
 
 def test_teardown_sql_undoes_the_setup_in_every_database_then_drops_the_role() -> None:
     sql = teardown_sql(["app", "template1", "app"])
     assert sql.count("\\connect ") == 2
-    assert sql.count("DROP SCHEMA IF EXISTS \"pgop_pooler\" CASCADE;") == 2
-    assert sql.index("DROP ROLE IF EXISTS \"pgop_pooler\";") > sql.rindex("DROP SCHEMA")
+    assert sql.count('DROP SCHEMA IF EXISTS "pgop_pooler" CASCADE;') == 2
+    assert sql.index('DROP ROLE IF EXISTS "pgop_pooler";') > sql.rindex("DROP SCHEMA")
     with pytest.raises(ValueError):
         teardown_sql(["bad'name"])

@@ -16,8 +16,9 @@ def decoded(secret: dict[str, Any]) -> dict[str, str]:
     return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
 
 
-PASSWORDS = ClusterPasswords(superuser="su-pw", replication="repl-pw", app="p@ss:w/rd?&%\\",
-                             patroni_api="api-pw")
+PASSWORDS = ClusterPasswords(
+    superuser="su-pw", replication="repl-pw", app="p@ss:w/rd?&%\\", patroni_api="api-pw"
+)
 
 
 def test_names_and_order() -> None:

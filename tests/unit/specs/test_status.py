@@ -244,8 +244,10 @@ def test_status_matches_the_crd_model_and_naive_times_are_utc() -> None:
 
 
 def test_instances_report_patroni_timeline_from_the_pod_annotation() -> None:
-    pods = [pod(0, "primary", annotations={"status": '{"state":"running","role":"primary","timeline":3}'}),
-            pod(1, annotations={"status": "not json"})]
+    pods = [
+        pod(0, "primary", annotations={"status": '{"state":"running","role":"primary","timeline":3}'}),
+        pod(1, annotations={"status": "not json"}),
+    ]
     status = compute_status(cluster(2), previous=None, statefulset=sts(2), pods=pods, now=T0)
     by_name = {i["name"]: i for i in status["instances"]}
     assert by_name["orders-db-0"]["timeline"] == 3

@@ -30,14 +30,20 @@ def member(i: int, role: str, position: int | None, timeline: int = 2, **kw: Any
 
 
 def test_lag_is_the_primary_position_minus_each_replica_position() -> None:
-    pods = [member(0, "primary", 50 * MIB), member(1, "replica", 50 * MIB - 10),
-            member(2, "replica", 47 * MIB)]
+    pods = [
+        member(0, "primary", 50 * MIB),
+        member(1, "replica", 50 * MIB - 10),
+        member(2, "replica", 47 * MIB),
+    ]
     assert replication_lag("orders-db", pods) == {"orders-db-1": 10, "orders-db-2": 3 * MIB}
 
 
 def test_status_reports_lag_in_whole_mib_and_the_timeline() -> None:
-    pods = [member(0, "primary", 50 * MIB), member(1, "replica", 50 * MIB - 10),
-            member(2, "replica", 47 * MIB - 1)]
+    pods = [
+        member(0, "primary", 50 * MIB),
+        member(1, "replica", 50 * MIB - 10),
+        member(2, "replica", 47 * MIB - 1),
+    ]
     status = compute_status(cluster(), previous=None, statefulset=sts(), pods=pods, now=T0)
     by_name = {i["name"]: i for i in status["instances"]}
     assert "lagBytes" not in by_name["orders-db-0"]  # the primary has no lag
@@ -62,20 +68,30 @@ def test_no_lag_without_one_primary_with_a_known_position() -> None:
     assert replication_lag("orders-db", unknown_head) == {}
     ahead_of_a_stale_sample = [member(0, "primary", MIB), member(1, "replica", 2 * MIB)]
     assert replication_lag("orders-db", ahead_of_a_stale_sample) == {"orders-db-1": 0}
-    other_cluster = [member(0, "primary", MIB), {**member(1, "replica", 0), "metadata": {
-        "name": "x-1", "labels": {"db.example.com/cluster": "x", "role": "replica"}}}]
+    other_cluster = [
+        member(0, "primary", MIB),
+        {
+            **member(1, "replica", 0),
+            "metadata": {"name": "x-1", "labels": {"db.example.com/cluster": "x", "role": "replica"}},
+        },
+    ]
     assert replication_lag("orders-db", other_cluster) == {}
     garbage = [member(0, "primary", MIB), pod(1, annotations={"status": "[]"})]
     assert replication_lag("orders-db", garbage) == {}
 
 
 def test_status_names_the_settings_an_instance_waits_to_restart_for() -> None:
-    waiting = {"pending_restart": True,
-               "pending_restart_reason": {"shared_buffers": {"old_value": "128MB", "new_value": "64MB"},
-                                          "max_connections": {"old_value": "100", "new_value": "200"}}}
+    waiting = {
+        "pending_restart": True,
+        "pending_restart_reason": {
+            "shared_buffers": {"old_value": "128MB", "new_value": "64MB"},
+            "max_connections": {"old_value": "100", "new_value": "200"},
+        },
+    }
     pods = [member(0, "primary", 50 * MIB), member(1, "replica", 50 * MIB)]
     pods[1]["metadata"]["annotations"]["status"] = json.dumps(
-        {**json.loads(pods[1]["metadata"]["annotations"]["status"]), **waiting})
+        {**json.loads(pods[1]["metadata"]["annotations"]["status"]), **waiting}
+    )
     status = compute_status(cluster(2), previous=None, statefulset=sts(2), pods=pods, now=T0)
     by_name = {i["name"]: i for i in status["instances"]}
     assert by_name["orders-db-1"]["pendingRestart"] == ["max_connections", "shared_buffers"]

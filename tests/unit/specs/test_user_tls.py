@@ -28,8 +28,9 @@ def secret(**data: bytes) -> dict[str, Any]:
     return {"data": {k.replace("_", "."): b64(v) for k, v in data.items()}}
 
 
-def certificate(names: list[str], signer: tls.KeyPair, *, ips: tuple[str, ...] = tls.SERVER_IPS,
-                days: int = 90) -> tuple[bytes, bytes]:
+def certificate(
+    names: list[str], signer: tls.KeyPair, *, ips: tuple[str, ...] = tls.SERVER_IPS, days: int = 90
+) -> tuple[bytes, bytes]:
     """A server certificate as a certificate manager would make it (RSA, PKCS#1 key), signed by `signer`."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     signer_cert = x509.load_pem_x509_certificate(signer.cert_pem)
@@ -55,13 +56,16 @@ def test_a_ca_is_taken_from_either_pair_of_keys_and_checked() -> None:
     assert isinstance(user_ca("corp-ca", secret(tls_crt=ca.cert_pem, tls_key=ca.key_pem)), tls.KeyPair)
     assert "is not there" in str(user_ca("corp-ca", None))
     assert user_ca("corp-ca", secret(ca_crt=ca.cert_pem)) == (
-        "Secret corp-ca (spec.tls.caSecret) holds neither ca.crt and ca.key nor tls.crt and tls.key")
+        "Secret corp-ca (spec.tls.caSecret) holds neither ca.crt and ca.key nor tls.crt and tls.key"
+    )
     other = tls.new_ca(C, NOW)
     assert user_ca("corp-ca", secret(ca_crt=ca.cert_pem, ca_key=other.key_pem)) == (
-        "Secret corp-ca key ca.key: not the private key of ca.crt (or encrypted)")
+        "Secret corp-ca key ca.key: not the private key of ca.crt (or encrypted)"
+    )
     leaf, key = certificate(["x"], ca)
     assert user_ca("corp-ca", secret(ca_crt=leaf, ca_key=key)) == (
-        "Secret corp-ca key ca.crt: the certificate is not a CA (basicConstraints CA:TRUE)")
+        "Secret corp-ca key ca.crt: the certificate is not a CA (basicConstraints CA:TRUE)"
+    )
 
 
 def test_a_server_certificate_must_name_every_name_and_chain_to_its_ca() -> None:
@@ -79,12 +83,15 @@ def test_a_server_certificate_must_name_every_name_and_chain_to_its_ca() -> None
     assert isinstance(refused, str) and "127.0.0.1" in refused
     stranger = tls.new_ca(C, NOW)
     assert user_server(C, "db-cert", secret(tls_crt=cert, tls_key=key, ca_crt=stranger.cert_pem), NOW) == (
-        "Secret db-cert key ca.crt: holds no certificate that issued tls.crt")
+        "Secret db-cert key ca.crt: holds no certificate that issued tls.crt"
+    )
     _, wrong_key = certificate(names, ca)
     assert user_server(C, "db-cert", secret(tls_crt=cert, tls_key=wrong_key, ca_crt=ca.cert_pem), NOW) == (
-        "Secret db-cert key tls.key: not the private key of tls.crt (or encrypted)")
+        "Secret db-cert key tls.key: not the private key of tls.crt (or encrypted)"
+    )
     assert user_server(C, "db-cert", secret(tls_crt=cert, ca_crt=ca.cert_pem), NOW) == (
-        "Secret db-cert (spec.tls.serverSecret) lacks tls.key")
+        "Secret db-cert (spec.tls.serverSecret) lacks tls.key"
+    )
     late = user_server(C, "db-cert", secret(tls_crt=cert, tls_key=key, ca_crt=ca.cert_pem),
                        NOW + dt.timedelta(days=91))  # fmt: skip
     assert isinstance(late, str) and "expired at" in late
@@ -107,4 +114,5 @@ def test_the_server_secret_follows_the_users_certificate() -> None:
     changed = user_server_renewal(fresh, trust, written)
     assert changed == "the user's server certificate changed"
     assert user_server_renewal(user, cluster_ca.cert_pem, written) == (
-        "the trusted certificate authorities changed")
+        "the trusted certificate authorities changed"
+    )

@@ -25,16 +25,22 @@ def backup_name(cluster: str, now: datetime) -> str:
 
 
 def backup_body(name: str, namespace: str, cluster: str) -> dict[str, Any]:
-    return {"apiVersion": API_VERSION, "kind": BACKUP_KIND,
-            "metadata": {"name": name, "namespace": namespace}, "spec": {"cluster": cluster}}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": BACKUP_KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"cluster": cluster},
+    }
 
 
 def describe(status: dict[str, Any]) -> str:
     """One line of a Backup's status."""
     phase = status.get("phase") or "Pending"
     if phase == "Completed":
-        return (f"Completed: {status.get('backupID')} on {status.get('instance')}, "
-                f"{status.get('size') or 0} bytes, WAL {status.get('beginWal')}..{status.get('endWal')}")
+        return (
+            f"Completed: {status.get('backupID')} on {status.get('instance')}, "
+            f"{status.get('size') or 0} bytes, WAL {status.get('beginWal')}..{status.get('endWal')}"
+        )
     if phase == "Failed":
         return f"Failed: {status.get('error') or 'no reason given'}"
     return phase
@@ -68,6 +74,7 @@ def run(conn: Connection, cluster: str, name: str | None, wait: bool, timeout: f
         if status.get("phase") == "Failed":
             return REFUSED
         if time.monotonic() > deadline:
-            raise PgcError(f"backup {name} is still {status.get('phase') or 'Pending'} after {timeout:.0f}s",
-                           REFUSED)
+            raise PgcError(
+                f"backup {name} is still {status.get('phase') or 'Pending'} after {timeout:.0f}s", REFUSED
+            )
         time.sleep(2)

@@ -39,8 +39,16 @@ def certificates(secret_name: str, data: Mapping[str, str] | None, now: datetime
             dns = []
         end = cert.not_valid_after_utc
         subject = str(cn[0].value) if cn else cert.subject.rfc4514_string()
-        found.append({"secret": secret_name, "key": key, "subject": subject, "dnsNames": len(dns),
-                      "notAfter": end.isoformat(), "secondsLeft": int((end - now).total_seconds())})
+        found.append(
+            {
+                "secret": secret_name,
+                "key": key,
+                "subject": subject,
+                "dnsNames": len(dns),
+                "notAfter": end.isoformat(),
+                "secondsLeft": int((end - now).total_seconds()),
+            }
+        )
     return found
 
 
@@ -52,8 +60,10 @@ def render(certs: list[dict[str, Any]], missing: list[str]) -> str:
             continue
         left = c["secondsLeft"]
         where = f"{c['secret']}/{c['key']}"
-        lines.append(f"{where:34} {c['subject']:22} {c['dnsNames']:<9} {c['notAfter']:26} "
-                     + ("EXPIRED" if left <= 0 else human_age(left)))
+        lines.append(
+            f"{where:34} {c['subject']:22} {c['dnsNames']:<9} {c['notAfter']:26} "
+            + ("EXPIRED" if left <= 0 else human_age(left))
+        )
     lines += [f"{name}: missing" for name in missing]
     return "\n".join(lines)
 
@@ -72,7 +82,10 @@ def run(conn: Connection, name: str, output: str) -> int:
             missing.append(secret_name)
             continue
         certs += certificates(secret_name, secret.data, now)
-    print(json.dumps({"certificates": certs, "missingSecrets": missing}, indent=2) if output == "json"
-          else render(certs, missing))
+    print(
+        json.dumps({"certificates": certs, "missingSecrets": missing}, indent=2)
+        if output == "json"
+        else render(certs, missing)
+    )
     bad = missing or any("error" in c or c["secondsLeft"] <= 0 for c in certs)
     return NOT_READY if bad else OK

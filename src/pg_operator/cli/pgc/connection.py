@@ -49,8 +49,12 @@ class Connection:
 
     def streaming_client(self) -> Client:
         """A client whose reads may wait for ever (a followed log is quiet for minutes)."""
-        return Client(config=self.config, namespace=self.namespace, field_manager=FIELD_MANAGER,
-                      timeout=httpx2.Timeout(30, read=None))
+        return Client(
+            config=self.config,
+            namespace=self.namespace,
+            field_manager=FIELD_MANAGER,
+            timeout=httpx2.Timeout(30, read=None),
+        )
 
     def kubectl(self, *args: str) -> list[str]:
         """A kubectl command line in the same kubeconfig, context and namespace."""

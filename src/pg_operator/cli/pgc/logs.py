@@ -55,8 +55,16 @@ def _pods(conn: Connection, name: str, instance: str | None) -> list[str]:
     return pods
 
 
-def run(conn: Connection, name: str, *, follow: bool, since: int | None, tail: int | None,
-        instance: str | None, timestamps: bool) -> int:
+def run(
+    conn: Connection,
+    name: str,
+    *,
+    follow: bool,
+    since: int | None,
+    tail: int | None,
+    instance: str | None,
+    timestamps: bool,
+) -> int:
     pods = _pods(conn, name, instance)
     width = max(len(p) for p in pods)
     if follow:
@@ -65,8 +73,16 @@ def run(conn: Connection, name: str, *, follow: bool, since: int | None, tail: i
     failed = False
     for pod in pods:
         try:
-            streams[pod] = list(conn.client.log(pod, namespace=conn.namespace, container=CONTAINER_NAME,
-                                                since=since, tail_lines=tail, timestamps=True))
+            streams[pod] = list(
+                conn.client.log(
+                    pod,
+                    namespace=conn.namespace,
+                    container=CONTAINER_NAME,
+                    since=since,
+                    tail_lines=tail,
+                    timestamps=True,
+                )
+            )
         except ApiError as exc:
             failed = True
             print(f"{pod}: no log: {exc.status.message}", file=sys.stderr)
@@ -75,15 +91,23 @@ def run(conn: Connection, name: str, *, follow: bool, since: int | None, tail: i
     return FAILED if failed and not streams else OK
 
 
-def _follow(conn: Connection, pods: Sequence[str], since: int | None, tail: int | None, width: int,
-            timestamps: bool) -> int:
+def _follow(
+    conn: Connection, pods: Sequence[str], since: int | None, tail: int | None, width: int, timestamps: bool
+) -> int:
     lines: queue.Queue[tuple[str, str | None]] = queue.Queue()
     client = conn.streaming_client()
 
     def read(pod: str) -> None:
         try:
-            for raw in client.log(pod, namespace=conn.namespace, container=CONTAINER_NAME, follow=True,
-                                       since=since, tail_lines=tail, timestamps=True):
+            for raw in client.log(
+                pod,
+                namespace=conn.namespace,
+                container=CONTAINER_NAME,
+                follow=True,
+                since=since,
+                tail_lines=tail,
+                timestamps=True,
+            ):
                 lines.put((pod, raw))
             lines.put((pod, None))
         except Exception as exc:  # the pod went away or its container is not running

@@ -12,8 +12,10 @@ from collections.abc import Sequence
 
 from pg_operator.cli.pgc.errors import FAILED, PgcError
 
-EPILOG = ("exit codes: 0 done; 1 failed (API error, unreachable); 2 bad arguments; 3 not found; "
-          "4 not ready or nothing to act on; 5 refused by the operator, or --wait timed out")
+EPILOG = (
+    "exit codes: 0 done; 1 failed (API error, unreachable); 2 bad arguments; 3 not found; "
+    "4 not ready or nothing to act on; 5 refused by the operator, or --wait timed out"
+)
 
 
 def duration(value: str) -> float:
@@ -43,11 +45,18 @@ def _positive(value: str) -> int:
 def _connection_flags() -> argparse.ArgumentParser:
     # SUPPRESS: a flag given before the command is not reset by the command's parser.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-n", "--namespace", default=argparse.SUPPRESS,
-                        help="namespace of the cluster (default: the context's, else default)")
+    common.add_argument(
+        "-n",
+        "--namespace",
+        default=argparse.SUPPRESS,
+        help="namespace of the cluster (default: the context's, else default)",
+    )
     common.add_argument("--context", default=argparse.SUPPRESS, help="kubeconfig context to use")
-    common.add_argument("--kubeconfig", default=argparse.SUPPRESS,
-                        help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
+    common.add_argument(
+        "--kubeconfig",
+        default=argparse.SUPPRESS,
+        help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)",
+    )
     return common
 
 
@@ -61,19 +70,29 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("cluster", metavar="NAME", help="the PostgresCluster")
         return p
 
-    status = command("status", "one screen: instances, roles, lag, timeline, archiving, last backup, "
-                               "pending restarts and requests, conditions (exit 4 when not Ready)")
+    status = command(
+        "status",
+        "one screen: instances, roles, lag, timeline, archiving, last backup, "
+        "pending restarts and requests, conditions (exit 4 when not Ready)",
+    )
     status.add_argument("-o", "--output", choices=("text", "json"), default="text")
 
     wait_help = "wait until the operator has answered (progress on stderr)"
     switchover = command("switchover", "ask the operator for a planned switchover to a replica")
-    switchover.add_argument("--to", default="auto", metavar="INSTANCE",
-                            help="the replica to promote (default: auto, the healthiest replica)")
+    switchover.add_argument(
+        "--to",
+        default="auto",
+        metavar="INSTANCE",
+        help="the replica to promote (default: auto, the healthiest replica)",
+    )
     switchover.add_argument("--wait", action="store_true", help=wait_help)
     switchover.add_argument("--timeout", type=duration, default=120.0, help="for --wait (default 120s)")
 
-    restart = command("restart", "ask the operator for a rolling restart of PostgreSQL: replicas one at a "
-                                 "time, then the primary in place")
+    restart = command(
+        "restart",
+        "ask the operator for a rolling restart of PostgreSQL: replicas one at a "
+        "time, then the primary in place",
+    )
     restart.add_argument("--wait", action="store_true", help=wait_help)
     restart.add_argument("--timeout", type=duration, default=600.0, help="for --wait (default 600s)")
 
@@ -84,8 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     backup.add_argument("--wait", action="store_true", help="wait until it is Completed or Failed (exit 5)")
     backup.add_argument("--timeout", type=duration, default=1800.0, help="for --wait (default 30m)")
 
-    psql = command("psql", "psql in an instance as the superuser over the local socket (no password "
-                           "leaves the pod); arguments after -- go to psql")
+    psql = command(
+        "psql",
+        "psql in an instance as the superuser over the local socket (no password "
+        "leaves the pod); arguments after -- go to psql",
+    )
     target = psql.add_mutually_exclusive_group()
     target.add_argument("--replica", action="store_true", help="the ready replica with the least lag")
     target.add_argument("--instance", metavar="POD", help="this instance, whatever its role")
@@ -98,8 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--instance", metavar="POD", help="one instance only")
     logs.add_argument("--timestamps", action="store_true", help="prefix each line with its timestamp")
 
-    certs = command("certs", "the cluster's CA and server certificates with their expiry "
-                             "(exit 4 when one expired or is missing)")
+    certs = command(
+        "certs",
+        "the cluster's CA and server certificates with their expiry (exit 4 when one expired or is missing)",
+    )
     certs.add_argument("-o", "--output", choices=("text", "json"), default="text")
     return parser
 
@@ -108,8 +132,9 @@ def dispatch(args: argparse.Namespace, passed: Sequence[str] = ()) -> int:
     from pg_operator.cli.pgc import backup, certs, logs, requests, sql, status
     from pg_operator.cli.pgc.connection import connect
 
-    conn = connect(getattr(args, "kubeconfig", None), getattr(args, "context", None),
-                   getattr(args, "namespace", None))
+    conn = connect(
+        getattr(args, "kubeconfig", None), getattr(args, "context", None), getattr(args, "namespace", None)
+    )
     name = args.cluster
     if args.command == "status":
         return status.run(conn, name, args.output)
@@ -122,11 +147,19 @@ def dispatch(args: argparse.Namespace, passed: Sequence[str] = ()) -> int:
     if args.command == "backup":
         return backup.run(conn, name, args.name, args.wait, args.timeout)
     if args.command == "psql":
-        return sql.psql(conn, name, replica=args.replica, instance=args.instance, dbname=args.dbname,
-                        extra=passed)
+        return sql.psql(
+            conn, name, replica=args.replica, instance=args.instance, dbname=args.dbname, extra=passed
+        )
     if args.command == "logs":
-        return logs.run(conn, name, follow=args.follow, since=int(args.since) if args.since else None,
-                        tail=args.tail, instance=args.instance, timestamps=args.timestamps)
+        return logs.run(
+            conn,
+            name,
+            follow=args.follow,
+            since=int(args.since) if args.since else None,
+            tail=args.tail,
+            instance=args.instance,
+            timestamps=args.timestamps,
+        )
     return certs.run(conn, name, args.output)
 
 

@@ -40,8 +40,9 @@ def switchover_target(status: Mapping[str, Any], to: str) -> str | None:
             raise PgcError("no replica to switch over to", NOT_READY)
         return None
     if to not in names:
-        raise PgcError(f'"{to}" is not an instance of this cluster; instances: {", ".join(names) or "none"}',
-                       NOT_FOUND)
+        raise PgcError(
+            f'"{to}" is not an instance of this cluster; instances: {", ".join(names) or "none"}', NOT_FOUND
+        )
     if to == primary:
         return f"{to} is the primary already"
     return None
@@ -49,29 +50,40 @@ def switchover_target(status: Mapping[str, Any], to: str) -> str | None:
 
 def _annotate(conn: Connection, name: str, key: str, value: str) -> None:
     try:
-        conn.client.patch(PostgresCluster, name, {"metadata": {"annotations": {key: value}}},
-                          namespace=conn.namespace, patch_type=PatchType.MERGE)
+        conn.client.patch(
+            PostgresCluster,
+            name,
+            {"metadata": {"annotations": {key: value}}},
+            namespace=conn.namespace,
+            patch_type=PatchType.MERGE,
+        )
     except ApiError as exc:
         raise api_error(exc) from None
 
 
 def latest_event(events: Sequence[Mapping[str, Any]], reasons: Sequence[str]) -> Mapping[str, Any] | None:
     """The newest Event with one of `reasons` (by lastTimestamp, else eventTime, else creation)."""
+
     def when(e: Mapping[str, Any]) -> str:
         meta = objects.meta(e)
         return str(e.get("lastTimestamp") or e.get("eventTime") or meta.get("creationTimestamp") or "")
+
     matching = [e for e in events if e.get("reason") in reasons]
     return max(matching, key=when, default=None)
 
 
 def _events(conn: Connection, name: str) -> list[dict[str, Any]]:
-    found = conn.client.list(Event, namespace=conn.namespace,
-                             fields={"involvedObject.name": name, "involvedObject.kind": "PostgresCluster"})
+    found = conn.client.list(
+        Event,
+        namespace=conn.namespace,
+        fields={"involvedObject.name": name, "involvedObject.kind": "PostgresCluster"},
+    )
     return [as_dict(e) for e in found]
 
 
-def _wait_cleared(conn: Connection, name: str, key: str, timeout: float,
-                  progress: Callable[[Mapping[str, Any]], str]) -> Mapping[str, Any]:
+def _wait_cleared(
+    conn: Connection, name: str, key: str, timeout: float, progress: Callable[[Mapping[str, Any]], str]
+) -> Mapping[str, Any]:
     deadline = time.monotonic() + timeout
     said = ""
     while True:
@@ -83,8 +95,11 @@ def _wait_cleared(conn: Connection, name: str, key: str, timeout: float,
             print(f"  {now_saying}", file=sys.stderr)
             said = now_saying
         if time.monotonic() > deadline:
-            raise PgcError(f"still pending after {timeout:.0f}s ({key} is set); the operator says: "
-                           f"{objects.status(cluster).get('phase') or 'nothing'}", REFUSED)
+            raise PgcError(
+                f"still pending after {timeout:.0f}s ({key} is set); the operator says: "
+                f"{objects.status(cluster).get('phase') or 'nothing'}",
+                REFUSED,
+            )
         time.sleep(POLL_SECONDS)
 
 
@@ -116,7 +131,8 @@ def switchover(conn: Connection, name: str, to: str, wait: bool, timeout: float)
         time.sleep(POLL_SECONDS)
     refused = latest_event(_events(conn, name), ("SwitchoverRefused",))
     if refused is not None and (objects.meta(refused).get("creationTimestamp") or "") >= started.strftime(
-            "%Y-%m-%dT%H:%M:%SZ"):
+        "%Y-%m-%dT%H:%M:%SZ"
+    ):
         raise PgcError(f"the operator refused the switchover: {refused.get('message')}", REFUSED)
     raise PgcError(f"the request was answered but the primary is still {old_primary}", REFUSED)
 

@@ -24,8 +24,9 @@ def pod_ready(pod: Mapping[str, Any]) -> bool:
     return objects.condition_status(objects.status(pod), "Ready") == "True"
 
 
-def pick_instance(status: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, replica: bool,
-                  instance: str | None) -> str:
+def pick_instance(
+    status: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, replica: bool, instance: str | None
+) -> str:
     """The pod to connect to: the named instance, else the primary, else (with `replica`) the ready
     replica with the least lag."""
     names = [objects.name(p) for p in pods]
@@ -37,12 +38,15 @@ def pick_instance(status: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], 
     reported = [i for i in status.get("instances") or [] if i.get("name") in running]
     if not replica:
         primary = status.get("currentPrimary") or next(
-            (objects.name(p) for p in pods if objects.label(p, "role") == ROLE_PRIMARY), "")
+            (objects.name(p) for p in pods if objects.label(p, "role") == ROLE_PRIMARY), ""
+        )
         if not primary or primary not in names:
             raise PgcError("the cluster has no primary right now", NOT_READY)
         return str(primary)
-    replicas = sorted((i for i in reported if i.get("role") == ROLE_REPLICA),
-                      key=lambda i: (i.get("lagBytes") is None, i.get("lagBytes") or 0, i.get("name")))
+    replicas = sorted(
+        (i for i in reported if i.get("role") == ROLE_REPLICA),
+        key=lambda i: (i.get("lagBytes") is None, i.get("lagBytes") or 0, i.get("name")),
+    )
     if not replicas:
         raise PgcError("no ready replica", NOT_READY)
     return str(replicas[0]["name"])
@@ -50,12 +54,27 @@ def pick_instance(status: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], 
 
 def psql_argv(conn: Connection, pod: str, dbname: str, extra: Sequence[str], tty: bool) -> list[str]:
     flags = ["-i", "-t"] if tty else ["-i"]
-    return conn.kubectl("exec", *flags, pod, "-c", CONTAINER_NAME, "--",
-                        "psql", "-h", SOCKET_DIR, "-U", SUPERUSER, "-d", dbname, *extra)
+    return conn.kubectl(
+        "exec",
+        *flags,
+        pod,
+        "-c",
+        CONTAINER_NAME,
+        "--",
+        "psql",
+        "-h",
+        SOCKET_DIR,
+        "-U",
+        SUPERUSER,
+        "-d",
+        dbname,
+        *extra,
+    )
 
 
-def psql(conn: Connection, name: str, *, replica: bool, instance: str | None, dbname: str,
-         extra: Sequence[str]) -> int:
+def psql(
+    conn: Connection, name: str, *, replica: bool, instance: str | None, dbname: str, extra: Sequence[str]
+) -> int:
     cluster = get_cluster(conn, name)
     pod = pick_instance(objects.status(cluster), cluster_pods(conn, name), replica=replica, instance=instance)
     if sys.stderr.isatty():
@@ -74,8 +93,23 @@ def reload(conn: Connection, name: str) -> int:
         raise PgcError("no running instance to reload", NOT_READY)
     failed = []
     for pod in pods:
-        argv = conn.kubectl("exec", objects.name(pod), "-c", CONTAINER_NAME, "--", "psql", "-h", SOCKET_DIR,
-                            "-U", SUPERUSER, "-d", "postgres", "-AtX", "-c", RELOAD_SQL)
+        argv = conn.kubectl(
+            "exec",
+            objects.name(pod),
+            "-c",
+            CONTAINER_NAME,
+            "--",
+            "psql",
+            "-h",
+            SOCKET_DIR,
+            "-U",
+            SUPERUSER,
+            "-d",
+            "postgres",
+            "-AtX",
+            "-c",
+            RELOAD_SQL,
+        )
         res = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         if res.returncode == 0 and res.stdout.strip() == "t":
             print(f"{objects.name(pod)}: configuration reloaded")

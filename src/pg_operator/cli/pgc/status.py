@@ -68,10 +68,21 @@ def _container_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 # What `requests` shows: the requests the operator has not answered yet.
 REQUESTS = (("switchoverTo", SWITCHOVER_ANNOTATION), ("restartRequested", RESTART_ANNOTATION))
-REQUEST_TEXT = {"switchoverTo": "switchover to {} requested",
-                "restartRequested": "rolling restart requested at {}"}
-INSTANCE_COLUMNS = ("INSTANCE", "ROLE", "READY", "TIMELINE", "LAG", "PENDING RESTART", "NODE", "RESTARTS",
-                    "AGE")
+REQUEST_TEXT = {
+    "switchoverTo": "switchover to {} requested",
+    "restartRequested": "rolling restart requested at {}",
+}
+INSTANCE_COLUMNS = (
+    "INSTANCE",
+    "ROLE",
+    "READY",
+    "TIMELINE",
+    "LAG",
+    "PENDING RESTART",
+    "NODE",
+    "RESTARTS",
+    "AGE",
+)
 
 
 def summarize(cluster: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: datetime) -> dict[str, Any]:
@@ -84,19 +95,22 @@ def summarize(cluster: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now
     for name in sorted(set(reported) | set(by_pod)):
         inst, pod = reported.get(name) or {}, by_pod.get(name) or {}
         container = _container_status(pod)
-        instances.append({
-            "name": name,
-            "role": inst.get("role") or objects.label(pod, "role") or "unknown",
-            "ready": bool(inst.get("ready")) if inst else objects.condition_status(
-                objects.status(pod), "Ready") == "True",
-            "timeline": inst.get("timeline"),
-            "lagBytes": inst.get("lagBytes"),
-            "pendingRestart": list(inst.get("pendingRestart") or []),
-            "node": objects.spec(pod).get("nodeName") or "",
-            "restarts": int(container.get("restartCount") or 0) if pod else None,
-            "ageSeconds": age_seconds(objects.meta(pod).get("creationTimestamp"), now) if pod else None,
-            "podExists": bool(pod),
-        })
+        instances.append(
+            {
+                "name": name,
+                "role": inst.get("role") or objects.label(pod, "role") or "unknown",
+                "ready": bool(inst.get("ready"))
+                if inst
+                else objects.condition_status(objects.status(pod), "Ready") == "True",
+                "timeline": inst.get("timeline"),
+                "lagBytes": inst.get("lagBytes"),
+                "pendingRestart": list(inst.get("pendingRestart") or []),
+                "node": objects.spec(pod).get("nodeName") or "",
+                "restarts": int(container.get("restartCount") or 0) if pod else None,
+                "ageSeconds": age_seconds(objects.meta(pod).get("creationTimestamp"), now) if pod else None,
+                "podExists": bool(pod),
+            }
+        )
     backup = st.get("backup") or {}
     archiving = backup.get("archiving") or {}
     # The primary's own report is live; the status keeps archiving's state as of its last change.
@@ -108,10 +122,16 @@ def summarize(cluster: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now
     for key, annotation in REQUESTS:
         if objects.annotation(cluster, annotation):
             requests[key] = objects.annotation(cluster, annotation)
-    conditions = [{
-        "type": c.get("type"), "status": c.get("status"), "reason": c.get("reason") or "",
-        "message": c.get("message") or "", "ageSeconds": age_seconds(c.get("lastTransitionTime"), now),
-    } for c in st.get("conditions") or []]
+    conditions = [
+        {
+            "type": c.get("type"),
+            "status": c.get("status"),
+            "reason": c.get("reason") or "",
+            "message": c.get("message") or "",
+            "ageSeconds": age_seconds(c.get("lastTransitionTime"), now),
+        }
+        for c in st.get("conditions") or []
+    ]
     return {
         "name": objects.name(cluster),
         "namespace": objects.namespace(cluster),
@@ -123,14 +143,18 @@ def summarize(cluster: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now
         "primary": st.get("currentPrimary") or "",
         "stale": objects.generation(cluster) != int(st.get("observedGeneration") or 0),
         "instances": instances,
-        "archiving": None if not backup else {
+        "archiving": None
+        if not backup
+        else {
             "lastArchivedWAL": archiving.get("lastArchivedWAL"),
             "lastArchivedAgeSeconds": age_seconds(archiving.get("lastArchivedTime"), now),
             "pendingWAL": archiving.get("pendingWAL"),
             "lastFailedWAL": archiving.get("lastFailedWAL"),
             "lastFailedAgeSeconds": age_seconds(archiving.get("lastFailedTime"), now),
         },
-        "lastBackup": None if not backup.get("lastSuccessfulBackup") else {
+        "lastBackup": None
+        if not backup.get("lastSuccessfulBackup")
+        else {
             "name": backup.get("lastSuccessfulBackup"),
             "ageSeconds": age_seconds(backup.get("lastSuccessfulBackupTime"), now),
         },
@@ -141,42 +165,65 @@ def summarize(cluster: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-            for r in [header, *rows]]
+    return [
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows]
+    ]
 
 
 def render(s: Mapping[str, Any]) -> str:
     stale = "   (status not yet for the latest spec)" if s["stale"] else ""
-    lines = [f"Cluster    {s['namespace']}/{s['name']}   PostgreSQL {s['version']}   "
-             f"{s['phase'] or 'no status yet'}{stale}"]
+    lines = [
+        f"Cluster    {s['namespace']}/{s['name']}   PostgreSQL {s['version']}   "
+        f"{s['phase'] or 'no status yet'}{stale}"
+    ]
     lines.append(f"Primary    {s['primary'] or 'NONE'}   ready {s['readyReplicas']}/{s['replicas']}")
     arch = s.get("archiving")
     if arch is None:
         lines.append("Archiving  not configured (no spec.backup)")
     else:
-        failed = (f"   last failure {arch['lastFailedWAL']} {human_age(arch['lastFailedAgeSeconds'])} ago"
-                  if arch.get("lastFailedWAL") else "")
-        last = (f"{arch['lastArchivedWAL']} {human_age(arch['lastArchivedAgeSeconds'])} ago"
-                if arch.get("lastArchivedWAL") else "nothing archived yet")
+        failed = (
+            f"   last failure {arch['lastFailedWAL']} {human_age(arch['lastFailedAgeSeconds'])} ago"
+            if arch.get("lastFailedWAL")
+            else ""
+        )
+        last = (
+            f"{arch['lastArchivedWAL']} {human_age(arch['lastArchivedAgeSeconds'])} ago"
+            if arch.get("lastArchivedWAL")
+            else "nothing archived yet"
+        )
         pending = f"   pending {arch['pendingWAL']}" if arch.get("pendingWAL") is not None else ""
         lines.append(f"Archiving  last {last}{pending}{failed}")
         b = s.get("lastBackup")
-        lines.append(f"Backup     {b['name']} {human_age(b['ageSeconds'])} ago" if b
-                     else "Backup     none completed")
+        lines.append(
+            f"Backup     {b['name']} {human_age(b['ageSeconds'])} ago" if b else "Backup     none completed"
+        )
     for key, value in s["requests"].items():
         lines.append("Request    " + REQUEST_TEXT[key].format(value))
     lines.append("")
-    rows = [[i["name"], i["role"], "yes" if i["ready"] else "NO", str(i["timeline"] or "-"),
-             "-" if i["role"] == "primary" else human_bytes(i["lagBytes"]),
-             ",".join(i["pendingRestart"]) or "-", i["node"] or "-",
-             "-" if i["restarts"] is None else str(i["restarts"]),
-             human_age(i["ageSeconds"]) if i["podExists"] else "no pod"] for i in s["instances"]]
+    rows = [
+        [
+            i["name"],
+            i["role"],
+            "yes" if i["ready"] else "NO",
+            str(i["timeline"] or "-"),
+            "-" if i["role"] == "primary" else human_bytes(i["lagBytes"]),
+            ",".join(i["pendingRestart"]) or "-",
+            i["node"] or "-",
+            "-" if i["restarts"] is None else str(i["restarts"]),
+            human_age(i["ageSeconds"]) if i["podExists"] else "no pod",
+        ]
+        for i in s["instances"]
+    ]
     lines += _table(INSTANCE_COLUMNS, rows)
     if s["conditions"]:
         lines.append("")
-        lines += _table(["CONDITION", "STATUS", "REASON", "AGE", "MESSAGE"],
-                        [[c["type"], c["status"], c["reason"], human_age(c["ageSeconds"]), c["message"]]
-                         for c in s["conditions"]])
+        lines += _table(
+            ["CONDITION", "STATUS", "REASON", "AGE", "MESSAGE"],
+            [
+                [c["type"], c["status"], c["reason"], human_age(c["ageSeconds"]), c["message"]]
+                for c in s["conditions"]
+            ],
+        )
     return "\n".join(lines)
 
 

@@ -40,7 +40,13 @@ from pg_operator.controller.backup_reconcilers.store_calls import (
 from pg_operator.controller.kube_api import Api
 
 __all__ = [
-    "StoreAccess", "StoreBusy", "StoreError", "StoreRefused", "StoreTimeout", "s3_access", "store_access",
+    "StoreAccess",
+    "StoreBusy",
+    "StoreError",
+    "StoreRefused",
+    "StoreTimeout",
+    "s3_access",
+    "store_access",
 ]
 
 

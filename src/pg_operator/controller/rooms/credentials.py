@@ -93,7 +93,6 @@ class CredentialsRoom(Room):
                 raise
         return 1
 
-
     async def _set_passwords(self, p: ClusterPass, primary: str, changes: list[Change]) -> str | None:
         """ALTER ROLE … PASSWORD '<verifier>' for each change, in one psql session; a reason on failure."""
         assert self.exec is not None
@@ -131,12 +130,14 @@ class CredentialsRoom(Room):
 
         return await all_of([mark(c) for c in wanted.changes])
 
-
     async def create(self, p: ClusterPass) -> int:
         names = secret_names(p.cluster)
         p.wanted.update(("v1", "Secret", n) for n in names)
-        missing = [n for n in names if p.snapshot.find("v1", "Secret", n) is None
-                   and not p.claims.blocked(("v1", "Secret", n))]  # a foreign one there: a conflict
+        missing = [
+            n
+            for n in names
+            if p.snapshot.find("v1", "Secret", n) is None and not p.claims.blocked(("v1", "Secret", n))
+        ]  # a foreign one there: a conflict
         for present in set(names) - set(missing):
             self.memo.seen((p.namespace, "Secret", present, "create"))
         missing = [
@@ -152,9 +153,13 @@ class CredentialsRoom(Room):
             if made is Made.OURS:
                 # The cluster's own, yet not in the cache, which holds only Secrets labelled with the
                 # cluster: someone took the label off (asked again each pass, so the report stays).
-                p.report(("CredentialUnlabelled",
-                          f"Secret {secret_name} lacks the label {CLUSTER_LABEL}={p.name}: the operator "
-                          "cannot see its password; label it again to have it applied"))
+                p.report(
+                    (
+                        "CredentialUnlabelled",
+                        f"Secret {secret_name} lacks the label {CLUSTER_LABEL}={p.name}: the operator "
+                        "cannot see its password; label it again to have it applied",
+                    )
+                )
             elif made is Made.CREATED:
                 self.memo.wrote((p.namespace, "Secret", secret_name, "create"), None, "")
             return 1  # a foreign one is the reconcile's to report (a conflict in the claims)

@@ -132,8 +132,9 @@ def patroni_auth(snapshot: Snapshot, cluster: PostgresCluster) -> PatroniAuth | 
     secret = snapshot.find("v1", "Secret", names.patroni_api_secret(cluster))
     data = (secret or {}).get("data") or {}
     try:
-        return PatroniAuth(base64.b64decode(data["username"]).decode(),
-                           base64.b64decode(data["password"]).decode())
+        return PatroniAuth(
+            base64.b64decode(data["username"]).decode(), base64.b64decode(data["password"]).decode()
+        )
     except (KeyError, ValueError):
         return None
 
@@ -221,8 +222,9 @@ class HighAvailabilityRoom(Room):
     async def step(self, p: ClusterPass) -> StepResult:
         result = StepResult()
         cluster, snapshot = p.cluster, p.snapshot
-        pods = [pod for pod in snapshot.of_kind("v1", "Pod")
-                if objects.label(pod, CLUSTER_LABEL) == cluster.name]
+        pods = [
+            pod for pod in snapshot.of_kind("v1", "Pod") if objects.label(pod, CLUSTER_LABEL) == cluster.name
+        ]
         instances = instances_from_pods(pods)
         result.writes += await self._adopt_patroni_configmaps(p)
         result.writes += await self._fast_failover(p, instances)
@@ -247,8 +249,9 @@ class HighAvailabilityRoom(Room):
         image = _desired_image(p.statefulset)
         if image and any(i.image != image for i in instances):
             members = await self._members(p, instances)
-            action = plan_update(instances_from_pods(pods, members), image, cluster.spec.replicas,
-                                 datetime.now(UTC))
+            action = plan_update(
+                instances_from_pods(pods, members), image, cluster.spec.replicas, datetime.now(UTC)
+            )
             result.writes += await self._act(p, instances, action, result)
             return result
 
@@ -256,8 +259,9 @@ class HighAvailabilityRoom(Room):
         # A requested restart (kubectl pgc restart) rides the same rollout (orchestration.requested_restart).
         token = objects.annotation(p.body, restart_request.RESTART_ANNOTATION)
         if token and restart_request.restart_answered(instances, pods, token):
-            result.writes += await self._clear_request(p, "Normal", "RestartDone", "every instance restarted",
-                                                       restart_request.RESTART_ANNOTATION)
+            result.writes += await self._clear_request(
+                p, "Normal", "RestartDone", "every instance restarted", restart_request.RESTART_ANNOTATION
+            )
             token = ""
         if token:
             instances = restart_request.with_requested_restart(instances, pods, token)
@@ -273,8 +277,9 @@ class HighAvailabilityRoom(Room):
                 p.again_in(RESTART_RECHECK_SECONDS)
         return result
 
-    async def _requested_switchover(self, p: ClusterPass, pods: list[dict[str, Any]], requested: str,
-                                    result: StepResult) -> int:
+    async def _requested_switchover(
+        self, p: ClusterPass, pods: list[dict[str, Any]], requested: str, result: StepResult
+    ) -> int:
         if self._cleared.pending(self._request_id(p, SWITCHOVER_ANNOTATION), objects.resource_version(p.body),
                                  requested):  # fmt: skip
             return 0  # answered a moment ago; the cache has not shown the cleared annotation yet
@@ -291,8 +296,9 @@ class HighAvailabilityRoom(Room):
         else:
             target = next((i for i in instances if i.name == requested), None)
             if target is None:
-                return await self._clear_request(p, "Warning", "SwitchoverRefused",
-                                                 f"{requested} is not an instance of this cluster")
+                return await self._clear_request(
+                    p, "Warning", "SwitchoverRefused", f"{requested} is not an instance of this cluster"
+                )
         if target is None or not target.healthy_replica:
             result.message = f"switchover to {requested} waits for it to be a streaming replica"
             # Patroni's member states come from its REST API; no watched object announces a replica
@@ -318,13 +324,23 @@ class HighAvailabilityRoom(Room):
         # the request is answered; asking again is the user's call.
         return writes + await self._clear_request(p, None, "", "")
 
-    async def _clear_request(self, p: ClusterPass, event_type: str | None, reason: str, message: str,
-                             annotation: str = SWITCHOVER_ANNOTATION) -> int:
+    async def _clear_request(
+        self,
+        p: ClusterPass,
+        event_type: str | None,
+        reason: str,
+        message: str,
+        annotation: str = SWITCHOVER_ANNOTATION,
+    ) -> int:
         self._refusals.pop((p.namespace, p.name), None)
         self._asked.pop((p.namespace, p.name), None)
         try:
-            await self.api.merge_patch(PostgresClusterResource, p.name, p.namespace,
-                                       {"metadata": {"annotations": {annotation: None}}})
+            await self.api.merge_patch(
+                PostgresClusterResource,
+                p.name,
+                p.namespace,
+                {"metadata": {"annotations": {annotation: None}}},
+            )
         except ApiError as exc:
             if not is_not_found(exc):
                 raise
@@ -349,15 +365,20 @@ class HighAvailabilityRoom(Room):
         try:
             # What the instances trust (the user's server CA too, if they bring one), and the cluster's CAs:
             # during a CA rotation a member may still present the previous CA's certificate.
-            ca_pem = b"".join(base64.b64decode(source[key], validate=True) for source, key in (
-                (served, CA_CERT_KEY), (ca, CA_CERT_KEY), (ca, PREVIOUS_CERT_KEY)) if key in source)
+            ca_pem = b"".join(
+                base64.b64decode(source[key], validate=True)
+                for source, key in ((served, CA_CERT_KEY), (ca, CA_CERT_KEY), (ca, PREVIOUS_CERT_KEY))
+                if key in source
+            )
             if not ca_pem.strip():
                 # An empty bundle would leave the context to the system's trust store: not this cluster's.
                 raise ValueError("no CA certificate")
             context = self.trust.context(ca_pem)
         except (KeyError, ValueError, ssl.SSLError):
-            message = (f"Patroni on {inst.name} is not asked: no readable CA in Secret "
-                       f"{names.ca_secret(p.cluster)} to verify its certificate with (never plain HTTP)")
+            message = (
+                f"Patroni on {inst.name} is not asked: no readable CA in Secret "
+                f"{names.ca_secret(p.cluster)} to verify its certificate with (never plain HTTP)"
+            )
             log.info("%s/%s: %s", p.namespace, p.name, message)
             p.report((UNVERIFIED_REASON, message))
             self._unverified[(p.namespace, p.name)] = message
@@ -378,8 +399,9 @@ class HighAvailabilityRoom(Room):
                 log.info("Patroni on %s did not answer: %s", inst.name, exc)
         return {}
 
-    async def _act(self, p: ClusterPass, instances: list[Instance], action: Action,
-                   result: StepResult) -> int:
+    async def _act(
+        self, p: ClusterPass, instances: list[Instance], action: Action, result: StepResult
+    ) -> int:
         cluster, body = p.cluster, p.body
         result.message = action.reason
         if action.kind in ("none", "wait"):
@@ -427,8 +449,10 @@ class HighAvailabilityRoom(Room):
         except PatroniError as exc:
             if UNAUTHORIZED in str(exc):
                 result.credentials_pending = True
-                result.message = (f"switchover to {action.target} waits for {primary.name} to load the "
-                                  f"Patroni API password of Secret {names.patroni_api_secret(cluster)}")
+                result.message = (
+                    f"switchover to {action.target} waits for {primary.name} to load the "
+                    f"Patroni API password of Secret {names.patroni_api_secret(cluster)}"
+                )
                 log.info("%s/%s: %s", cluster.namespace, cluster.name, result.message)
                 return 0
             # Patroni says why (e.g. the candidate is not the synchronous standby yet): try again later.
@@ -441,8 +465,9 @@ class HighAvailabilityRoom(Room):
                 await paused.resume(action.target if switched else None)
         return int(await self.events.record(body, "Normal", "Switchover", action.reason))
 
-    async def _restart(self, p: ClusterPass, instances: list[Instance], action: Action,
-                       result: StepResult) -> int:
+    async def _restart(
+        self, p: ClusterPass, instances: list[Instance], action: Action, result: StepResult
+    ) -> int:
         cluster = p.cluster
         target = next((i for i in instances if i.name == action.target), None)
         member = self.endpoint(p, target) if target is not None else None
@@ -454,16 +479,23 @@ class HighAvailabilityRoom(Room):
             await ask(self.session(), member, patroni_auth(p.snapshot, cluster))
             token = objects.annotation(p.body, restart_request.RESTART_ANNOTATION)
             if token:
-                await self.api.merge_patch(resource_for("v1", "Pod"), target.name, cluster.namespace,
-                                           restart_request.restarted_patch(token))
+                await self.api.merge_patch(
+                    resource_for("v1", "Pod"),
+                    target.name,
+                    cluster.namespace,
+                    restart_request.restarted_patch(token),
+                )
         except PatroniError as exc:
             # Most often the member restarted already and its pod does not say so yet (Patroni checks
             # restart_pending itself); otherwise Patroni says why. Either way: re-plan on the next pass.
             log.info("%s/%s: restart of %s not done: %s", cluster.namespace, cluster.name, target.name, exc)
             result.message = f"restart of {target.name} not done by Patroni; retrying"
             return 0
-        return int(await self.events.record(p.body, "Normal", "Restarted", action.reason.replace(
-            "restarting", "restarted", 1)))
+        return int(
+            await self.events.record(
+                p.body, "Normal", "Restarted", action.reason.replace("restarting", "restarted", 1)
+            )
+        )
 
     async def _fast_failover(self, p: ClusterPass, instances: list[Instance]) -> int:
         cluster, snapshot = p.cluster, p.snapshot
@@ -473,17 +505,29 @@ class HighAvailabilityRoom(Room):
         if release is None:
             return 0
         try:
-            await self.api.merge_patch(resource_for("v1", "ConfigMap"), leader_configmap_name(cluster.name),
-                                       cluster.namespace, release.patch())
+            await self.api.merge_patch(
+                resource_for("v1", "ConfigMap"),
+                leader_configmap_name(cluster.name),
+                cluster.namespace,
+                release.patch(),
+            )
         except ApiError as exc:
             if is_conflict(exc) or is_not_found(exc):
                 return 0  # the holder renewed (so it lives) or the key is gone: nothing to do
             raise
-        log.warning("%s/%s: released the leader key of %s: %s", cluster.namespace, cluster.name,
-                    release.holder, release.reason)
+        log.warning(
+            "%s/%s: released the leader key of %s: %s",
+            cluster.namespace,
+            cluster.name,
+            release.holder,
+            release.reason,
+        )
         recorded = await self.events.record(
-            p.body, "Warning", "FailoverStarted",
-            f"{release.reason}: released its leader key so a replica takes over without waiting for the ttl")
+            p.body,
+            "Warning",
+            "FailoverStarted",
+            f"{release.reason}: released its leader key so a replica takes over without waiting for the ttl",
+        )
         return 1 + int(recorded)
 
     async def _nudge_loops(self, p: ClusterPass, instances: list[Instance]) -> None:
@@ -491,20 +535,28 @@ class HighAvailabilityRoom(Room):
         PATCH /config that changes nothing: Patroni wakes the loop of the member that receives it and,
         the configuration being unchanged, writes nothing."""
         cluster, snapshot = p.cluster, p.snapshot
-        nudges = plan_nudges(snapshot.find("v1", "ConfigMap", leader_configmap_name(cluster.name)), instances,
-                             snapshot.find("v1", "ConfigMap", sync_configmap_name(cluster.name)),
-                             datetime.now(UTC))
+        nudges = plan_nudges(
+            snapshot.find("v1", "ConfigMap", leader_configmap_name(cluster.name)),
+            instances,
+            snapshot.find("v1", "ConfigMap", sync_configmap_name(cluster.name)),
+            datetime.now(UTC),
+        )
         key = (p.namespace, p.name)
         if not nudges:
             self._nudged.pop(key, None)
             return
         # One episode per member: it ends when the member is no longer planned; within one, a member is
         # woken at most NUDGES_PER_EPISODE times (a condition Patroni does not act on stays Patroni's).
-        episodes = self._nudged[key] = {n.member: self._nudged.get(key, {}).get(n.member, (-1.0, 0))
-                                        for n in nudges}
+        episodes = self._nudged[key] = {
+            n.member: self._nudged.get(key, {}).get(n.member, (-1.0, 0)) for n in nudges
+        }
         now = time.monotonic()
-        due = [n for n in nudges if episodes[n.member][1] < NUDGES_PER_EPISODE
-               and (episodes[n.member][1] == 0 or now - episodes[n.member][0] >= NUDGE_INTERVAL_SECONDS)]
+        due = [
+            n
+            for n in nudges
+            if episodes[n.member][1] < NUDGES_PER_EPISODE
+            and (episodes[n.member][1] == 0 or now - episodes[n.member][0] >= NUDGE_INTERVAL_SECONDS)
+        ]
         if not due and all(count >= NUDGES_PER_EPISODE for _, count in episodes.values()):
             return
         p.again_in(NUDGE_INTERVAL_SECONDS)
@@ -530,8 +582,18 @@ class HighAvailabilityRoom(Room):
         """Keep Patroni's dynamic configuration as the spec says, sending only values PostgreSQL
         accepts (controller/rooms/settings_changes.py). Patroni then reloads every member; what needs
         a restart shows up as pending_restart on the pods."""
-        primary = next((i for i in instances if i.role == ROLE_PRIMARY and i.ready and i.pod_ip
-                        and not i.container_down and not i.terminating), None)
+        primary = next(
+            (
+                i
+                for i in instances
+                if i.role == ROLE_PRIMARY
+                and i.ready
+                and i.pod_ip
+                and not i.container_down
+                and not i.terminating
+            ),
+            None,
+        )
         member = self.endpoint(p, primary) if primary is not None else None
         return await self.settings.ensure(p, primary, member, patroni_auth(p.snapshot, p.cluster))
 

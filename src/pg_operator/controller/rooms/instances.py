@@ -77,8 +77,9 @@ class InstancesRoom(Room):
         if self.in_cluster:
             return OperatorPeer(self.operator_namespace, monitoring_namespace=self.monitoring_namespace)
         pods = p.snapshot.of_kind("v1", "Pod")
-        return OperatorPeer(self.operator_namespace, host_cidrs(instance_host_ips(pods)),
-                            self.monitoring_namespace)
+        return OperatorPeer(
+            self.operator_namespace, host_cidrs(instance_host_ips(pods)), self.monitoring_namespace
+        )
 
     def children(self, p: ClusterPass) -> list[dict[str, Any]]:
         operator = self.operator_peer(p)

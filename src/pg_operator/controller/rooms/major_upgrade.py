@@ -759,8 +759,9 @@ class MajorUpgradeRoom(Room):
                 return  # restored before generations existed: the source's own name
             source = recovery_source(recovery)
             try:
-                access = await s3_access(self.api, p.namespace, recovery.source.s3, source, cluster=p.name,
-                                          recovery=True)
+                access = await s3_access(
+                    self.api, p.namespace, recovery.source.s3, source, cluster=p.name, recovery=True
+                )
                 raw = await read_object(access, generations.store_key(source.prefix))
                 gens = generations.parse(raw, f"{source.prefix}{generations.STORE_FILE}")
             except (StoreError, ValueError) as exc:

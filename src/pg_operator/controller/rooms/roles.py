@@ -181,8 +181,6 @@ class RolesRoom(Room):
         p.writes += int(await self.events.record(p.body, "Normal", "RolesConverged", what))
         return checked
 
-
-
     # --- generated Secrets ------------------------------------------------------------------------------
 
     def _ca(self, p: ClusterPass) -> str | None:

@@ -81,8 +81,13 @@ class _ClusterMemory:
 
 
 class SettingsChanges:
-    def __init__(self, events: EventRecorder, session: Callable[[], aiohttp.ClientSession],
-                 pod_exec: PodExec | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        events: EventRecorder,
+        session: Callable[[], aiohttp.ClientSession],
+        pod_exec: PodExec | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.events = events
         self.session = session
         self._exec = pod_exec
@@ -111,8 +116,9 @@ class SettingsChanges:
         if self._exec is not None and self._own_exec:
             await self._exec.close()
 
-    async def ensure(self, p: ClusterPass, primary: Instance | None, member: Endpoint | None,
-                     auth: PatroniAuth | None) -> int:
+    async def ensure(
+        self, p: ClusterPass, primary: Instance | None, member: Endpoint | None, auth: PatroniAuth | None
+    ) -> int:
         """One pass: check, PATCH what is accepted, read back what was sent. Returns the writes made."""
         key = (p.namespace, p.name)
         memory = self._memory.setdefault(key, _ClusterMemory())
@@ -130,8 +136,9 @@ class SettingsChanges:
         unknown = {n: v.reason for n, v in verdicts.items() if v.unknown}
         writes += await self._report(p, memory, refused, unknown)
         if refused or unknown:
-            patch = dynamic_config_patch(configmap, without_refused(desired, dynamic_config(configmap),
-                                                                    {*refused, *unknown}))
+            patch = dynamic_config_patch(
+                configmap, without_refused(desired, dynamic_config(configmap), {*refused, *unknown})
+            )
         elif memory.told:
             memory.told = ""
         if patch is None:
@@ -142,14 +149,16 @@ class SettingsChanges:
         try:
             await patch_config(self.session(), member, patch, auth)
         except PatroniError as exc:
-            log.warning("%s/%s: could not update Patroni's dynamic configuration: %s", p.namespace, p.name,
-                        exc)
+            log.warning(
+                "%s/%s: could not update Patroni's dynamic configuration: %s", p.namespace, p.name, exc
+            )
             return writes
         memory.patched_version = version
         return writes + await self._sent(p, memory, patch, verdicts, primary.name)
 
-    async def _judge(self, p: ClusterPass, memory: _ClusterMemory, primary: Instance,
-                     values: Mapping[str, Any]) -> dict[str, Verdict]:
+    async def _judge(
+        self, p: ClusterPass, memory: _ClusterMemory, primary: Instance, values: Mapping[str, Any]
+    ) -> dict[str, Verdict]:
         """PostgreSQL's verdict on each value, asked of the primary's binary only for values not judged
         before on this image."""
         image = primary.image or ""
@@ -158,12 +167,15 @@ class SettingsChanges:
         missing = {name: values[name] for name, k in keys.items() if k not in memory.verdicts}
         if missing:
             try:
-                result = await self.pod_exec().run(p.namespace, primary.name, CHECK_ARGV,
-                                                   stdin=check_input(missing), seconds=30)
+                result = await self.pod_exec().run(
+                    p.namespace, primary.name, CHECK_ARGV, stdin=check_input(missing), seconds=30
+                )
                 judged = parse_check_output(missing, result.stdout)
             except ExecError as exc:
-                judged = {name: Verdict(False, unknown=True, reason=f"could not check {name}: {exc}")
-                          for name in missing}
+                judged = {
+                    name: Verdict(False, unknown=True, reason=f"could not check {name}: {exc}")
+                    for name in missing
+                }
             for name, verdict in judged.items():
                 if not verdict.unknown:  # a check that did not run is tried again next pass
                     memory.verdicts[keys[name]] = verdict
@@ -172,14 +184,18 @@ class SettingsChanges:
             found = {n: memory.verdicts[k] for n, k in keys.items()}
         return found
 
-    async def _report(self, p: ClusterPass, memory: _ClusterMemory, refused: Mapping[str, str],
-                      unknown: Mapping[str, str]) -> int:
+    async def _report(
+        self, p: ClusterPass, memory: _ClusterMemory, refused: Mapping[str, str], unknown: Mapping[str, str]
+    ) -> int:
         problem: Problem | None = None
         if refused:
             problem = (REFUSED_REASON, refusal_message(refused))
         elif unknown:
-            problem = (CHECK_FAILED_REASON, "spec.postgresql.parameters: not sent to the instances until "
-                       "PostgreSQL has checked them: " + "; ".join(sorted(unknown.values())))
+            problem = (
+                CHECK_FAILED_REASON,
+                "spec.postgresql.parameters: not sent to the instances until "
+                "PostgreSQL has checked them: " + "; ".join(sorted(unknown.values())),
+            )
         if problem is None:
             return 0
         p.report(problem)
@@ -189,25 +205,40 @@ class SettingsChanges:
         log.warning("%s/%s: %s", p.namespace, p.name, problem[1])
         return int(await self.events.record(p.body, "Warning", REFUSED_REASON, problem[1]))
 
-    async def _sent(self, p: ClusterPass, memory: _ClusterMemory, patch: Mapping[str, Any],
-                    verdicts: Mapping[str, Verdict], primary: str) -> int:
+    async def _sent(
+        self,
+        p: ClusterPass,
+        memory: _ClusterMemory,
+        patch: Mapping[str, Any],
+        verdicts: Mapping[str, Verdict],
+        primary: str,
+    ) -> int:
         settings = sorted(k for k in patch if k != "postgresql")
         parameters = changed_parameter_names(patch)
         sent = new_values(patch)
-        log.info("%s/%s: updated Patroni's dynamic configuration: %s", p.namespace, p.name,
-                 ", ".join(settings + [f"parameter {n}" for n in parameters]))
+        log.info(
+            "%s/%s: updated Patroni's dynamic configuration: %s",
+            p.namespace,
+            p.name,
+            ", ".join(settings + [f"parameter {n}" for n in parameters]),
+        )
         if sent or len(parameters) > len(sent):
             memory.unverified = Unverified(
                 expected={n: verdicts[n].setting for n in sent if n in verdicts},
-                removed=[n for n in parameters if n not in sent], since=self.clock())
+                removed=[n for n in parameters if n not in sent],
+                since=self.clock(),
+            )
             if memory.reader is None or memory.reader.done():
                 memory.reader = asyncio.create_task(self._read_back_until_known(p, memory, primary))
         user_settings = [s for s in settings if s != "primary_start_timeout"]
         if not user_settings:
             return 0  # the parameters are told once read back; the operator's own setting is not news
-        recorded = await self.events.record(p.body, "Normal", "ConfigurationUpdated",
-                                            "Patroni's dynamic configuration now holds "
-                                            + ", ".join(user_settings))
+        recorded = await self.events.record(
+            p.body,
+            "Normal",
+            "ConfigurationUpdated",
+            "Patroni's dynamic configuration now holds " + ", ".join(user_settings),
+        )
         return int(recorded)
 
     async def _read_back_until_known(self, p: ClusterPass, memory: _ClusterMemory, primary: str) -> None:
@@ -234,8 +265,9 @@ class SettingsChanges:
             out = None
             if primary:
                 try:
-                    out = await self.pod_exec().run(p.namespace, primary,
-                                                    [*PSQL, "-c", verify_query(pending.expected)], seconds=20)
+                    out = await self.pod_exec().run(
+                        p.namespace, primary, [*PSQL, "-c", verify_query(pending.expected)], seconds=20
+                    )
                 except ExecError as exc:
                     log.info("%s/%s: reading settings back: %s", p.namespace, p.name, exc)
             if out is None or out.exit_status != 0:

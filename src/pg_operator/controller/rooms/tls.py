@@ -103,7 +103,8 @@ class CertificateMetrics:
             self.expiry.remove(key[0], key[1], role, secret)
         for role, (secret, end) in ends.items():
             self.expiry.labels(namespace=key[0], cluster=key[1], certificate=role, secret=secret).set(
-                end.timestamp())
+                end.timestamp()
+            )
         if series:
             self._series[key] = series
 
@@ -155,8 +156,10 @@ class TlsRoom(Room):
             if self.memo.pending((p.namespace, "Secret", ca_name, "create"), None, ""):
                 return 0  # created a moment ago; the cache has not shown it yet
             # A new CA answers a rotation asked for already: none starts while it is being stored.
-            authority = Authority(brought_ca or new_ca(p.cluster, now),
-                                  rotated_for=objects.annotation(p.body, ROTATE_CA_ANNOTATION) or "")
+            authority = Authority(
+                brought_ca or new_ca(p.cluster, now),
+                rotated_for=objects.annotation(p.body, ROTATE_CA_ANNOTATION) or "",
+            )
             replication_ca = new_replication_ca(p.cluster, now)
             _, server_name = tls_secret_names(p.cluster)
             if p.snapshot.find("v1", "Secret", server_name) is None:
@@ -178,8 +181,12 @@ class TlsRoom(Room):
         self.memo.seen((p.namespace, "Secret", ca_name, "create"))
         found = authority_from_secret(observed_ca)
         if found is None:
-            p.report(("CertificateAuthorityInvalid", f"Secret {ca_name} holds no readable ca.crt and "
-                      "ca.key: no certificate can be issued"))
+            p.report(
+                (
+                    "CertificateAuthorityInvalid",
+                    f"Secret {ca_name} holds no readable ca.crt and ca.key: no certificate can be issued",
+                )
+            )
             return 0
         kept = replication_ca_from_secret(observed_ca)
         if kept is None:
@@ -273,8 +280,15 @@ class TlsRoom(Room):
             found[inst.name] = loaded_tls(objects.meta(pod))
         return found
 
-    async def _rotate(self, p: ClusterPass, observed: Mapping[str, Any] | None, authority: Authority,
-                      step: Plan, now: dt.datetime, brought_ca: KeyPair | None) -> int:
+    async def _rotate(
+        self,
+        p: ClusterPass,
+        observed: Mapping[str, Any] | None,
+        authority: Authority,
+        step: Plan,
+        now: dt.datetime,
+        brought_ca: KeyPair | None,
+    ) -> int:
         """Start a CA rotation (a new CA beside the current one) or finish it (the old one goes)."""
         name = names.ca_secret(p.cluster)
         rv = objects.resource_version(observed)
@@ -289,10 +303,13 @@ class TlsRoom(Room):
         if not await self._patch(p, observed, authority_patch(after, rv)):
             return 1
         self.memo.wrote((p.namespace, "Secret", name, "rotate"), rv, what)
-        message = (f"started a rotation of the certificate authority: every instance and Secret "
-                   f"{names.app_secret(p.cluster)} trust the old and the new CA until the new one has "
-                   "re-issued every certificate" if step.start else
-                   "finished the rotation of the certificate authority: the old CA is no longer trusted")
+        message = (
+            f"started a rotation of the certificate authority: every instance and Secret "
+            f"{names.app_secret(p.cluster)} trust the old and the new CA until the new one has "
+            "re-issued every certificate"
+            if step.start
+            else "finished the rotation of the certificate authority: the old CA is no longer trusted"
+        )
         log.info("%s/%s: %s", p.namespace, p.name, message)
         await self.events.record(p.body, "Normal", "CertificateAuthorityRotation", message)
         return 1
@@ -339,13 +356,20 @@ class TlsRoom(Room):
             return 0
         served = issue_server(p.cluster, ca, now) if user is None else KeyPair(user.cert_pem, user.key_pem)
         observed_trust = secret_bytes(observed, CA_CERT_KEY)
-        if why == TRUST_CHANGED and observed is not None and any(
-                c not in pem_certificates(trust_pem) for c in pem_certificates(observed_trust)):
+        if (
+            why == TRUST_CHANGED
+            and observed is not None
+            and any(c not in pem_certificates(trust_pem) for c in pem_certificates(observed_trust))
+        ):
             # A CA leaves the bundle only once every instance serves leaves it did not sign.
             behind = self._behind(p, observed)
             if behind:
-                log.info("%s/%s: a CA leaves the bundle once %s loaded the new certificates", p.namespace,
-                         p.name, behind)
+                log.info(
+                    "%s/%s: a CA leaves the bundle once %s loaded the new certificates",
+                    p.namespace,
+                    p.name,
+                    behind,
+                )
                 return 0
         elif why != TRUST_CHANGED and observed is not None:
             trust_pem = trust_while_leaves_change(observed_trust, trust_pem)
@@ -363,8 +387,12 @@ class TlsRoom(Room):
             else:
                 behind = self._behind(p, observed)
                 if behind:
-                    log.info("%s/%s: the user's server certificate waits for %s to load its CA", p.namespace,
-                             p.name, behind)
+                    log.info(
+                        "%s/%s: the user's server certificate waits for %s to load its CA",
+                        p.namespace,
+                        p.name,
+                        behind,
+                    )
                     return 0
         if observed is None:
             if not await self._create(p, desired):

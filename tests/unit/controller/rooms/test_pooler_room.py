@@ -74,8 +74,10 @@ def test_paused_then_pointed_at_the_new_primary_and_resumed_in_one_exec() -> Non
 
     run(switchover())
     host = "orders-db-1.orders-db.shop.svc"
-    assert [c for c in exec_.calls if c[0] == "a"] == [("a", ("pause", "30")),
-                                                         ("a", ("point", host, "--resume"))]
+    assert [c for c in exec_.calls if c[0] == "a"] == [
+        ("a", ("pause", "30")),
+        ("a", ("point", host, "--resume")),
+    ]
     order = [(c[0], c[1][0]) for c in exec_.calls]
     assert order.index(("orders-db-1", "psql")) < order.index(("a", "point"))  # writable first
     assert sorted(name for name, _ in api.patched) == ["a", "b"]
@@ -158,8 +160,8 @@ def test_turned_off_the_role_and_lookups_are_dropped_then_the_secret_may_go() ->
     run(room(FakeApi([]), exec_).act(p))  # type: ignore[arg-type]
     [script] = exec_.scripts
     assert script.startswith("orders-db-0:")
-    assert script.count("DROP SCHEMA IF EXISTS \"pgop_pooler\" CASCADE") == 3  # app, postgres, template1
-    assert script.rstrip().endswith("DROP ROLE IF EXISTS \"pgop_pooler\";")
+    assert script.count('DROP SCHEMA IF EXISTS "pgop_pooler" CASCADE') == 3  # app, postgres, template1
+    assert script.rstrip().endswith('DROP ROLE IF EXISTS "pgop_pooler";')
     assert AUTH not in p.wanted and p.requeue_after is None
 
 

@@ -67,7 +67,10 @@ def test_the_review_asks_for_cluster_wide_storage_classes() -> None:
     attrs = review.spec.resourceAttributes
     assert attrs is not None
     assert (attrs.group, attrs.resource, attrs.verb, attrs.namespace) == (
-        "storage.k8s.io", "storageclasses", "watch", None
+        "storage.k8s.io",
+        "storageclasses",
+        "watch",
+        None,
     )
 
 
