@@ -28,7 +28,7 @@ from scale.clusters import STORAGE_CLASS
 from scale.measure import progress
 
 VOLUME_NS_LABEL = "bench.pg-operator/claim-namespace"
-CLAIM_TEMPLATE = "data"  # the StatefulSet's volumeClaimTemplate (contracts.md: PVC `data`)
+CLAIM_TEMPLATE = "data"  # the StatefulSet's volumeClaimTemplate (docs/architecture.md: the volume `data`)
 TEMPLATE_CLUSTER = "c0000"
 
 

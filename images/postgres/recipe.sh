@@ -103,7 +103,7 @@ for tool in barman-cloud-wal-archive barman-cloud-wal-restore barman-cloud-backu
   "$VENV/bin/$tool" --help >/dev/null || { echo "recipe: $VENV/bin/$tool does not run" >&2; exit 1; }
 done
 
-# --- layout of the pod contract (docs/contracts.md) ---------------------------------------------------
+# --- layout of the pod contract (docs/architecture.md) ------------------------------------------------
 step "directories"
 install -d -o postgres -g postgres -m 0750 /var/lib/postgresql
 install -d -o postgres -g postgres -m 0700 /var/lib/postgresql/data   # the PVC's mount point

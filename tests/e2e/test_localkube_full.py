@@ -34,7 +34,7 @@ GREETER = (
     "print('listening on 8080', flush=True)\n"
     "socketserver.TCPServer(('0.0.0.0', 8080), H).serve_forever()\n"
 )
-RESTRICTED = {  # what the operator's pods use (docs/contracts.md)
+RESTRICTED = {  # what the operator's pods use (docs/architecture.md)
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},

@@ -1,6 +1,6 @@
 """Names shared by the API, the desired-state builders, the controller and the instance entrypoint.
 
-Binding values: see docs/contracts.md. Change one only together with every piece that reads it.
+Binding values: see docs/architecture.md. Change one only together with every piece that reads it.
 """
 
 from __future__ import annotations

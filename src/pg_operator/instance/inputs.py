@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from pg_operator.tls_files import TLS_FILES
 
-# Pod contract (docs/contracts.md). The paths can be moved by environment for tests on one host.
+# Pod contract (docs/architecture.md). The paths can be moved by environment for tests on one host.
 DEFAULT_CONFIG_FILE = "/etc/pg-operator/config/instance.yaml"
 DEFAULT_SECRETS_DIR = "/etc/pg-operator/secrets"
 # Secret <name>-server-tls: the server certificate, its key and the cluster's CA (api.constants.TLS_MOUNT).

@@ -5,7 +5,7 @@
     pg-operator-instance render           print the rendered config with passwords redacted
     pg-operator-instance post-bootstrap DSN   (Patroni calls this once after initdb or a restore)
 
-Inputs (docs/contracts.md, "Pod contract"): PGOP_CLUSTER_NAME, PGOP_NAMESPACE, PGOP_POD_NAME, PGOP_POD_IP,
+Inputs (pod contract, docs/architecture.md): PGOP_CLUSTER_NAME, PGOP_NAMESPACE, PGOP_POD_NAME, PGOP_POD_IP,
 PGOP_PG_MAJOR, PGDATA; /etc/pg-operator/config/instance.yaml (pg_operator.api.instance_config); the Secrets
 in /etc/pg-operator/secrets/{superuser,replication,app,patroni-api}/{username,password}. For tests on one
 host the paths move with PGOP_CONFIG_FILE, PGOP_SECRETS_DIR, PGOP_RUN_DIR (default /var/run/postgresql),

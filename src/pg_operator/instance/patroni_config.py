@@ -20,7 +20,7 @@ from pg_operator.instance.metrics import MONITOR_ROLE
 from pg_operator.orchestration import patroni_settings
 from pg_operator.tls_files import LOADED_TAG
 
-# Labels of the pod contract (docs/contracts.md, pg_operator.api.constants). Repeated here so the image
+# Labels of the pod contract (docs/architecture.md, pg_operator.api.constants). Repeated here so the image
 # does not need the API package's dependencies; a unit test keeps them equal.
 CLUSTER_LABEL = "db.example.com/cluster"
 ROLE_LABEL = "role"

@@ -1,4 +1,4 @@
-"""Names of a cluster's children, all derived from the cluster's name (see docs/contracts.md)."""
+"""Names of a cluster's children, all derived from the cluster's name (see docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The StatefulSet that runs the instances: one pod per instance, Patroni (via the image's entrypoint) in
 each, a `data` volume per pod. The pod layout is the contract with the instance entrypoint
-(docs/contracts.md)."""
+(docs/architecture.md)."""
 
 from __future__ import annotations
 
