@@ -60,7 +60,7 @@ FLOOR_ATTEMPTS = 20
 
 
 def tls_secrets(cluster: PostgresCluster, app: dict[str, Any]) -> list[dict[str, Any]]:
-    """The TLS room's Secrets (the cluster's CA; the server and replication certificates it signed),
+    """The TLS sub-reconciler's Secrets (the cluster's CA; the server and replication certificates it signed),
     and `ca.crt` put straight into the app Secret instead of patched in afterwards."""
     now = dt.datetime.now(dt.UTC)
     ca = new_ca(cluster, now)

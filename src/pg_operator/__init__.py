@@ -8,6 +8,6 @@ Layers, each importing only from the ones above it (tests/unit/test_import_layer
                   pure builders and decisions per capability (specs may wire the others into pods), the
                   Patroni REST client, and the instance pod's entrypoint
   controller/     everything that talks to the API server: the watch cache, the reconcile loop, the
-                  capability rooms and the backup reconcilers
+                  capability sub-reconcilers and the backup reconcilers
   cli/            the `pg-operator` command
 """

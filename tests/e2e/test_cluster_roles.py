@@ -41,7 +41,7 @@ DATABASES: list[dict[str, Any]] = [
     {"name": "e2e_shop", "owner": "e2e_orders", "extensions": ["pg_trgm"],
      "schemas": [{"name": "sales", "owner": "e2e_readers"}]},
 ]  # fmt: skip
-# A check runs at most every 60 s on a steady cluster (controller/rooms/roles.py CHECK_SECONDS).
+# A check runs at most every 60 s on a steady cluster (controller/reconcilers/roles.py CHECK_SECONDS).
 REPAIR_TIMEOUT = 150
 
 

@@ -25,7 +25,7 @@ from harness.operator_process import OPERATOR_USER
 from harness.paths import REPO
 from harness.pgcluster import SMALL, connect_app, healthy, wait_serving
 from harness.waiting import wait_until
-from pg_operator.controller.rooms.storage import STORAGE_CLASSES_UNREADABLE
+from pg_operator.controller.reconcilers.storage import STORAGE_CLASSES_UNREADABLE
 
 NAME = "nsd-db"
 

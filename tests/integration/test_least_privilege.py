@@ -113,7 +113,7 @@ def exec_as_operator(kube: Any, ns: str, pod: str, container: str) -> str:
 
 
 def staging_body(name: str) -> dict[str, Any]:
-    from pg_operator.controller.rooms.major_upgrade import staging_container
+    from pg_operator.controller.reconcilers.major_upgrade import staging_container
 
     return staging_container(name, "17.11")
 

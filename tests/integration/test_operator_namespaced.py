@@ -31,7 +31,7 @@ from harness.operator_process import (
     start_operator,
 )
 from harness.waiting import wait_until
-from pg_operator.controller.rooms.storage import STORAGE_CLASSES_UNREADABLE
+from pg_operator.controller.reconcilers.storage import STORAGE_CLASSES_UNREADABLE
 
 
 def can_i(kube: KubectlLike, user: str, verb: str, resource: str, *where: str) -> bool:

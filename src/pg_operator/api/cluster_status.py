@@ -13,8 +13,9 @@ from pg_operator.api.schema import StatusModel
 class Condition(StatusModel):
     # ContinuousArchiving, LastBackupSucceeded and BackupStoreCleanup are the backup reconcilers'
     # (controller/backup_reconcilers; specs/backup_status.py keeps them); RolesApplied and DatabasesApplied
-    # the roles room's (controller/rooms/roles.py), present only while spec.roles or spec.databases are;
-    # Pooler the pooler room's (controller/rooms/pooler.py), present only while spec.pooler is.
+    # the roles sub-reconciler's (controller/reconcilers/roles.py), present only while spec.roles or
+    # spec.databases are; Pooler the pooler sub-reconciler's (controller/reconcilers/pooler.py), present only
+    # while spec.pooler is.
     type: Literal[
         "Ready",
         "Progressing",

@@ -1,14 +1,14 @@
 """Types of `spec.roles`, `spec.databases` and what happens to an entry removed from them.
 
-Each role and database the user declares is converged by the roles room (controller/rooms/roles.py) from
-the SQL that specs/role_reads.py and specs/role_changes.py plan. Everything the API server can judge is
-refused at admission, naming the field: reserved and system names, the operator's own roles, superuser and
-replication roles (not representable at all: least privilege — a declared role never gets SUPERUSER,
-REPLICATION or BYPASSRLS, and the operator puts those back to off when they are set by hand), duplicates
-(list-type map keyed by name), a database or schema owner that is neither declared nor the application
-owner, and a database's encoding or locale changed after it was declared (applied at creation only). What
-only the database can refuse (an extension the image lacks, membership in a role that does not exist) is
-reported in the status, never admitted as applied.
+Each role and database the user declares is converged by the roles sub-reconciler
+(controller/reconcilers/roles.py) from the SQL that specs/role_reads.py and specs/role_changes.py plan.
+Everything the API server can judge is refused at admission, naming the field: reserved and system names, the
+operator's own roles, superuser and replication roles (not representable at all: least privilege — a declared
+role never gets SUPERUSER, REPLICATION or BYPASSRLS, and the operator puts those back to off when they are set
+by hand), duplicates (list-type map keyed by name), a database or schema owner that is neither declared nor
+the application owner, and a database's encoding or locale changed after it was declared (applied at creation
+only). What only the database can refuse (an extension the image lacks, membership in a role that does not
+exist) is reported in the status, never admitted as applied.
 """
 
 from __future__ import annotations

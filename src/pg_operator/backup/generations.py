@@ -14,10 +14,10 @@ A cluster name is at most 50 characters (the CRD's name rule), so `<name>-pg<NN>
 marker: whichever claims the prefix first owns it, the other is refused loudly.
 
 The record lives in the cluster's annotation `db.example.com/backup-generations` (JSON, written by the
-major-upgrade room with the phase that switches) and, for restores when the source cluster may be gone, in
-the store: `<path>/<cluster>/pg-operator-generations.json` (written by the backup pass of the cluster).
-A generation covers the times from its `since` (the moment the old major stopped taking writes) to the
-next one's; the first has no start.
+major-upgrade sub-reconciler with the phase that switches) and, for restores when the source cluster may be
+gone, in the store: `<path>/<cluster>/pg-operator-generations.json` (written by the backup pass of the
+cluster). A generation covers the times from its `since` (the moment the old major stopped taking writes) to
+the next one's; the first has no start.
 
 Pure: plain values in, plain values out. May import `api`.
 """

@@ -6,7 +6,7 @@ so a restarted operator does not ask every store at once.
 
 A tenant's `spec.backup` is hostile input: the endpoint is a server of the tenant's choosing, and the
 access key id travels in the Authorization header of every request. Hence the same label rule as for
-the user-named password Secrets (controller/rooms/credentials.py): a Secret is used only when whoever
+the user-named password Secrets (controller/reconcilers/credentials.py): a Secret is used only when whoever
 may write Secrets labelled it for this cluster."""
 
 from __future__ import annotations

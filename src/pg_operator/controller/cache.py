@@ -281,7 +281,7 @@ class Cache:
         # Open once every kind's first listing is in (None: a cache filled by hand, in tests).
         self.gate = gate
         # False when the operator may not read StorageClasses (a namespaced install): none are watched, so
-        # a snapshot never claims to know them (rooms/storage.py skips its check).
+        # a snapshot never claims to know them (reconcilers/storage.py skips its check).
         self.storage_classes_readable = True
         # What is kept of the labelled Secrets, ConfigMaps, Pods and PVCs (cache_admission.py).
         self.admissions = Admissions()
@@ -423,8 +423,8 @@ class Cache:
         children = {(k.api_version, k.kind): self._unpacked((k.api_version, k.kind), key) for k in self.kinds}
         foreign = self.admissions.foreign_pods(key)
         if POD_KIND in children:
-            # Only the pods the cluster's own StatefulSet controls are its instances: every room, the
-            # status and each exec or Patroni call read them here (orchestration/instance_pods.py).
+            # Only the pods the cluster's own StatefulSet controls are its instances: every sub-reconciler,
+            # the status and each exec or Patroni call read them here (orchestration/instance_pods.py).
             statefulset = next((s for s in children.get(("apps/v1", "StatefulSet"), ())
                                 if objects.name(s) == key[1]), None)  # fmt: skip
             split = instance_pods(children[POD_KIND], statefulset, objects.uid(cluster))

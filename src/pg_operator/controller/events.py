@@ -48,8 +48,8 @@ def event_body(
     }
 
 
-# How long a Warning a room posted stands for the same reason's Degraded transition Warning (both come
-# from one pass; a later transition deserves its own Event).
+# How long a Warning a sub-reconciler posted stands for the same reason's Degraded transition Warning (both
+# come from one pass; a later transition deserves its own Event).
 RECENT_SECONDS = 60.0
 RECENT_KEPT = 4096
 
@@ -84,7 +84,7 @@ class EventRecorder:
 
 
 class OncePerMessage:
-    """A room's Warning Events: one per distinct message per cluster; the same message again posts
+    """A sub-reconciler's Warning Events: one per distinct message per cluster; the same message again posts
     nothing until it changes or is forgotten (the problem cleared, the cluster gone)."""
 
     def __init__(self, events: EventRecorder) -> None:

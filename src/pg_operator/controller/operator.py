@@ -36,7 +36,7 @@ from pg_operator.controller.loop import ReconcileLoop
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcile import Reconciler, namespace_terminating
-from pg_operator.controller.rooms.storage import STORAGE_CLASSES_UNREADABLE, storage_classes_readable
+from pg_operator.controller.reconcilers.storage import STORAGE_CLASSES_UNREADABLE, storage_classes_readable
 from pg_operator.controller.secret_reads import api_reader
 from pg_operator.controller.wakeups import Wakeups, feeds
 from pg_operator.specs import MANAGED_KINDS

@@ -1,14 +1,16 @@
-"""One level-triggered reconcile of one PostgresCluster, in named phases: observe (the watch cache) →
-refuse an invalid spec → each room's data-plane steps → apply the rooms' children → delete what no
-room wants → each room's follow-up writes → report (status, Events, metrics).
+"""The cluster reconciler: one level-triggered reconcile of one PostgresCluster, in named phases:
+observe (the watch cache) → refuse an invalid spec → each sub-reconciler's data-plane steps → apply the
+sub-reconcilers' desired children → delete what no sub-reconciler wants → each sub-reconciler's
+follow-up writes → report (status, Events, metrics) → requeue when a step waits on something no watch
+event announces.
 
 The cluster writes only what it owns (specs/ownership.py): observing sets foreign objects at the
-cluster's names aside (no room reads them as the cluster's), every write goes through
-`controller/writes.py` with the pass's claims, a child that would put a foreign object to use is held
-back, and the conflicts are reported as Degraded `Conflict` with a Warning Event per object.
+cluster's names aside (no sub-reconciler reads them as the cluster's), every write goes through
+`controller/writes.py` with the context's claims, a child that would put a foreign object to use is
+postponed, and the conflicts are reported as Degraded `Conflict` with a Warning Event per object.
 
-The capabilities themselves are rooms (`controller/rooms/`); this module is the glue that runs them.
-A pass where nothing differs makes no API request at all.
+The capabilities themselves are sub-reconcilers (`controller/reconcilers/`); this module is the glue
+that runs them. A reconcile where nothing differs makes no API request at all.
 """
 
 from __future__ import annotations
@@ -38,15 +40,15 @@ from pg_operator.controller.keys import ClusterKey, is_owned_by
 from pg_operator.controller.kube_api import Api, PostgresClusterResource, is_conflict, is_not_found
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.pod_exec import PodExec
-from pg_operator.controller.rooms import ClusterPass, ObjectId, Problem, Room
-from pg_operator.controller.rooms.credentials import CredentialsRoom
-from pg_operator.controller.rooms.high_availability import HighAvailabilityRoom
-from pg_operator.controller.rooms.instances import InstancesRoom
-from pg_operator.controller.rooms.major_upgrade import MajorUpgradeRoom
-from pg_operator.controller.rooms.pooler import PoolerRoom
-from pg_operator.controller.rooms.roles import RolesRoom
-from pg_operator.controller.rooms.storage import StorageRoom
-from pg_operator.controller.rooms.tls import TlsRoom
+from pg_operator.controller.reconcilers import ObjectId, Problem, ReconcileContext, SubReconciler
+from pg_operator.controller.reconcilers.credentials import CredentialsReconciler
+from pg_operator.controller.reconcilers.high_availability import HighAvailabilityReconciler
+from pg_operator.controller.reconcilers.instances import InstancesReconciler
+from pg_operator.controller.reconcilers.major_upgrade import MajorUpgradeReconciler
+from pg_operator.controller.reconcilers.pooler import PoolerReconciler
+from pg_operator.controller.reconcilers.roles import RolesReconciler
+from pg_operator.controller.reconcilers.storage import StorageReconciler
+from pg_operator.controller.reconcilers.tls import TlsReconciler
 from pg_operator.controller.writes import Applier, Claims, WriteMemo, all_of, canonical, ident_of
 from pg_operator.controller.writes import delete as delete_owned
 from pg_operator.specs import MANAGED_KINDS, compute_status
@@ -155,8 +157,8 @@ class Reconciler:
         self.events = events
         self.memo = WriteMemo()
         self.applier = Applier(api, self.memo)
-        self.high_availability = HighAvailabilityRoom(api, events, pod_exec)
-        pooler = PoolerRoom(
+        self.high_availability = HighAvailabilityReconciler(api, events, pod_exec)
+        pooler = PoolerReconciler(
             api,
             self.memo,
             events,
@@ -166,15 +168,16 @@ class Reconciler:
         )
         self.high_availability.switchover_guard = pooler  # paused around the switchovers it drives
         # In phase order: the storage check comes first so the StatefulSet waits for its class.
-        self.rooms: tuple[Room, ...] = (
-            # First: until the data is on the new major it holds every other room at the running one.
-            MajorUpgradeRoom(api, events, pod_exec, self.high_availability),
-            StorageRoom(api, self.memo),
+        self.sub_reconcilers: tuple[SubReconciler, ...] = (
+            # First: until the data is on the new major it holds every other sub-reconciler at the running
+            # one.
+            MajorUpgradeReconciler(api, events, pod_exec, self.high_availability),
+            StorageReconciler(api, self.memo),
             self.high_availability,
-            InstancesRoom(events, monitoring_namespace=monitoring_namespace),
-            CredentialsRoom(api, self.memo, events, pod_exec),
-            TlsRoom(api, self.memo, events, registry=metrics.registry, ca_trust_period=ca_trust_period),
-            RolesRoom(api, self.memo, events, pod_exec),
+            InstancesReconciler(events, monitoring_namespace=monitoring_namespace),
+            CredentialsReconciler(api, self.memo, events, pod_exec),
+            TlsReconciler(api, self.memo, events, registry=metrics.registry, ca_trust_period=ca_trust_period),
+            RolesReconciler(api, self.memo, events, pod_exec),
             pooler,  # after roles: the databases they create get the pooler's lookup function
         )
         self._invalid_seen: dict[ClusterKey, int] = {}
@@ -226,24 +229,24 @@ class Reconciler:
         met = {i: seen for i, seen in self._met.pop(key, {}).items() if now - seen[1] < FOREIGN_KNOWN_SECONDS}
         known: dict[ObjectId, Mapping[str, Any]] = {i: b for i, (b, _) in met.items()}
         claims = Claims(cluster.namespace, cluster.uid, {**known, **foreign})
-        p = ClusterPass(body, cluster, snapshot, snapshot.find("apps/v1", "StatefulSet", cluster.name),
+        ctx = ReconcileContext(body, cluster, snapshot, snapshot.find("apps/v1", "StatefulSet", cluster.name),
                         claims=claims)  # fmt: skip
         refusal = image_refusal(cluster.spec.image, self.allowed_images)
         if refusal is not None:  # refuse invalid: no room runs, nothing is written but the report
-            return await self._refused(p, refusal)
-        for room in self.rooms:
-            await room.act(p)
-        await self._apply_children(p)
-        await self._delete_undesired(p)
-        p.writes += await self._report_conflicts(key, p)
-        met.update({i: (dict(b), now) for i, b in p.claims.met.items()})
+            return await self._refused(ctx, refusal)
+        for reconciler in self.sub_reconcilers:
+            await reconciler.act(ctx)
+        await self._apply_children(ctx)
+        await self._delete_undesired(ctx)
+        ctx.writes += await self._report_conflicts(key, ctx)
+        met.update({i: (dict(b), now) for i, b in ctx.claims.met.items()})
         if met:
-            self._met[key] = {i: v for i, v in met.items() if i in p.claims.conflicts}
-        for room in self.rooms:
-            p.writes += await room.settle(p)
-        outcome = Outcome(problem=p.problem, requeue_after=p.requeue_after)
-        p.writes += await self._report(p, outcome)
-        outcome.writes = p.writes
+            self._met[key] = {i: v for i, v in met.items() if i in ctx.claims.conflicts}
+        for reconciler in self.sub_reconcilers:
+            ctx.writes += await reconciler.follow_up(ctx)
+        outcome = Outcome(problem=ctx.problem, requeue_after=ctx.requeue_after)
+        ctx.writes += await self._report(ctx, outcome)
+        outcome.writes = ctx.writes
         return outcome
 
     def _gone(self, key: ClusterKey, body: Mapping[str, Any] | None) -> bool:
@@ -257,8 +260,8 @@ class Reconciler:
             self._conflicts_told.pop(key, None)
             self._met.pop(key, None)
             self.failures.succeeded(key)
-            for room in self.rooms:
-                room.forget(key)
+            for reconciler in self.sub_reconcilers:
+                reconciler.forget(key)
             return True
         refused_mark = self._terminating.get(key)
         if refused_mark is None:
@@ -284,18 +287,18 @@ class Reconciler:
         self._invalid_seen.pop(key, None)
         return cluster
 
-    async def _refused(self, p: ClusterPass, refusal: Problem) -> Outcome:
+    async def _refused(self, ctx: ReconcileContext, refusal: Problem) -> Outcome:
         """A spec only the runtime can refuse (spec.image outside the install's allow-list): the status
         says so (Degraded with the refusal) and a Warning Event once per refusal; no child is written, so
         the pods keep what they run."""
-        p.report(refusal)
+        ctx.report(refusal)
         outcome = Outcome(problem=refusal)
-        if refusal_is_news(p.body.get("status"), refusal):
-            outcome.writes += int(await self.events.record(p.body, "Warning", *refusal))
-        outcome.writes += await self._report(p, outcome)
+        if refusal_is_news(ctx.body.get("status"), refusal):
+            outcome.writes += int(await self.events.record(ctx.body, "Warning", *refusal))
+        outcome.writes += await self._report(ctx, outcome)
         return outcome
 
-    async def _apply_children(self, p: ClusterPass) -> None:
+    async def _apply_children(self, ctx: ReconcileContext) -> None:
         """Two waves of writes sent together: what depends on nothing, then what depends on the first
         wave — the RoleBinding (the API server checks a binding against its Role, which must exist)
         and the workloads (their pods need the account, the configuration and the Secrets). A new
@@ -303,76 +306,84 @@ class Reconciler:
         first passes were bound by the API server's latency, not by the operator's CPU. The first wave
         also finds the foreign objects the cache could not show (a POST refused): the second holds back
         what would put one to use."""
-        desired = [(room, child) for room in self.rooms for child in room.children(p)]
-        p.wanted.update((c["apiVersion"], c["kind"], c["metadata"]["name"]) for _, c in desired)
+        desired = [
+            (reconciler, child) for reconciler in self.sub_reconcilers for child in reconciler.children(ctx)
+        ]
+        ctx.wanted.update((c["apiVersion"], c["kind"], c["metadata"]["name"]) for _, c in desired)
         siblings = [c for _, c in desired]
         first = [(r, c) for r, c in desired if c["kind"] not in SECOND_WAVE]
         second = [(r, c) for r, c in desired if c["kind"] in SECOND_WAVE]
-        p.writes += await all_of(
-            [self._apply_child(p, room, child, siblings) for room, child in first]
-            + [room.create(p) for room in self.rooms]
+        ctx.writes += await all_of(
+            [self._apply_child(ctx, reconciler, child, siblings) for reconciler, child in first]
+            + [reconciler.create(ctx) for reconciler in self.sub_reconcilers]
         )
-        p.writes += await all_of([self._apply_child(p, room, child, siblings) for room, child in second])
+        ctx.writes += await all_of(
+            [self._apply_child(ctx, reconciler, child, siblings) for reconciler, child in second]
+        )
 
     async def _apply_child(
-        self, p: ClusterPass, room: Room, desired: dict[str, Any], siblings: list[dict[str, Any]]
+        self,
+        ctx: ReconcileContext,
+        reconciler: SubReconciler,
+        desired: dict[str, Any],
+        siblings: list[dict[str, Any]],
     ) -> int:
-        observed = p.snapshot.find(desired["apiVersion"], desired["kind"], desired["metadata"]["name"])
-        if room.holds_back(p, desired, observed):
+        observed = ctx.snapshot.find(desired["apiVersion"], desired["kind"], desired["metadata"]["name"])
+        if reconciler.postpone(ctx, desired, observed):
             return 0
-        blockers = p.claims.foreign_among(needs(desired, siblings))
+        blockers = ctx.claims.foreign_among(needs(desired, siblings))
         if blockers:
-            p.claims.held[ident_of(desired)] = blockers
+            ctx.claims.held[ident_of(desired)] = blockers
             return 0
-        if not await self.applier.apply_if_needed(p.claims, desired, observed):
+        if not await self.applier.apply_if_needed(ctx.claims, desired, observed):
             return 0
-        return 1 + await room.applied(p, desired, observed)
+        return 1 + await reconciler.applied(ctx, desired, observed)
 
-    async def _delete_undesired(self, p: ClusterPass) -> None:
-        for obj in undesired_children(p.snapshot, p.cluster.uid, MANAGED_KINDS, p.wanted):
+    async def _delete_undesired(self, ctx: ReconcileContext) -> None:
+        for obj in undesired_children(ctx.snapshot, ctx.cluster.uid, MANAGED_KINDS, ctx.wanted):
             kind, name, rv = str(obj.get("kind")), objects.name(obj), objects.resource_version(obj)
-            gone = (p.namespace, kind, name, "delete")
+            gone = (ctx.namespace, kind, name, "delete")
             if self.memo.pending(gone, rv, ""):
                 continue
-            log.info("deleting %s %s/%s: no longer desired", kind, p.namespace, name)
-            await delete_owned(self.api, p.claims, obj)  # pinned to its uid: never one that replaced it
+            log.info("deleting %s %s/%s: no longer desired", kind, ctx.namespace, name)
+            await delete_owned(self.api, ctx.claims, obj)  # pinned to its uid: never one that replaced it
             self.memo.wrote(gone, rv, "")
-            p.writes += 1
+            ctx.writes += 1
 
-    async def _report_conflicts(self, key: ClusterKey, p: ClusterPass) -> int:
-        """Foreign objects the pass would have written: Degraded `Conflict` (it wins over the rooms'
+    async def _report_conflicts(self, key: ClusterKey, ctx: ReconcileContext) -> int:
+        """Foreign objects the pass would have written: Degraded `Conflict` (it wins over the sub-reconcilers'
         problems: it says what is held back and why) and one Warning Event per object."""
-        conflicts = p.claims.conflicts
+        conflicts = ctx.claims.conflicts
         told = self._conflicts_told.setdefault(key, set())
         told &= set(conflicts)  # a conflict gone and back later is news again
         if not conflicts:
             self._conflicts_told.pop(key, None)
             return 0
-        p.problem = (CONFLICT_REASON, conflict_message(conflicts, p.claims.held))
+        ctx.problem = (CONFLICT_REASON, conflict_message(conflicts, ctx.claims.held))
         writes = 0
         for ident in sorted(set(conflicts) - told):
             told.add(ident)
-            writes += int(await self.events.record(p.body, "Warning", CONFLICT_REASON,
+            writes += int(await self.events.record(ctx.body, "Warning", CONFLICT_REASON,
                                                    conflict_event(ident, conflicts[ident])))  # fmt: skip
         return writes
 
-    async def _report(self, p: ClusterPass, outcome: Outcome) -> int:
+    async def _report(self, ctx: ReconcileContext, outcome: Outcome) -> int:
         """Report: the status (written only when it changed), metrics, and Events for what changed."""
-        cluster, body = p.cluster, p.body
+        cluster, body = ctx.cluster, ctx.body
         key = (cluster.namespace, cluster.name)
-        pods = p.snapshot.of_kind("v1", "Pod")
+        pods = ctx.snapshot.of_kind("v1", "Pod")
         previous = body.get("status") or None
         status = compute_status(
             cluster,
             previous=previous,
-            statefulset=p.statefulset,
+            statefulset=ctx.statefulset,
             pods=pods,
             now=datetime.now(UTC),
-            problem=p.problem,
-            endpoint_slices=p.snapshot.of_kind(*ENDPOINT_SLICE_KIND),
+            problem=ctx.problem,
+            endpoint_slices=ctx.snapshot.of_kind(*ENDPOINT_SLICE_KIND),
         )
-        for room in self.rooms:
-            room.status(p, status)
+        for reconciler in self.sub_reconcilers:
+            reconciler.status(ctx, status)
         outcome.phase = str(status.get("phase") or "")
         self.metrics.set_phase(key, outcome.phase)
         self.instance_metrics.set(
@@ -418,7 +429,9 @@ class Reconciler:
         now_degraded = objects.condition(status, "Degraded") or {}
         if now_degraded.get("status") == "True" and not was:
             reason = str(now_degraded.get("reason") or "Degraded")
-            if not self.events.warned_recently(body, reason):  # a room said it this pass, in its words
+            if not self.events.warned_recently(
+                body, reason
+            ):  # a sub-reconciler said it this pass, in its words
                 writes += await self.events.record(
                     body, "Warning", reason, str(now_degraded.get("message") or reason)
                 )

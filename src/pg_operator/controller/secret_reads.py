@@ -71,8 +71,8 @@ class SecretReader:
             try:
                 body = await self._read(namespace, name)
             except Exception as exc:
-                # The cluster's room reports the Secret as missing; the next change of it (an event) or
-                # of the spec brings it in.
+                # The cluster's sub-reconciler reports the Secret as missing; the next change of it (an event)
+                # or of the spec brings it in.
                 log.warning("reading Secret %s/%s for cluster %s failed: %s: %s", namespace, name, cluster,
                             type(exc).__name__, exc)  # fmt: skip
                 continue

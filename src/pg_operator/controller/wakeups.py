@@ -152,7 +152,7 @@ class Wakeups:
                 return
         elif owning_cluster_name(body) is None and kind != "Secret":
             # Labelled but not ours (e.g. Patroni's own ConfigMaps). A labelled Secret may be the user's
-            # own in place of a credential Secret: its password is to be applied (rooms/credentials.py).
+            # own in place of a credential Secret: its password is to be applied (reconcilers/credentials.py).
             return
         elif kind == "StatefulSet" and event_type == "MODIFIED":
             self.controller.wake_soon(key)  # mostly its status moving; our own applies come back here too
@@ -201,7 +201,7 @@ class Wakeups:
 def feeds(wakeups: Wakeups, kinds: list[WatchedKind], *, storage_classes: bool = True) -> list[Feed]:
     """Every kind the informers list and watch: the clusters, their children (those carrying the cluster
     label), the StorageClasses (`storage_classes`: False when the operator may not read them,
-    rooms/storage.py) and, for the backup reconcilers, Backups and ScheduledBackups, whose CRDs may be
+    reconcilers/storage.py) and, for the backup reconcilers, Backups and ScheduledBackups, whose CRDs may be
     missing: the sync gate does not wait for those."""
     out = [Feed(CLUSTERS, wakeups.on_cluster)]
     out += [Feed(kind, wakeups.on_child, after=CLUSTERS.key if kind.key == SECRET_KIND else None)

@@ -45,7 +45,7 @@ class Endpoint:
     port: int = PATRONI_PORT
 
     def __post_init__(self) -> None:
-        if not isinstance(self.tls, ssl.SSLContext) or self.tls.verify_mode != ssl.CERT_REQUIRED \
+        if not isinstance(self.tls, ssl.SSLContext) or self.tls.verify_mode != ssl.CERT_REQUIRED\
                 or not self.tls.check_hostname or not self.server_name:  # fmt: skip
             raise ValueError("Patroni is asked over verified HTTPS only: a CA context and the member's name")
 

@@ -25,11 +25,11 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("policy/v1", "PodDisruptionBudget"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
 )
-# Kinds only a room's own builders return (the pooler's Deployments, specs/pooler.py).
-ROOM_KINDS: tuple[tuple[str, str], ...] = (("apps/v1", "Deployment"),)
+# Kinds only a sub-reconciler's own builders return (the pooler's Deployments, specs/pooler.py).
+SUB_RECONCILER_KINDS: tuple[tuple[str, str], ...] = (("apps/v1", "Deployment"),)
 
 # Everything the controller owns and watches. Secrets are owned too, but create-only and never pruned.
-MANAGED_KINDS: tuple[tuple[str, str], ...] = (*CHILD_KINDS, *ROOM_KINDS, ("v1", "Secret"))
+MANAGED_KINDS: tuple[tuple[str, str], ...] = (*CHILD_KINDS, *SUB_RECONCILER_KINDS, ("v1", "Secret"))
 
 
 def desired_children(

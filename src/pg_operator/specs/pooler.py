@@ -475,7 +475,7 @@ def ready_pods(cluster: PostgresCluster, deployments: Iterable[Mapping[str, Any]
 def status_condition(cluster: PostgresCluster, ready: int, pointed: int, primary: str | None,
                      problem: str | None) -> tuple[bool, str, str]:  # fmt: skip
     """The Pooler condition: (ok, reason, message) from the ready pods, how many rw pods point at the
-    primary, and a problem the room met."""
+    primary, and a problem the sub-reconciler met."""
     pooler = cluster.spec.pooler
     assert pooler is not None
     wanted = pooler.instances * len(pooler.sides)

@@ -53,7 +53,7 @@ APP_SECRET_KEYS = (
     "fqdn-uri",
     "fqdn-jdbc-uri",
 )
-# Added by the TLS room once the cluster's CA exists (controller/rooms/tls.py).
+# Added by the TLS sub-reconciler once the cluster's CA exists (controller/reconcilers/tls.py).
 APP_CA_KEY = "ca.crt"
 
 

@@ -61,7 +61,7 @@ class KeyPair:
 
 
 def tls_secret_names(cluster: PostgresCluster) -> list[str]:
-    """The Secrets the TLS room owns (the credentials' are `specs.secret_names`)."""
+    """The Secrets the TLS sub-reconciler owns (the credentials' are `specs.secret_names`)."""
     return [names.ca_secret(cluster), names.server_tls_secret(cluster)]
 
 

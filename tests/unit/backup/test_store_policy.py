@@ -169,7 +169,7 @@ def test_pods_get_no_plain_http_store_unless_allowed() -> None:
 
 def test_a_recovery_source_is_wired_only_from_a_labelled_secret_over_https() -> None:
     """A tenant who may not read a Secret names it as the recovery source's credentials (and its own
-    plain-HTTP endpoint): the pods get neither; the room holds back a new cluster's StatefulSet."""
+    plain-HTTP endpoint): the pods get neither; the sub-reconciler holds back a new cluster's StatefulSet."""
     source = {"clusterName": "old-db", "s3": {"bucket": "backups", "endpointURL": "http://10.9.9.9:9000",
                                               "credentials": {"secretName": "admin-keys"}}}  # fmt: skip
     spec = {"replicas": 1, "version": "16", "storage": "1Gi", "bootstrap": {"recovery": {"source": source}}}

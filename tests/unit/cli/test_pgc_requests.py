@@ -6,7 +6,7 @@ import pytest
 
 from pg_operator.cli.pgc.errors import NOT_FOUND, NOT_READY, PgcError
 from pg_operator.cli.pgc.requests import SWITCHOVER_ANNOTATION, latest_event, switchover_target
-from pg_operator.controller.rooms import high_availability
+from pg_operator.controller.reconcilers import high_availability
 
 STATUS = {
     "currentPrimary": "db-0",
@@ -14,7 +14,7 @@ STATUS = {
 }
 
 
-def test_the_plugin_writes_the_annotation_the_room_reads() -> None:
+def test_the_plugin_writes_the_annotation_the_reconciler_reads() -> None:
     assert SWITCHOVER_ANNOTATION == high_availability.SWITCHOVER_ANNOTATION
 
 

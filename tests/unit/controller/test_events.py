@@ -39,7 +39,7 @@ class Posted:
         self.bodies.append(obj)
 
 
-async def test_a_warning_a_room_posted_stands_for_the_degraded_transition_for_a_minute() -> None:
+async def test_a_warning_a_reconciler_posted_stands_for_the_degraded_transition_for_a_minute() -> None:
     now = [100.0]
     recorder = EventRecorder(cast(Any, Posted()), "op", clock=lambda: now[0])
     cluster = {"metadata": {"name": "db", "namespace": "shop", "uid": "u1"}}

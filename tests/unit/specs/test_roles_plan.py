@@ -1,4 +1,5 @@
-"""The roles room's pure parts: quoting, the observe script and its output, the converging SQL (no-op,
+"""The roles sub-reconciler's pure parts: quoting, the observe script and its output, the converging SQL
+(no-op,
 drift, passwords, memberships, extensions, removal), generated Secrets and status entries."""
 
 from __future__ import annotations

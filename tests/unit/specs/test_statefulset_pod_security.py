@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from harness.objects import cluster_model as cluster
-from pg_operator.controller.rooms.major_upgrade import staging_container
+from pg_operator.controller.reconcilers.major_upgrade import staging_container
 from pg_operator.specs.pooler import children as pooler_children
 from pg_operator.specs.statefulset import statefulset
 

@@ -1,7 +1,7 @@
 """`switchover` and `restart`: requests the operator carries out, written as annotations on the cluster
 (the operator clears each once it is answered), and the optional wait for the answer.
 
-- `db.example.com/switchover-to`: an instance name or `auto` (controller/rooms/high_availability.py).
+- `db.example.com/switchover-to`: an instance name or `auto` (controller/reconcilers/high_availability.py).
 - `db.example.com/restart-requested`: a UTC timestamp; the operator restarts PostgreSQL in every
   instance one at a time, replicas first and the primary last in place, then clears the request
   (orchestration/requested_restart.py)."""
@@ -23,7 +23,8 @@ from pg_operator.cli.pgc.connection import Connection, PostgresCluster, api_erro
 from pg_operator.cli.pgc.errors import NOT_FOUND, NOT_READY, OK, REFUSED, PgcError
 from pg_operator.orchestration.requested_restart import RESTART_ANNOTATION
 
-# The operator's name for it (controller/rooms/high_availability.py; tests/unit/cli/pgc checks they match).
+# The operator's name for it (controller/reconcilers/high_availability.py; tests/unit/cli/pgc checks they
+# match).
 SWITCHOVER_ANNOTATION = "db.example.com/switchover-to"
 POLL_SECONDS = 1.0
 

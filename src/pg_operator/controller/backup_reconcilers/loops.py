@@ -63,7 +63,8 @@ class BackupLoops:
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self.exec = pod_exec
-        # One policy for every store call of the process (the rooms' too: rooms/major_upgrade.py).
+        # One policy for every store call of the process (the sub-reconcilers' too:
+        # reconcilers/major_upgrade.py).
         store_calls.configure(store_limits or StoreLimits())
         recorder = EventRecorder(api, identity)
         ownership = StoreOwnership(api, cache, clock)  # one view of who owns which prefix, for both

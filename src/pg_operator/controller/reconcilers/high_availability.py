@@ -1,4 +1,4 @@
-"""The high-availability room: the operator's part of high availability on top of Patroni, one step
+"""The high-availability sub-reconciler: the operator's part of high availability on top of Patroni, one step
 per reconcile pass.
 
 - Fast failover: when the kubelet reports the primary's database container dead, release its leader
@@ -51,8 +51,8 @@ from pg_operator.controller.kube_api import (
     resource_for,
 )
 from pg_operator.controller.pod_exec import PodExec
-from pg_operator.controller.rooms import ClusterPass, Room
-from pg_operator.controller.rooms.settings_changes import SettingsChanges
+from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
+from pg_operator.controller.reconcilers.settings_changes import SettingsChanges
 from pg_operator.controller.writes import WriteMemo, uid_refused
 from pg_operator.orchestration import requested_restart as restart_request
 from pg_operator.orchestration.failover import (
@@ -114,7 +114,7 @@ class StepResult:
     problem: tuple[str, str] | None = None
     message: str = ""  # what the data plane is waiting for or doing, for the phase
     # Patroni refused the operator's REST API password: an instance has not reloaded a rotated Secret yet
-    # (rooms/credentials.py), so the same request will go through once it has.
+    # (reconcilers/credentials.py), so the same request will go through once it has.
     credentials_pending: bool = False
     # Patroni refused the requested switchover (e.g. it could not reach the candidate's REST API for a
     # moment, as while an instance reloads its certificates).
@@ -144,10 +144,10 @@ class PausedTraffic(Protocol):
 
 
 class SwitchoverGuard(Protocol):
-    async def pause(self, p: ClusterPass) -> PausedTraffic | None: ...
+    async def pause(self, ctx: ReconcileContext) -> PausedTraffic | None: ...
 
 
-class HighAvailabilityRoom(Room):
+class HighAvailabilityReconciler(SubReconciler):
     def __init__(self, api: Api, events: EventRecorder, pod_exec: PodExec | None = None) -> None:
         self.api = api
         self.events = events
@@ -166,7 +166,7 @@ class HighAvailabilityRoom(Room):
         # after must not take a stale `auto` for a new request and switch over again.
         self._cleared = WriteMemo()
         self.trust = TrustStore()
-        # Pauses what sits in front of the primary around a planned switchover (the pooler room).
+        # Pauses what sits in front of the primary around a planned switchover (the pooler sub-reconciler).
         self.switchover_guard: SwitchoverGuard | None = None
 
     async def close(self) -> None:
@@ -189,27 +189,27 @@ class HighAvailabilityRoom(Room):
         self._asked.pop(key, None)
         self._nudged.pop(key, None)
 
-    async def act(self, p: ClusterPass) -> None:
-        if p.statefulset is None:
+    async def act(self, ctx: ReconcileContext) -> None:
+        if ctx.statefulset is None:
             return  # nothing runs yet: Patroni bootstraps the first instance on its own
         try:
-            step = await self.step(p)
+            step = await self.step(ctx)
         except ApiError as exc:
             # A refused action (say, RBAC) is reported, and must not keep the children and the status
             # from being reconciled; the next pass tries again.
-            log.warning("%s/%s: data-plane action failed: %s", p.namespace, p.name, exc.status.message)
+            log.warning("%s/%s: data-plane action failed: %s", ctx.namespace, ctx.name, exc.status.message)
             step = StepResult(problem=("DataPlaneActionFailed", str(exc.status.message)))
-        p.writes += step.writes + await self._tell_unverified(p)
-        p.report(step.problem)
+        ctx.writes += step.writes + await self._tell_unverified(ctx)
+        ctx.report(step.problem)
         if step.problem is None or step.problem[0] != "RolloutHalted":
-            self._halt_told.pop((p.namespace, p.name), None)  # a later halt is news again
+            self._halt_told.pop((ctx.namespace, ctx.name), None)  # a later halt is news again
         if step.replicas is not None:
-            p.replicas = step.replicas
+            ctx.replicas = step.replicas
 
-    async def _tell_unverified(self, p: ClusterPass) -> int:
+    async def _tell_unverified(self, ctx: ReconcileContext) -> int:
         """One Warning Event per message while Patroni cannot be verified (the condition says it on every
         pass); a later failure is news again once it could be asked."""
-        key = (p.namespace, p.name)
+        key = (ctx.namespace, ctx.name)
         message = self._unverified.pop(key, None)
         if message is None:
             self._unverified_told.pop(key, None)
@@ -217,79 +217,80 @@ class HighAvailabilityRoom(Room):
         if self._unverified_told.get(key) == message:
             return 0
         self._unverified_told[key] = message
-        return int(await self.events.record(p.body, "Warning", UNVERIFIED_REASON, message))
+        return int(await self.events.record(ctx.body, "Warning", UNVERIFIED_REASON, message))
 
-    async def step(self, p: ClusterPass) -> StepResult:
+    async def step(self, ctx: ReconcileContext) -> StepResult:
         result = StepResult()
-        cluster, snapshot = p.cluster, p.snapshot
+        cluster, snapshot = ctx.cluster, ctx.snapshot
         pods = [
             pod for pod in snapshot.of_kind("v1", "Pod") if objects.label(pod, CLUSTER_LABEL) == cluster.name
         ]
         instances = instances_from_pods(pods)
-        result.writes += await self._adopt_patroni_configmaps(p)
-        result.writes += await self._fast_failover(p, instances)
-        await self._nudge_loops(p, instances)
-        result.writes += await self._ensure_dynamic_config(p, instances)
+        result.writes += await self._adopt_patroni_configmaps(ctx)
+        result.writes += await self._fast_failover(ctx, instances)
+        await self._nudge_loops(ctx, instances)
+        result.writes += await self._ensure_dynamic_config(ctx, instances)
 
-        requested = objects.annotation(p.body, SWITCHOVER_ANNOTATION)
+        requested = objects.annotation(ctx.body, SWITCHOVER_ANNOTATION)
         if requested:
-            result.writes += await self._requested_switchover(p, pods, requested, result)
+            result.writes += await self._requested_switchover(ctx, pods, requested, result)
             return result
 
         replicas, scale_action = plan_scale(instances, cluster.spec.replicas)
         if replicas != cluster.spec.replicas:
             result.replicas = replicas
         if scale_action.kind != "none":
-            members = await self._members(p, instances)
+            members = await self._members(ctx, instances)
             replicas, scale_action = plan_scale(instances_from_pods(pods, members), cluster.spec.replicas)
             result.replicas = replicas if replicas != cluster.spec.replicas else None
-            result.writes += await self._act(p, instances, scale_action, result)
+            result.writes += await self._act(ctx, instances, scale_action, result)
             return result
 
-        image = _desired_image(p.statefulset)
+        image = _desired_image(ctx.statefulset)
         if image and any(i.image != image for i in instances):
-            members = await self._members(p, instances)
+            members = await self._members(ctx, instances)
             action = plan_update(
                 instances_from_pods(pods, members), image, cluster.spec.replicas, datetime.now(UTC)
             )
-            result.writes += await self._act(p, instances, action, result)
+            result.writes += await self._act(ctx, instances, action, result)
             return result
 
         # A recreated pod starts with the current settings, so restarts wait until a rollout is done.
         # A requested restart (kubectl pgc restart) rides the same rollout (orchestration.requested_restart).
-        token = objects.annotation(p.body, restart_request.RESTART_ANNOTATION)
+        token = objects.annotation(ctx.body, restart_request.RESTART_ANNOTATION)
         if token and restart_request.restart_answered(instances, pods, token):
             result.writes += await self._clear_request(
-                p, "Normal", "RestartDone", "every instance restarted", restart_request.RESTART_ANNOTATION
+                ctx, "Normal", "RestartDone", "every instance restarted", restart_request.RESTART_ANNOTATION
             )
             token = ""
         if token:
             instances = restart_request.with_requested_restart(instances, pods, token)
         if any(i.pending_restart is not None for i in instances):
-            members = await self._members(p, instances)
+            members = await self._members(ctx, instances)
             planned = instances_from_pods(pods, members)
             planned = restart_request.with_requested_restart(planned, pods, token) if token else planned
             action = plan_restart(planned, cluster.spec.replicas, now=datetime.now(UTC))
-            result.writes += await self._act(p, planned, action, result)
+            result.writes += await self._act(ctx, planned, action, result)
             if action.kind != "halt":
                 # A restarted member streaming again changes no watched object: look again soon rather
                 # than at the next resync minutes later (a halted rollout waits for its instance's events).
-                p.again_in(RESTART_RECHECK_SECONDS)
+                ctx.again_in(RESTART_RECHECK_SECONDS)
         return result
 
     async def _requested_switchover(
-        self, p: ClusterPass, pods: list[dict[str, Any]], requested: str, result: StepResult
+        self, ctx: ReconcileContext, pods: list[dict[str, Any]], requested: str, result: StepResult
     ) -> int:
-        if self._cleared.pending(self._request_id(p, SWITCHOVER_ANNOTATION), objects.resource_version(p.body),
-                                 requested):  # fmt: skip
+        if self._cleared.pending(
+            self._request_id(ctx, SWITCHOVER_ANNOTATION), objects.resource_version(ctx.body), requested
+        ):
             return 0  # answered a moment ago; the cache has not shown the cleared annotation yet
         instances = instances_from_pods(pods)
         primary = next((i for i in instances if i.role == ROLE_PRIMARY), None)
-        key = (p.namespace, p.name)
+        key = (ctx.namespace, ctx.name)
         done = answered(requested, primary.name if primary else None, self._asked.get(key))
         if done is not None:
-            return await self._clear_request(p, "Normal", "SwitchoverDone", done)
-        members = await self._members(p, instances)
+            return await self._clear_request(ctx, "Normal", "SwitchoverDone", done)
+        members = await self._members(ctx, instances)
         instances = instances_from_pods(pods, members)
         if requested == "auto":
             target = best_candidate(instances)
@@ -297,71 +298,75 @@ class HighAvailabilityRoom(Room):
             target = next((i for i in instances if i.name == requested), None)
             if target is None:
                 return await self._clear_request(
-                    p, "Warning", "SwitchoverRefused", f"{requested} is not an instance of this cluster"
+                    ctx, "Warning", "SwitchoverRefused", f"{requested} is not an instance of this cluster"
                 )
         if target is None or not target.healthy_replica:
             result.message = f"switchover to {requested} waits for it to be a streaming replica"
             # Patroni's member states come from its REST API; no watched object announces a replica
             # streaming again, so look again soon instead of at the next resync minutes later.
-            p.again_in(SWITCHOVER_RETRY_SECONDS)
+            ctx.again_in(SWITCHOVER_RETRY_SECONDS)
             return 0
         action = Action("switchover", target=target.name, reason=f"switchover to {target.name} requested")
         if primary is not None and (key not in self._asked or self._asked[key].requested != requested):
             self._asked[key] = Asked(requested, primary.name)
-        writes = await self._act(p, instances, action, result)
+        writes = await self._act(ctx, instances, action, result)
         if result.credentials_pending:
-            p.again_in(CREDENTIALS_RETRY_SECONDS)  # kept, and asked again soon: no event announces the reload
+            ctx.again_in(
+                CREDENTIALS_RETRY_SECONDS
+            )  # kept, and asked again soon: no event announces the reload
             return writes
         if result.refused:
             # A refusal is often a moment's (a candidate whose REST API restarts with new certificates,
             # or still catching up): ask again a few times before answering the request with it.
             self._refusals[key] = self._refusals.get(key, 0) + 1
             if self._refusals[key] < SWITCHOVER_ATTEMPTS:
-                p.again_in(SWITCHOVER_RETRY_SECONDS)
+                ctx.again_in(SWITCHOVER_RETRY_SECONDS)
                 return writes
         self._refusals.pop(key, None)
         # Done, or refused by Patroni every time (its reason is in the SwitchoverRefused Event): either way
         # the request is answered; asking again is the user's call.
-        return writes + await self._clear_request(p, None, "", "")
+        return writes + await self._clear_request(ctx, None, "", "")
 
     async def _clear_request(
         self,
-        p: ClusterPass,
+        ctx: ReconcileContext,
         event_type: str | None,
         reason: str,
         message: str,
         annotation: str = SWITCHOVER_ANNOTATION,
     ) -> int:
-        self._refusals.pop((p.namespace, p.name), None)
-        self._asked.pop((p.namespace, p.name), None)
+        self._refusals.pop((ctx.namespace, ctx.name), None)
+        self._asked.pop((ctx.namespace, ctx.name), None)
         try:
             await self.api.merge_patch(
                 PostgresClusterResource,
-                p.name,
-                p.namespace,
+                ctx.name,
+                ctx.namespace,
                 {"metadata": {"annotations": {annotation: None}}},
             )
         except ApiError as exc:
             if not is_not_found(exc):
                 raise
-        self._cleared.wrote(self._request_id(p, annotation), objects.resource_version(p.body),
-                            objects.annotation(p.body, annotation) or "")  # fmt: skip
-        recorded = await self.events.record(p.body, event_type, reason, message) if event_type else False
+        self._cleared.wrote(self._request_id(ctx, annotation), objects.resource_version(ctx.body),
+                            objects.annotation(ctx.body, annotation) or "")  # fmt: skip
+        recorded = await self.events.record(ctx.body, event_type, reason, message) if event_type else False
         return 1 + int(recorded)
 
     @staticmethod
-    def _request_id(p: ClusterPass, annotation: str) -> tuple[str, str, str, str]:
-        return (p.namespace, "PostgresCluster", p.name, annotation)
+    def _request_id(ctx: ReconcileContext, annotation: str) -> tuple[str, str, str, str]:
+        return (ctx.namespace, "PostgresCluster", ctx.name, annotation)
 
-    def endpoint(self, p: ClusterPass, inst: Instance) -> Endpoint | None:
+    def endpoint(self, ctx: ReconcileContext, inst: Instance) -> Endpoint | None:
         """Where the operator reaches an instance's Patroni: HTTPS verified against the cluster's CA and
         the pod's name under the headless Service, never plain HTTP. None without an IP, or without a CA to
         verify with: then Patroni is not asked, and the pass reports why (PatroniUnverified) instead of
         acting on a view it could not check."""
         if not inst.pod_ip:
             return None
-        ca = (p.snapshot.find("v1", "Secret", names.ca_secret(p.cluster)) or {}).get("data") or {}
-        served = (p.snapshot.find("v1", "Secret", names.server_tls_secret(p.cluster)) or {}).get("data") or {}
+        ca = (ctx.snapshot.find("v1", "Secret", names.ca_secret(ctx.cluster)) or {}).get("data") or {}
+        served = (ctx.snapshot.find("v1", "Secret", names.server_tls_secret(ctx.cluster)) or {}).get(
+            "data"
+        ) or {}
         try:
             # What the instances trust (the user's server CA too, if they bring one), and the cluster's CAs:
             # during a CA rotation a member may still present the previous CA's certificate.
@@ -377,20 +382,20 @@ class HighAvailabilityRoom(Room):
         except (KeyError, ValueError, ssl.SSLError):
             message = (
                 f"Patroni on {inst.name} is not asked: no readable CA in Secret "
-                f"{names.ca_secret(p.cluster)} to verify its certificate with (never plain HTTP)"
+                f"{names.ca_secret(ctx.cluster)} to verify its certificate with (never plain HTTP)"
             )
-            log.info("%s/%s: %s", p.namespace, p.name, message)
-            p.report((UNVERIFIED_REASON, message))
-            self._unverified[(p.namespace, p.name)] = message
+            log.info("%s/%s: %s", ctx.namespace, ctx.name, message)
+            ctx.report((UNVERIFIED_REASON, message))
+            self._unverified[(ctx.namespace, ctx.name)] = message
             return None
-        host = f"{inst.name}.{names.headless_service(p.cluster)}.{p.namespace}.svc"
+        host = f"{inst.name}.{names.headless_service(ctx.cluster)}.{ctx.namespace}.svc"
         return Endpoint(inst.pod_ip, context, host)
 
-    async def _members(self, p: ClusterPass, instances: list[Instance]) -> dict[str, Member]:
+    async def _members(self, ctx: ReconcileContext, instances: list[Instance]) -> dict[str, Member]:
         """Patroni's view, asked of the primary first, then any other running instance."""
         ordered = sorted(instances, key=lambda i: (i.role != ROLE_PRIMARY, i.ordinal))
         for inst in ordered:
-            member = self.endpoint(p, inst)
+            member = self.endpoint(ctx, inst)
             if member is None or inst.container_down:
                 continue
             try:
@@ -400,27 +405,27 @@ class HighAvailabilityRoom(Room):
         return {}
 
     async def _act(
-        self, p: ClusterPass, instances: list[Instance], action: Action, result: StepResult
+        self, ctx: ReconcileContext, instances: list[Instance], action: Action, result: StepResult
     ) -> int:
-        cluster, body = p.cluster, p.body
+        cluster, body = ctx.cluster, ctx.body
         result.message = action.reason
         if action.kind in ("none", "wait"):
-            key = (p.namespace, p.name)
+            key = (ctx.namespace, ctx.name)
             if action.reason and self._wait_told.get(key) != action.reason:  # once, not every pass
                 log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
             self._wait_told[key] = action.reason
             if action.kind == "wait":
                 # Some waits end on Patroni's member state (a replica catching up, streaming), which no
                 # watched object announces: look again soon.
-                p.again_in(SWITCHOVER_RETRY_SECONDS)
+                ctx.again_in(SWITCHOVER_RETRY_SECONDS)
             return 0
         if action.kind == "halt":
             result.problem = ("RolloutHalted", action.reason)
             # The condition may have been Degraded for the instance being down already (no new Event
             # then): say why the rollout stopped once per message.
-            if self._halt_told.get((p.namespace, p.name)) == action.reason:
+            if self._halt_told.get((ctx.namespace, ctx.name)) == action.reason:
                 return 0
-            self._halt_told[(p.namespace, p.name)] = action.reason
+            self._halt_told[(ctx.namespace, ctx.name)] = action.reason
             return int(await self.events.record(body, "Warning", "RolloutHalted", action.reason))
         if action.kind == "delete_pod":
             log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
@@ -431,17 +436,17 @@ class HighAvailabilityRoom(Room):
                     raise
             return 1 + int(await self.events.record(body, "Normal", "RollingUpdate", action.reason))
         if action.kind == "restart":
-            return await self._restart(p, instances, action, result)
+            return await self._restart(ctx, instances, action, result)
         # switchover
         primary = next((i for i in instances if i.role == ROLE_PRIMARY), None)
-        member = self.endpoint(p, primary) if primary is not None else None
+        member = self.endpoint(ctx, primary) if primary is not None else None
         if primary is None or member is None:
             return 0
-        auth = patroni_auth(p.snapshot, cluster)
+        auth = patroni_auth(ctx.snapshot, cluster)
         log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
-        # The pooler (rooms/pooler.py) holds new transactions while Patroni switches over, then sends
+        # The pooler (reconcilers/pooler.py) holds new transactions while Patroni switches over, then sends
         # them to the new primary; it is resumed on every path, the failed ones too.
-        paused = await self.switchover_guard.pause(p) if self.switchover_guard is not None else None
+        paused = await self.switchover_guard.pause(ctx) if self.switchover_guard is not None else None
         switched = False
         try:
             await switchover(self.session(), member, primary.name, action.target, auth)
@@ -466,18 +471,18 @@ class HighAvailabilityRoom(Room):
         return int(await self.events.record(body, "Normal", "Switchover", action.reason))
 
     async def _restart(
-        self, p: ClusterPass, instances: list[Instance], action: Action, result: StepResult
+        self, ctx: ReconcileContext, instances: list[Instance], action: Action, result: StepResult
     ) -> int:
-        cluster = p.cluster
+        cluster = ctx.cluster
         target = next((i for i in instances if i.name == action.target), None)
-        member = self.endpoint(p, target) if target is not None else None
+        member = self.endpoint(ctx, target) if target is not None else None
         if target is None or member is None:
             return 0
         log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
         ask = restart if restart_request.is_requested(target) else restart_pending
         try:
-            await ask(self.session(), member, patroni_auth(p.snapshot, cluster))
-            token = objects.annotation(p.body, restart_request.RESTART_ANNOTATION)
+            await ask(self.session(), member, patroni_auth(ctx.snapshot, cluster))
+            token = objects.annotation(ctx.body, restart_request.RESTART_ANNOTATION)
             if token:
                 await self.api.merge_patch(
                     resource_for("v1", "Pod"),
@@ -493,12 +498,12 @@ class HighAvailabilityRoom(Room):
             return 0
         return int(
             await self.events.record(
-                p.body, "Normal", "Restarted", action.reason.replace("restarting", "restarted", 1)
+                ctx.body, "Normal", "Restarted", action.reason.replace("restarting", "restarted", 1)
             )
         )
 
-    async def _fast_failover(self, p: ClusterPass, instances: list[Instance]) -> int:
-        cluster, snapshot = p.cluster, p.snapshot
+    async def _fast_failover(self, ctx: ReconcileContext, instances: list[Instance]) -> int:
+        cluster, snapshot = ctx.cluster, ctx.snapshot
         leader = snapshot.find("v1", "ConfigMap", leader_configmap_name(cluster.name))
         sync = snapshot.find("v1", "ConfigMap", sync_configmap_name(cluster.name))
         release = plan_lock_release(leader, instances, sync)
@@ -523,25 +528,25 @@ class HighAvailabilityRoom(Room):
             release.reason,
         )
         recorded = await self.events.record(
-            p.body,
+            ctx.body,
             "Warning",
             "FailoverStarted",
             f"{release.reason}: released its leader key so a replica takes over without waiting for the ttl",
         )
         return 1 + int(recorded)
 
-    async def _nudge_loops(self, p: ClusterPass, instances: list[Instance]) -> None:
+    async def _nudge_loops(self, ctx: ReconcileContext, instances: list[Instance]) -> None:
         """Wake the Patroni loops that would sleep out loop_wait (orchestration.failover.plan_nudges) with a
         PATCH /config that changes nothing: Patroni wakes the loop of the member that receives it and,
         the configuration being unchanged, writes nothing."""
-        cluster, snapshot = p.cluster, p.snapshot
+        cluster, snapshot = ctx.cluster, ctx.snapshot
         nudges = plan_nudges(
             snapshot.find("v1", "ConfigMap", leader_configmap_name(cluster.name)),
             instances,
             snapshot.find("v1", "ConfigMap", sync_configmap_name(cluster.name)),
             datetime.now(UTC),
         )
-        key = (p.namespace, p.name)
+        key = (ctx.namespace, ctx.name)
         if not nudges:
             self._nudged.pop(key, None)
             return
@@ -559,28 +564,30 @@ class HighAvailabilityRoom(Room):
         ]
         if not due and all(count >= NUDGES_PER_EPISODE for _, count in episodes.values()):
             return
-        p.again_in(NUDGE_INTERVAL_SECONDS)
+        ctx.again_in(NUDGE_INTERVAL_SECONDS)
         for n in due:
             episodes[n.member] = (now, episodes[n.member][1] + 1)
         auth = patroni_auth(snapshot, cluster)
         by_name = {i.name: i for i in instances}
 
         async def nudge(n: Nudge) -> None:
-            endpoint = self.endpoint(p, by_name[n.member])
+            endpoint = self.endpoint(ctx, by_name[n.member])
             if endpoint is None:
                 return
             try:
                 await patch_config(self.session(), endpoint, WAKE_PATCH, auth)
             except PatroniError as exc:
-                log.info("%s/%s: could not wake %s's Patroni loop: %s", p.namespace, p.name, n.member, exc)
+                log.info(
+                    "%s/%s: could not wake %s's Patroni loop: %s", ctx.namespace, ctx.name, n.member, exc
+                )
             else:
-                log.info("%s/%s: woke %s's Patroni loop: %s", p.namespace, p.name, n.member, n.reason)
+                log.info("%s/%s: woke %s's Patroni loop: %s", ctx.namespace, ctx.name, n.member, n.reason)
 
         await asyncio.gather(*(nudge(n) for n in due))
 
-    async def _ensure_dynamic_config(self, p: ClusterPass, instances: list[Instance]) -> int:
+    async def _ensure_dynamic_config(self, ctx: ReconcileContext, instances: list[Instance]) -> int:
         """Keep Patroni's dynamic configuration as the spec says, sending only values PostgreSQL
-        accepts (controller/rooms/settings_changes.py). Patroni then reloads every member; what needs
+        accepts (controller/reconcilers/settings_changes.py). Patroni then reloads every member; what needs
         a restart shows up as pending_restart on the pods."""
         primary = next(
             (
@@ -594,19 +601,19 @@ class HighAvailabilityRoom(Room):
             ),
             None,
         )
-        member = self.endpoint(p, primary) if primary is not None else None
-        return await self.settings.ensure(p, primary, member, patroni_auth(p.snapshot, p.cluster))
+        member = self.endpoint(ctx, primary) if primary is not None else None
+        return await self.settings.ensure(ctx, primary, member, patroni_auth(ctx.snapshot, ctx.cluster))
 
-    async def _adopt_patroni_configmaps(self, p: ClusterPass) -> int:
+    async def _adopt_patroni_configmaps(self, ctx: ReconcileContext) -> int:
         """Patroni creates its ConfigMaps without an owner; give them one (not as controller: they
         stay Patroni's) so the garbage collector removes them with the cluster. Only those Patroni of
         this cluster can have created (specs.ownership.patroni_may_have_created: none older than the
         cluster, none with an owner), and only as observed: the patch is pinned to the version read, so
         an object that replaced it meanwhile is refused (409) rather than adopted."""
-        cluster, writes = p.cluster, 0
+        cluster, writes = ctx.cluster, 0
         wanted = {cluster.name + suffix for suffix in PATRONI_CONFIGMAP_SUFFIXES}
-        for cm in p.snapshot.of_kind("v1", "ConfigMap"):
-            if objects.name(cm) not in wanted or not patroni_may_have_created(cm, p.body):
+        for cm in ctx.snapshot.of_kind("v1", "ConfigMap"):
+            if objects.name(cm) not in wanted or not patroni_may_have_created(cm, ctx.body):
                 continue
             ref = {"apiVersion": API_VERSION, "kind": KIND, "name": cluster.name, "uid": cluster.uid}
             patch = {"metadata": {"ownerReferences": [ref], "resourceVersion": objects.resource_version(cm),

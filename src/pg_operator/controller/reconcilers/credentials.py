@@ -1,5 +1,5 @@
-"""The credentials room: the cluster's Secrets (application, superuser, replication, Patroni API) are the
-source of truth for every password.
+"""The credentials sub-reconciler: the cluster's Secrets (application, superuser, replication, Patroni API)
+are the source of truth for every password.
 
 A missing Secret is created with a password from a CSPRNG (create-only: the operator never rewrites a
 password). A Secret whose password the database has not been given yet (new, edited, deleted and
@@ -26,7 +26,7 @@ from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.controller.events import EventRecorder, OncePerMessage
 from pg_operator.controller.kube_api import Api, is_conflict
 from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
-from pg_operator.controller.rooms import ClusterPass, Room
+from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
 from pg_operator.controller.writes import Made, WriteMemo, all_of
 from pg_operator.controller.writes import create as create_owned
 from pg_operator.controller.writes import patch as patch_owned
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 EXEC_SECONDS = 30
 
 
-class CredentialsRoom(Room):
+class CredentialsReconciler(SubReconciler):
     def __init__(self, api: Api, memo: WriteMemo, events: EventRecorder, pod_exec: PodExec | None) -> None:
         self.api = api
         self.memo = memo
@@ -58,64 +58,66 @@ class CredentialsRoom(Room):
     def forget(self, key: tuple[str, str]) -> None:
         self._warned.forget(key)
 
-    async def act(self, p: ClusterPass) -> None:
-        secrets = {n: p.snapshot.find("v1", "Secret", n) for n in secret_names(p.cluster)}
-        wanted = plan(p.cluster, secrets)
+    async def act(self, ctx: ReconcileContext) -> None:
+        secrets = {n: ctx.snapshot.find("v1", "Secret", n) for n in secret_names(ctx.cluster)}
+        wanted = plan(ctx.cluster, secrets)
         if wanted.refused:
             message = "; ".join(wanted.refused)
-            p.report(("CredentialRefused", message))
-            p.writes += await self._warned.warn(p.body, "CredentialRefused", message)
+            ctx.report(("CredentialRefused", message))
+            ctx.writes += await self._warned.warn(ctx.body, "CredentialRefused", message)
         if not wanted.changes:
-            p.writes += await self._refresh_app_keys(p, secrets)
+            ctx.writes += await self._refresh_app_keys(ctx, secrets)
             return
         roles = wanted.role_changes
         if roles:
-            primary = p.running_primary()
+            primary = ctx.running_primary()
             if primary is None or self.exec is None:
                 return  # nothing to apply them to yet: the primary's pod changes wake the cluster
-            failure = await self._set_passwords(p, primary, roles)
+            failure = await self._set_passwords(ctx, primary, roles)
             if failure:
-                p.report(("CredentialNotApplied", failure))
-                p.writes += await self._warned.warn(p.body, "CredentialNotApplied", failure)
+                ctx.report(("CredentialNotApplied", failure))
+                ctx.writes += await self._warned.warn(ctx.body, "CredentialNotApplied", failure)
                 return
-        p.writes += await self._mark_applied(p, wanted, secrets)
+        ctx.writes += await self._mark_applied(ctx, wanted, secrets)
 
-    async def _refresh_app_keys(self, p: ClusterPass, secrets: Mapping[str, Mapping[str, Any] | None]) -> int:
+    async def _refresh_app_keys(
+        self, ctx: ReconcileContext, secrets: Mapping[str, Mapping[str, Any] | None]
+    ) -> int:
         """The application Secret's URIs follow its (applied) password and today's form."""
-        name = names.app_secret(p.cluster)
-        patch = stale_app_keys(p.cluster, secrets.get(name))
+        name = names.app_secret(ctx.cluster)
+        patch = stale_app_keys(ctx.cluster, secrets.get(name))
         if patch is None:
             return 0
         try:
-            await patch_owned(self.api, p.claims, Secret, secrets.get(name), patch)
+            await patch_owned(self.api, ctx.claims, Secret, secrets.get(name), patch)
         except ApiError as exc:
             if not is_conflict(exc):
                 raise
         return 1
 
-    async def _set_passwords(self, p: ClusterPass, primary: str, changes: list[Change]) -> str | None:
+    async def _set_passwords(self, ctx: ReconcileContext, primary: str, changes: list[Change]) -> str | None:
         """ALTER ROLE … PASSWORD '<verifier>' for each change, in one psql session; a reason on failure."""
         assert self.exec is not None
         what = ", ".join(c.describe() for c in changes)
         try:
-            result = await self.exec.run(p.namespace, primary, [*PSQL, "-q", "-f", "-"],
+            result = await self.exec.run(ctx.namespace, primary, [*PSQL, "-q", "-f", "-"],
                                          stdin=role_sql(changes).encode(), seconds=EXEC_SECONDS)  # fmt: skip
         except ExecError as exc:
             return f"could not set {what} on {primary}: {exc}"
         if result.exit_status != 0:
             why = without_verifiers(result.stderr)[-300:] or f"psql exited {result.exit_status}"
             return f"could not set {what} on {primary}: {why}"
-        log.info("%s/%s: set %s on %s", p.namespace, p.name, what, primary)
+        log.info("%s/%s: set %s on %s", ctx.namespace, ctx.name, what, primary)
         return None
 
     async def _mark_applied(
-        self, p: ClusterPass, wanted: Plan, secrets: Mapping[str, Mapping[str, Any] | None]
+        self, ctx: ReconcileContext, wanted: Plan, secrets: Mapping[str, Mapping[str, Any] | None]
     ) -> int:
         async def mark(change: Change) -> int:
             secret = secrets[change.slot.secret] or {}
             try:
-                if not await patch_owned(self.api, p.claims, Secret, secret,
-                                          applied_patch(p.cluster, change, secret)):  # fmt: skip
+                if not await patch_owned(self.api, ctx.claims, Secret, secret,
+                                          applied_patch(ctx.cluster, change, secret)):  # fmt: skip
                     return 1  # gone or replaced meanwhile: its watch event brings the next pass
             except ApiError as exc:
                 if is_conflict(exc):
@@ -125,45 +127,45 @@ class CredentialsRoom(Room):
                 message = f"{change.describe()} was set in the database"
             else:
                 message = f"{change.describe()} changed; the instances reload it from their mounted Secret"
-            await self.events.record(p.body, "Normal", "CredentialApplied", message)
+            await self.events.record(ctx.body, "Normal", "CredentialApplied", message)
             return 2
 
         return await all_of([mark(c) for c in wanted.changes])
 
-    async def create(self, p: ClusterPass) -> int:
-        names = secret_names(p.cluster)
-        p.wanted.update(("v1", "Secret", n) for n in names)
+    async def create(self, ctx: ReconcileContext) -> int:
+        names = secret_names(ctx.cluster)
+        ctx.wanted.update(("v1", "Secret", n) for n in names)
         missing = [
             n
             for n in names
-            if p.snapshot.find("v1", "Secret", n) is None and not p.claims.blocked(("v1", "Secret", n))
+            if ctx.snapshot.find("v1", "Secret", n) is None and not ctx.claims.blocked(("v1", "Secret", n))
         ]  # a foreign one there: a conflict
         for present in set(names) - set(missing):
-            self.memo.seen((p.namespace, "Secret", present, "create"))
+            self.memo.seen((ctx.namespace, "Secret", present, "create"))
         missing = [
-            n for n in missing if not self.memo.pending((p.namespace, "Secret", n, "create"), None, "")
+            n for n in missing if not self.memo.pending((ctx.namespace, "Secret", n, "create"), None, "")
         ]
         if not missing:
             return 0
 
         async def create(secret: dict[str, Any]) -> int:
             secret_name = secret["metadata"]["name"]
-            log.info("creating Secret %s/%s", p.namespace, secret_name)
-            made, _ = await create_owned(self.api, p.claims, secret)
+            log.info("creating Secret %s/%s", ctx.namespace, secret_name)
+            made, _ = await create_owned(self.api, ctx.claims, secret)
             if made is Made.OURS:
                 # The cluster's own, yet not in the cache, which holds only Secrets labelled with the
                 # cluster: someone took the label off (asked again each pass, so the report stays).
-                p.report(
+                ctx.report(
                     (
                         "CredentialUnlabelled",
-                        f"Secret {secret_name} lacks the label {CLUSTER_LABEL}={p.name}: the operator "
+                        f"Secret {secret_name} lacks the label {CLUSTER_LABEL}={ctx.name}: the operator "
                         "cannot see its password; label it again to have it applied",
                     )
                 )
             elif made is Made.CREATED:
-                self.memo.wrote((p.namespace, "Secret", secret_name, "create"), None, "")
+                self.memo.wrote((ctx.namespace, "Secret", secret_name, "create"), None, "")
             return 1  # a foreign one is the reconcile's to report (a conflict in the claims)
 
         # Passwords only exist in these objects and in the request body; never logged.
-        secrets = build_secrets(p.cluster, ClusterPasswords.generate())
+        secrets = build_secrets(ctx.cluster, ClusterPasswords.generate())
         return await all_of([create(s) for s in secrets if s["metadata"]["name"] in missing])

@@ -1,4 +1,4 @@
-"""Where the instances room says the operator's connections come from (the NetworkPolicy's operator
+"""Where the instances sub-reconciler says the operator's connections come from (the NetworkPolicy's operator
 peer): its namespace, and the node addresses it adds when it runs outside the cluster."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pg_operator.controller.rooms import instances
+from pg_operator.controller.reconcilers import instances
 
 
 def test_operator_namespace_from_the_pod_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -58,19 +58,19 @@ def test_a_tenants_look_alike_pods_are_named_in_one_warning_posted_once_per_set(
 
     from harness.objects import cluster_model
     from pg_operator.controller.cache import Snapshot
-    from pg_operator.controller.rooms import ClusterPass
+    from pg_operator.controller.reconcilers import ReconcileContext
 
     events = RecordedEvents()
-    room = instances.InstancesRoom(events, in_cluster=True)  # type: ignore[arg-type]
+    reconciler = instances.InstancesReconciler(events, in_cluster=True)  # type: ignore[arg-type]
 
-    def settle(foreign: tuple[str, ...]) -> int:
-        p = ClusterPass({"metadata": {"name": "orders-db", "namespace": "shop"}}, cluster_model(),
+    def follow_up(foreign: tuple[str, ...]) -> int:
+        ctx = ReconcileContext({"metadata": {"name": "orders-db", "namespace": "shop"}}, cluster_model(),
                         Snapshot(None, foreign_pods=foreign), None)  # fmt: skip
-        return asyncio.run(room.settle(p))
+        return asyncio.run(reconciler.follow_up(ctx))
 
-    assert settle(("fake-primary",)) == 1 and settle(("fake-primary",)) == 0  # once per set
+    assert follow_up(("fake-primary",)) == 1 and follow_up(("fake-primary",)) == 0  # once per set
     kind, reason, message = events.posted[0]
     assert (kind, reason) == ("Warning", "ForeignPod")
     assert "pod fake-primary carries the cluster's labels but is not controlled by its StatefulSet" in message
-    assert settle(("fake-primary", "fake-replica")) == 1 and "fake-replica" in events.posted[1][2]
-    assert settle(()) == 0 and settle(("fake-primary",)) == 1  # gone, then back: said again
+    assert follow_up(("fake-primary", "fake-replica")) == 1 and "fake-replica" in events.posted[1][2]
+    assert follow_up(()) == 0 and follow_up(("fake-primary",)) == 1  # gone, then back: said again

@@ -1,6 +1,6 @@
-"""Settings changes on a running cluster, the high-availability room's part that talks to PostgreSQL:
-keep Patroni's dynamic configuration as the spec says, but send only values PostgreSQL accepts, and
-tell the user only what really took effect (orchestration.parameter_check decides; this is the glue).
+"""Settings changes on a running cluster, the high-availability sub-reconciler's part that talks to
+PostgreSQL: keep Patroni's dynamic configuration as the spec says, but send only values PostgreSQL accepts,
+and tell the user only what really took effect (orchestration.parameter_check decides; this is the glue).
 
 Per pass: the parameters that differ from what Patroni holds are judged by `postgres -C` in the
 primary's container (once per cluster, image and value: the verdicts are kept); refused ones are left
@@ -24,7 +24,7 @@ from pg_operator import objects
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.kube_api import load_config
 from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
-from pg_operator.controller.rooms import ClusterPass, Problem
+from pg_operator.controller.reconcilers import Problem, ReconcileContext
 from pg_operator.orchestration.instances import Instance
 from pg_operator.orchestration.parameter_check import (
     CHECK_ARGV,
@@ -117,24 +117,28 @@ class SettingsChanges:
             await self._exec.close()
 
     async def ensure(
-        self, p: ClusterPass, primary: Instance | None, member: Endpoint | None, auth: PatroniAuth | None
+        self,
+        ctx: ReconcileContext,
+        primary: Instance | None,
+        member: Endpoint | None,
+        auth: PatroniAuth | None,
     ) -> int:
         """One pass: check, PATCH what is accepted, read back what was sent. Returns the writes made."""
-        key = (p.namespace, p.name)
+        key = (ctx.namespace, ctx.name)
         memory = self._memory.setdefault(key, _ClusterMemory())
         writes = 0
-        configmap = p.snapshot.find("v1", "ConfigMap", config_configmap_name(p.name))
-        desired = dynamic_settings(p.cluster)
+        configmap = ctx.snapshot.find("v1", "ConfigMap", config_configmap_name(ctx.name))
+        desired = dynamic_settings(ctx.cluster)
         patch = dynamic_config_patch(configmap, desired)
         if patch is None or primary is None or member is None:
             if patch is None and memory.told:
                 memory.told = ""  # nothing refused any more: a later refusal is news again
             return writes
         values = new_values(patch)
-        verdicts = await self._judge(p, memory, primary, values)
+        verdicts = await self._judge(ctx, memory, primary, values)
         refused = {n: v.reason for n, v in verdicts.items() if not v.accepted and not v.unknown}
         unknown = {n: v.reason for n, v in verdicts.items() if v.unknown}
-        writes += await self._report(p, memory, refused, unknown)
+        writes += await self._report(ctx, memory, refused, unknown)
         if refused or unknown:
             patch = dynamic_config_patch(
                 configmap, without_refused(desired, dynamic_config(configmap), {*refused, *unknown})
@@ -150,14 +154,14 @@ class SettingsChanges:
             await patch_config(self.session(), member, patch, auth)
         except PatroniError as exc:
             log.warning(
-                "%s/%s: could not update Patroni's dynamic configuration: %s", p.namespace, p.name, exc
+                "%s/%s: could not update Patroni's dynamic configuration: %s", ctx.namespace, ctx.name, exc
             )
             return writes
         memory.patched_version = version
-        return writes + await self._sent(p, memory, patch, verdicts, primary.name)
+        return writes + await self._sent(ctx, memory, patch, verdicts, primary.name)
 
     async def _judge(
-        self, p: ClusterPass, memory: _ClusterMemory, primary: Instance, values: Mapping[str, Any]
+        self, ctx: ReconcileContext, memory: _ClusterMemory, primary: Instance, values: Mapping[str, Any]
     ) -> dict[str, Verdict]:
         """PostgreSQL's verdict on each value, asked of the primary's binary only for values not judged
         before on this image."""
@@ -168,7 +172,7 @@ class SettingsChanges:
         if missing:
             try:
                 result = await self.pod_exec().run(
-                    p.namespace, primary.name, CHECK_ARGV, stdin=check_input(missing), seconds=30
+                    ctx.namespace, primary.name, CHECK_ARGV, stdin=check_input(missing), seconds=30
                 )
                 judged = parse_check_output(missing, result.stdout)
             except ExecError as exc:
@@ -185,7 +189,11 @@ class SettingsChanges:
         return found
 
     async def _report(
-        self, p: ClusterPass, memory: _ClusterMemory, refused: Mapping[str, str], unknown: Mapping[str, str]
+        self,
+        ctx: ReconcileContext,
+        memory: _ClusterMemory,
+        refused: Mapping[str, str],
+        unknown: Mapping[str, str],
     ) -> int:
         problem: Problem | None = None
         if refused:
@@ -198,16 +206,16 @@ class SettingsChanges:
             )
         if problem is None:
             return 0
-        p.report(problem)
+        ctx.report(problem)
         if not refused or memory.told == problem[1]:
             return 0
         memory.told = problem[1]
-        log.warning("%s/%s: %s", p.namespace, p.name, problem[1])
-        return int(await self.events.record(p.body, "Warning", REFUSED_REASON, problem[1]))
+        log.warning("%s/%s: %s", ctx.namespace, ctx.name, problem[1])
+        return int(await self.events.record(ctx.body, "Warning", REFUSED_REASON, problem[1]))
 
     async def _sent(
         self,
-        p: ClusterPass,
+        ctx: ReconcileContext,
         memory: _ClusterMemory,
         patch: Mapping[str, Any],
         verdicts: Mapping[str, Verdict],
@@ -218,8 +226,8 @@ class SettingsChanges:
         sent = new_values(patch)
         log.info(
             "%s/%s: updated Patroni's dynamic configuration: %s",
-            p.namespace,
-            p.name,
+            ctx.namespace,
+            ctx.name,
             ", ".join(settings + [f"parameter {n}" for n in parameters]),
         )
         if sent or len(parameters) > len(sent):
@@ -229,31 +237,33 @@ class SettingsChanges:
                 since=self.clock(),
             )
             if memory.reader is None or memory.reader.done():
-                memory.reader = asyncio.create_task(self._read_back_until_known(p, memory, primary))
+                memory.reader = asyncio.create_task(self._read_back_until_known(ctx, memory, primary))
         user_settings = [s for s in settings if s != "primary_start_timeout"]
         if not user_settings:
             return 0  # the parameters are told once read back; the operator's own setting is not news
         recorded = await self.events.record(
-            p.body,
+            ctx.body,
             "Normal",
             "ConfigurationUpdated",
             "Patroni's dynamic configuration now holds " + ", ".join(user_settings),
         )
         return int(recorded)
 
-    async def _read_back_until_known(self, p: ClusterPass, memory: _ClusterMemory, primary: str) -> None:
+    async def _read_back_until_known(
+        self, ctx: ReconcileContext, memory: _ClusterMemory, primary: str
+    ) -> None:
         """Runs beside the passes after a PATCH (on the primary it went to): Patroni's reload changes
         no object the operator watches, so no pass would come to look. Ends once the Event is posted."""
         try:
             while memory.unverified is not None:
                 await asyncio.sleep(VERIFY_EVERY)
-                await self._read_back(p, memory, primary)
+                await self._read_back(ctx, memory, primary)
         except asyncio.CancelledError:
             raise
         except Exception:  # an Event must never take the operator down
-            log.exception("%s/%s: reading settings back failed", p.namespace, p.name)
+            log.exception("%s/%s: reading settings back failed", ctx.namespace, ctx.name)
 
-    async def _read_back(self, p: ClusterPass, memory: _ClusterMemory, primary: str) -> None:
+    async def _read_back(self, ctx: ReconcileContext, memory: _ClusterMemory, primary: str) -> None:
         """Read the values sent last from pg_settings on the primary; once each is in effect or waits
         for a restart (or VERIFY_WITHIN passed), post the ConfigurationUpdated Event saying which."""
         pending = memory.unverified
@@ -266,10 +276,10 @@ class SettingsChanges:
             if primary:
                 try:
                     out = await self.pod_exec().run(
-                        p.namespace, primary, [*PSQL, "-c", verify_query(pending.expected)], seconds=20
+                        ctx.namespace, primary, [*PSQL, "-c", verify_query(pending.expected)], seconds=20
                     )
                 except ExecError as exc:
-                    log.info("%s/%s: reading settings back: %s", p.namespace, p.name, exc)
+                    log.info("%s/%s: reading settings back: %s", ctx.namespace, ctx.name, exc)
             if out is None or out.exit_status != 0:
                 if now - pending.since < VERIFY_WITHIN:
                     return
@@ -284,4 +294,4 @@ class SettingsChanges:
             return
         event_type = "Warning" if result.not_yet else "Normal"
         reason = "ParameterNotApplied" if result.not_yet else "ConfigurationUpdated"
-        await self.events.record(p.body, event_type, reason, message)
+        await self.events.record(ctx.body, event_type, reason, message)

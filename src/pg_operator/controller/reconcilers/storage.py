@@ -1,5 +1,5 @@
-"""The storage room: a StorageClass that does not exist is reported (the StatefulSet waits for it), and
-data volumes grow when spec.storage does (a refusal, e.g. a class without expansion, is reported).
+"""The storage sub-reconciler: a StorageClass that does not exist is reported (the StatefulSet waits for it),
+and data volumes grow when spec.storage does (a refusal, e.g. a class without expansion, is reported).
 
 StorageClasses are cluster-scoped: a namespaced install may not read them. The operator then asks the
 API server once, at start, whether it may (`storage_classes_readable`), and without that permission it
@@ -19,7 +19,7 @@ from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 from pg_operator import objects
 from pg_operator.controller.cache import Snapshot
 from pg_operator.controller.kube_api import Api, resource_for
-from pg_operator.controller.rooms import ClusterPass, Problem, Room
+from pg_operator.controller.reconcilers import Problem, ReconcileContext, SubReconciler
 from pg_operator.controller.writes import WriteId, WriteMemo, canonical
 from pg_operator.specs import pvc_resizes
 
@@ -59,7 +59,7 @@ def storage_class_problem(spec: Mapping[str, Any], snapshot: Snapshot) -> Proble
     return None
 
 
-class StorageRoom(Room):
+class StorageReconciler(SubReconciler):
     def __init__(self, api: Api, memo: WriteMemo) -> None:
         self.api = api
         self.memo = memo
@@ -70,27 +70,27 @@ class StorageRoom(Room):
     def forget(self, key: tuple[str, str]) -> None:
         self._resize_refused.pop(key, None)
 
-    async def act(self, p: ClusterPass) -> None:
-        p.report(storage_class_problem(objects.spec(p.body), p.snapshot))
+    async def act(self, ctx: ReconcileContext) -> None:
+        ctx.report(storage_class_problem(objects.spec(ctx.body), ctx.snapshot))
 
-    async def settle(self, p: ClusterPass) -> int:
+    async def follow_up(self, ctx: ReconcileContext) -> int:
         writes = 0
-        refusals = self._resize_refused.setdefault((p.namespace, p.name), {})
-        for pvc_name, patch in pvc_resizes(p.cluster, p.snapshot.of_kind("v1", "PersistentVolumeClaim")):
-            ident = (p.namespace, "PersistentVolumeClaim", pvc_name, "resize")
-            rv = objects.resource_version(p.snapshot.find("v1", "PersistentVolumeClaim", pvc_name))
+        refusals = self._resize_refused.setdefault((ctx.namespace, ctx.name), {})
+        for pvc_name, patch in pvc_resizes(ctx.cluster, ctx.snapshot.of_kind("v1", "PersistentVolumeClaim")):
+            ident = (ctx.namespace, "PersistentVolumeClaim", pvc_name, "resize")
+            rv = objects.resource_version(ctx.snapshot.find("v1", "PersistentVolumeClaim", pvc_name))
             fingerprint = canonical(patch)
             if self.memo.pending(ident, rv, fingerprint):
                 refused = refusals.get(ident)
                 if refused is not None and refused[:2] == (rv, fingerprint):
-                    p.report(refused[2])
+                    ctx.report(refused[2])
                 continue
             refusals.pop(ident, None)
-            log.info("growing PVC %s/%s", p.namespace, pvc_name)
+            log.info("growing PVC %s/%s", ctx.namespace, pvc_name)
             writes += 1
             try:
                 await self.api.merge_patch(
-                    resource_for("v1", "PersistentVolumeClaim"), pvc_name, p.namespace, patch
+                    resource_for("v1", "PersistentVolumeClaim"), pvc_name, ctx.namespace, patch
                 )
             except ApiError as exc:
                 if exc.status.code not in (403, 422):
@@ -101,6 +101,6 @@ class StorageRoom(Room):
                     f"PersistentVolumeClaim {pvc_name} cannot grow to spec.storage: {exc.status.message}",
                 )
                 refusals[ident] = (rv, fingerprint, refusal)
-                p.report(refusal)
+                ctx.report(refusal)
             self.memo.wrote(ident, rv, fingerprint)
         return writes

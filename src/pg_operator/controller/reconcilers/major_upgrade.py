@@ -1,8 +1,9 @@
-"""The major-upgrade room: a raised `spec.version` upgrades the cluster in place (docs/major-upgrades.md).
+"""The major-upgrade sub-reconciler: a raised `spec.version` upgrades the cluster in place
+(docs/major-upgrades.md).
 
 The data runs the major in the StatefulSet's `PGOP_PG_MAJOR`; until the upgrade has moved the data, every
-other room builds the cluster at that major (the pass's cluster is replaced by one at the running major),
-so no pod is ever started with a newer major's binaries on older data. The steps, one phase per pass,
+other sub-reconciler builds the cluster at that major (the pass's cluster is replaced by one at the running
+major), so no pod is ever started with a newer major's binaries on older data. The steps, one phase per pass,
 state kept in the cluster's `db.example.com/major-upgrade` annotation (JSON):
 
   Checking     the new major's tree copied onto the primary's volume by an ephemeral container of the new
@@ -53,8 +54,8 @@ from pg_operator.controller.backup_reconcilers.store import (
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.kube_api import Api, PostgresClusterResource
 from pg_operator.controller.pod_exec import PSQL_ARGV, ExecError, PodExec
-from pg_operator.controller.rooms import ClusterPass, Room
-from pg_operator.controller.rooms.high_availability import HighAvailabilityRoom, patroni_auth
+from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
+from pg_operator.controller.reconcilers.high_availability import HighAvailabilityReconciler, patroni_auth
 from pg_operator.images import BUILT_VERSIONS, default_image
 from pg_operator.orchestration import major_upgrade as mu
 from pg_operator.orchestration import major_upgrade_replicas as mur
@@ -91,7 +92,7 @@ def running_major(statefulset: Mapping[str, Any] | None) -> str | None:
 
 
 def at_major(cluster: PostgresCluster, major: str) -> PostgresCluster:
-    """The cluster as the other rooms must build it while the data is still on `major`."""
+    """The cluster as the other sub-reconcilers must build it while the data is still on `major`."""
     if cluster.spec.version == major:
         return cluster
     spec = cluster.spec.model_copy(update={"version": major, "image": None})
@@ -181,13 +182,13 @@ def staging_container(name: str, version: str) -> dict[str, Any]:
     }
 
 
-class MajorUpgradeRoom(Room):
+class MajorUpgradeReconciler(SubReconciler):
     def __init__(
         self,
         api: Api,
         events: EventRecorder,
         pod_exec: PodExec | None,
-        high_availability: HighAvailabilityRoom,
+        high_availability: HighAvailabilityReconciler,
     ) -> None:
         self.api = api
         self.events = events
@@ -199,14 +200,14 @@ class MajorUpgradeRoom(Room):
         # The generation of its source's backups each restored cluster reads (decided once).
         self._recovery: dict[tuple[str, str], generations.Generation] = {}
 
-    def _state(self, p: ClusterPass) -> dict[str, Any] | None:
-        saved = read_state(p.body)
-        mine = self._states.get((p.namespace, p.name))
+    def _state(self, ctx: ReconcileContext) -> dict[str, Any] | None:
+        saved = read_state(ctx.body)
+        mine = self._states.get((ctx.namespace, ctx.name))
         if mine is None:
             return saved
         if saved is None and mine.get("phase") in ("CheckFailed", "RolledBack", "Done"):
             # The user removed the annotation: try again (after fixing what the check or upgrade said).
-            del self._states[(p.namespace, p.name)]
+            del self._states[(ctx.namespace, ctx.name)]
             return None
         return mine
 
@@ -216,37 +217,37 @@ class MajorUpgradeRoom(Room):
 
     # --- the pass ------------------------------------------------------------------------------------
 
-    async def act(self, p: ClusterPass) -> None:
-        if p.cluster.spec.bootstrap.recovery is not None:
-            await self._recovery_generation(p)
-        await self._act(p)
-        self._follow_generation(p)
+    async def act(self, ctx: ReconcileContext) -> None:
+        if ctx.cluster.spec.bootstrap.recovery is not None:
+            await self._recovery_generation(ctx)
+        await self._act(ctx)
+        self._follow_generation(ctx)
 
-    def _follow_generation(self, p: ClusterPass) -> None:
+    def _follow_generation(self, ctx: ReconcileContext) -> None:
         """Every child is built with the server name of the generation the held major archives to."""
-        if p.cluster.spec.backup is None:
+        if ctx.cluster.spec.backup is None:
             return
-        gens = generations.of_cluster(p.body)
-        state = self._state(p)
+        gens = generations.of_cluster(ctx.body)
+        state = self._state(ctx)
         if not gens and state is not None and state.get("from"):
-            gens = generations.first(p.name, str(state["from"]))
-        server = generations.for_major(gens, p.name, p.cluster.spec.version)
-        p.cluster = with_archive_server(p.cluster, server)
+            gens = generations.first(ctx.name, str(state["from"]))
+        server = generations.for_major(gens, ctx.name, ctx.cluster.spec.version)
+        ctx.cluster = with_archive_server(ctx.cluster, server)
 
-    async def _act(self, p: ClusterPass) -> None:
-        running = running_major(p.statefulset)
-        state = self._state(p)
-        wanted = p.cluster.spec.version
+    async def _act(self, ctx: ReconcileContext) -> None:
+        running = running_major(ctx.statefulset)
+        state = self._state(ctx)
+        wanted = ctx.cluster.spec.version
         if state is not None and state.get("phase") in ("Starting", *mu.PAST_NO_RETURN):
-            await self._store_generations(p, state)
+            await self._store_generations(ctx, state)
         if running is None or (running == wanted and (state is None or state.get("phase") == "Done")):
             return
         if state is None or state.get("to") != wanted:
             try:
                 request = mu.requested(wanted, running)
             except ValueError as exc:
-                p.report(("MajorDowngradeRefused", str(exc)))
-                p.cluster = at_major(p.cluster, running)
+                ctx.report(("MajorDowngradeRefused", str(exc)))
+                ctx.cluster = at_major(ctx.cluster, running)
                 return
             if request is None:
                 return
@@ -257,122 +258,122 @@ class MajorUpgradeRoom(Room):
                 "started": time.time(),
             }
             await self._save(
-                p,
+                ctx,
                 state,
                 "Normal",
                 "MajorUpgradeChecking",
                 f"checking the upgrade from PostgreSQL {running} to {wanted} on the live data",
             )
         phase = str(state["phase"])
-        # The data is on the old major until the upgrade swapped it; hold every other room there.
+        # The data is on the old major until the upgrade swapped it; hold every other sub-reconciler there.
         held = state["to"] if phase in ("Starting", *mu.PAST_NO_RETURN) else state["from"]
-        p.cluster = at_major(p.cluster, held)
+        ctx.cluster = at_major(ctx.cluster, held)
         if self.pod_exec is None:
-            p.report(("MajorUpgradeUnavailable", "the operator runs without pod exec"))
+            ctx.report(("MajorUpgradeUnavailable", "the operator runs without pod exec"))
             return
         step = getattr(self, "_" + phase.lower(), None)
         if step is not None:
-            await step(p, state)
+            await step(ctx, state)
 
     # --- phases --------------------------------------------------------------------------------------
 
-    async def _checking(self, p: ClusterPass, state: dict[str, Any]) -> None:
-        primary = self._primary(p)
+    async def _checking(self, ctx: ReconcileContext, state: dict[str, Any]) -> None:
+        primary = self._primary(ctx)
         if primary is None:
-            p.again_in(POLL_SECONDS)
+            ctx.again_in(POLL_SECONDS)
             return
         version = BUILT_VERSIONS[state["to"]][0]
-        staged = await self._staged(p, primary, version)
+        staged = await self._staged(ctx, primary, version)
         if staged is None:
-            p.again_in(POLL_SECONDS)
+            ctx.again_in(POLL_SECONDS)
             return
         if staged:
             await self._fail_check(
-                p, state, f"copying PostgreSQL {version} onto {primary.name}'s volume failed"
+                ctx, state, f"copying PostgreSQL {version} onto {primary.name}'s volume failed"
             )
             return
         layout = mu.Layout(old_bin=OLD_BIN, new_home=mu.staged_binaries(version))
-        res = await self._exec(p, primary.name, mu.check_script(layout), 600)
+        res = await self._exec(ctx, primary.name, mu.check_script(layout), 600)
         if res is None:
-            p.again_in(POLL_SECONDS)
+            ctx.again_in(POLL_SECONDS)
             return
         code, output = res
         if code != 0:
-            await self._fail_check(p, state, mu.check_failure_reason(output))
+            await self._fail_check(ctx, state, mu.check_failure_reason(output))
             return
         state.update(phase="Upgrading", primary=primary.name)
         await self._save(
-            p,
+            ctx,
             state,
             "Normal",
             "MajorUpgradeCheckPassed",
             f"pg_upgrade --check passed on {primary.name}; stopping writes to upgrade",
         )
-        p.again_in(0.1)
+        ctx.again_in(0.1)
 
-    async def _fail_check(self, p: ClusterPass, state: dict[str, Any], reason: str) -> None:
+    async def _fail_check(self, ctx: ReconcileContext, state: dict[str, Any], reason: str) -> None:
         state.update(phase="CheckFailed", message=reason, checked=time.time())
         await self._save(
-            p,
+            ctx,
             state,
             "Warning",
             "MajorUpgradeCheckFailed",
             f"upgrade to PostgreSQL {state['to']} refused, still serving {state['from']}: {reason}",
         )
-        p.report(("MajorUpgradeCheckFailed", reason))
+        ctx.report(("MajorUpgradeCheckFailed", reason))
 
-    async def _checkfailed(self, p: ClusterPass, state: dict[str, Any]) -> None:
+    async def _checkfailed(self, ctx: ReconcileContext, state: dict[str, Any]) -> None:
         wait = float(state.get("checked") or 0) + CHECK_RETRY_SECONDS - time.time()
         if wait > 0:
-            p.report(("MajorUpgradeCheckFailed", str(state.get("message") or "")))
-            p.again_in(wait)
+            ctx.report(("MajorUpgradeCheckFailed", str(state.get("message") or "")))
+            ctx.again_in(wait)
             return
         state["phase"] = "Checking"
-        await self._save(p, state, None, "", "")
-        p.again_in(0.1)
+        await self._save(ctx, state, None, "", "")
+        ctx.again_in(0.1)
 
-    async def _rolledback(self, p: ClusterPass, state: dict[str, Any]) -> None:
+    async def _rolledback(self, ctx: ReconcileContext, state: dict[str, Any]) -> None:
         # Serving the old major again; removing the annotation tries again.
-        p.report(("MajorUpgradeRolledBack", str(state.get("message") or "")[-400:]))
+        ctx.report(("MajorUpgradeRolledBack", str(state.get("message") or "")[-400:]))
 
-    async def _upgrading(self, p: ClusterPass, state: dict[str, Any]) -> None:
+    async def _upgrading(self, ctx: ReconcileContext, state: dict[str, Any]) -> None:
         # The primary the check ran on (its role label may change once PostgreSQL is stopped, and a pass
         # that failed half-way comes back here: every step below may run again).
-        instances = instances_from_pods(p.snapshot.of_kind("v1", "Pod"))
+        instances = instances_from_pods(ctx.snapshot.of_kind("v1", "Pod"))
         primary = next((i for i in instances if i.name == state.get("primary")), None)
         if primary is None or primary.container_down:
-            p.again_in(POLL_SECONDS)
+            ctx.again_in(POLL_SECONDS)
             return
-        if p.cluster.spec.backup is not None and not state.get("paused") and not state.get("archived"):
+        if ctx.cluster.spec.backup is not None and not state.get("paused") and not state.get("archived"):
             # The old major's archive must be current (and working) before writes stop: what it lacks
             # then, no restore to a time before the upgrade could ever replay.
             # Word-split by the script (`$PSQL -c …`), so without the pinning env (the script's
             # sessions stay in the `postgres` database, which no tenant owns).
             psql = " ".join(PSQL_ARGV)
-            res = await self._exec(p, primary.name, mu.archive_current_script(psql, ARCHIVE_WAIT_SECONDS),
+            res = await self._exec(ctx, primary.name, mu.archive_current_script(psql, ARCHIVE_WAIT_SECONDS),
                                    ARCHIVE_WAIT_SECONDS + 30)  # fmt: skip
             if res is None or res[0] != 0:
                 why = (res[1].strip() if res is not None else "") or "the primary could not be asked"
                 state.update(phase="CheckFailed", message=why[-600:], checked=time.time())
                 await self._save(
-                    p,
+                    ctx,
                     state,
                     "Warning",
                     "MajorUpgradeArchiveBehind",
                     f"upgrade to PostgreSQL {state['to']} not started, still serving {state['from']}: the "
                     f"old major's WAL must be archived before writes stop: {why[-400:]}",
                 )
-                p.report(("MajorUpgradeArchiveBehind", why[-400:]))
+                ctx.report(("MajorUpgradeArchiveBehind", why[-400:]))
                 return
             state["archived"] = time.time()
-        if not await self._pause(p, primary, True):
-            p.again_in(POLL_SECONDS)
+        if not await self._pause(ctx, primary, True):
+            ctx.again_in(POLL_SECONDS)
             return
         if not state.get("paused"):
             # Members take the pause on their next loop; one that has not would restart what stops.
             state["paused"] = time.time()
             await self._save(
-                p,
+                ctx,
                 state,
                 "Normal",
                 "MajorUpgradeWritesStopping",
@@ -381,9 +382,9 @@ class MajorUpgradeRoom(Room):
         # Members take the pause on their next loop (a config change wakes it at once); one that has not
         # would restart what stops. Waited for no longer than a whole loop, as before this was polled.
         if not await self._paused_everywhere(
-            p, instances, float(state["paused"]) + p.cluster.spec.patroni.loop_wait + 2
+            ctx, instances, float(state["paused"]) + ctx.cluster.spec.patroni.loop_wait + 2
         ):
-            p.again_in(PAUSE_POLL_SECONDS)
+            ctx.again_in(PAUSE_POLL_SECONDS)
             return
         replicas = [i for i in instances if i.name != primary.name]
         version = BUILT_VERSIONS[state["to"]][0]
@@ -393,57 +394,57 @@ class MajorUpgradeRoom(Room):
         # primary upgrades. The outage is counted from the stop's request (the shutdown checkpoint is part
         # of it); `writesStopped`, once the primary's stop returned, is the old generation's end.
         state.setdefault("stopRequested", time.time())
-        stopped = await self._exec(p, primary.name, mur.stop_primary_script(layout, state["from"]), 180)
+        stopped = await self._exec(ctx, primary.name, mur.stop_primary_script(layout, state["from"]), 180)
         state["writesStopped"] = time.time()
         checkpoint = mur.checkpoint_of(stopped[1]) if stopped is not None else None
         state["checkpoint"] = checkpoint
         script = mu.upgrade_script(layout, state["from"], state["to"],
-                                   require_archived=p.cluster.spec.backup is not None)  # fmt: skip
+                                   require_archived=ctx.cluster.spec.backup is not None)  # fmt: skip
         replica_stop = mur.stop_replica_script(layout, state["from"], state["to"], checkpoint,
                                                " ".join(PSQL_ARGV), REPLICA_CATCH_UP_SECONDS)  # fmt: skip
         res, *replica_stops = await asyncio.gather(
-            self._exec(p, primary.name, script, 3600),
-            *(self._exec(p, inst.name, replica_stop, REPLICA_CATCH_UP_SECONDS + 150) for inst in replicas),
+            self._exec(ctx, primary.name, script, 3600),
+            *(self._exec(ctx, inst.name, replica_stop, REPLICA_CATCH_UP_SECONDS + 150) for inst in replicas),
         )
         code, output = res if res is not None else (1, "the upgrade could not be run")
         sysid = next(
             (ln.split(": ", 1)[1] for ln in output.splitlines() if ln.startswith("system identifier: ")), None
         )
         if code != 0 or sysid is None:
-            await self._pause(p, primary, False)  # Patroni starts the old major on its restored data
+            await self._pause(ctx, primary, False)  # Patroni starts the old major on its restored data
             state.update(phase="RolledBack", message=output[-600:])
             await self._save(
-                p,
+                ctx,
                 state,
                 "Warning",
                 "MajorUpgradeRolledBack",
                 f"upgrade to {state['to']} failed and was rolled back; {state['from']} serves "
                 f"again: {output[-400:]}",
             )
-            p.report(("MajorUpgradeRolledBack", output[-400:]))
+            ctx.report(("MajorUpgradeRolledBack", output[-400:]))
             return
-        await self._set_initialize(p, sysid)
+        await self._set_initialize(ctx, sysid)
         outputs = {inst.name: (out[1] if out is not None else None)
                    for inst, out in zip(replicas, replica_stops, strict=True)}  # fmt: skip
         plan = mur.plan(checkpoint, outputs)
-        linked, recloned = await self._seed_replicas(p, primary, layout, state, checkpoint, plan)
+        linked, recloned = await self._seed_replicas(ctx, primary, layout, state, checkpoint, plan)
         # A replica not seeded cannot follow the new system identifier: emptied (re-cloned), all at once.
         await asyncio.gather(
-            *(self._exec(p, name, f"find {PGDATA} -mindepth 1 -delete", 600) for name in recloned)
+            *(self._exec(ctx, name, f"find {PGDATA} -mindepth 1 -delete", 600) for name in recloned)
         )
         state["replicas"] = {**{name: "linked" for name in linked},
                              **{name: f"re-cloned: {why}" for name, why in recloned.items()}}  # fmt: skip
         state.update(phase="Starting", primary=primary.name)
         annotations: dict[str, str] = {}
         gens: list[generations.Generation] = []
-        if p.cluster.spec.backup is not None:
+        if ctx.cluster.spec.backup is not None:
             # The new major archives to a generation of its own from its first start on.
             since = dt.datetime.fromtimestamp(float(state["writesStopped"]), dt.UTC)
-            gens = generations.started(generations.of_cluster(p.body), p.name, str(state["from"]),
+            gens = generations.started(generations.of_cluster(ctx.body), ctx.name, str(state["from"]),
                                        str(state["to"]), since)  # fmt: skip
             annotations[generations.ANNOTATION] = generations.dump(gens)
         await self._save(
-            p,
+            ctx,
             state,
             "Normal",
             "MajorUpgradeStarting",
@@ -451,25 +452,25 @@ class MajorUpgradeRoom(Room):
             f"{mur.summary(linked, recloned)}",
             annotations=annotations,
         )
-        if gens and p.cluster.spec.backup is not None:
+        if gens and ctx.cluster.spec.backup is not None:
             old, new = gens[-2], gens[-1]
-            prefix = archive_settings(p.cluster.spec.backup, new.server_name).store.prefix
-            p.writes += int(await self.events.record(
-                p.body, "Normal", "BackupGenerationStarted",
+            prefix = archive_settings(ctx.cluster.spec.backup, new.server_name).store.prefix
+            ctx.writes += int(await self.events.record(
+                ctx.body, "Normal", "BackupGenerationStarted",
                 f"PostgreSQL {new.major} archives to server {new.server_name} (s3 prefix {prefix}) from "
                 f"its first start; a restore to a time before {new.since} reads PostgreSQL {old.major}'s "
                 f"backups (server {old.server_name}); Backup {generations.base_backup_name(new)} "
                 "follows once it takes writes",
             ))  # fmt: skip
-        p.cluster = at_major(p.cluster, state["to"])
-        p.again_in(0.1)
+        ctx.cluster = at_major(ctx.cluster, state["to"])
+        ctx.again_in(0.1)
 
-    async def settle(self, p: ClusterPass) -> int:
-        state = self._state(p)
+    async def follow_up(self, ctx: ReconcileContext) -> int:
+        state = self._state(ctx)
         if state is None or state.get("phase") != "Starting":
             return 0
         image = default_image(state["to"])
-        instances = instances_from_pods(p.snapshot.of_kind("v1", "Pod"))
+        instances = instances_from_pods(ctx.snapshot.of_kind("v1", "Pod"))
         # The primary's pod first; the replicas' once its replacement exists: the primary's container is
         # created and started ahead of theirs. (Waiting longer, until its Patroni runs, only delays the
         # resume, which must wait for every pod of the old image to go.)
@@ -479,39 +480,39 @@ class MajorUpgradeRoom(Room):
         for inst in instances:
             turn = primary_replaced or inst.name == primary
             if inst.image != image and not inst.terminating and turn:
-                await self.api.delete("v1", "Pod", inst.name, p.namespace)
+                await self.api.delete("v1", "Pod", inst.name, ctx.namespace)
                 writes += 1
         return writes
 
-    async def _starting(self, p: ClusterPass, state: dict[str, Any]) -> None:
-        instances = instances_from_pods(p.snapshot.of_kind("v1", "Pod"))
+    async def _starting(self, ctx: ReconcileContext, state: dict[str, Any]) -> None:
+        instances = instances_from_pods(ctx.snapshot.of_kind("v1", "Pod"))
         image = default_image(state["to"])
         primary = next((i for i in instances if i.name == state.get("primary")), None)
         if primary is None or primary.image != image or primary.container_down or not primary.pod_ip:
-            p.again_in(OUTAGE_POLL_SECONDS)
+            ctx.again_in(OUTAGE_POLL_SECONDS)
             return
         if not state.get("resumed"):
             # Not while a pod of the old image still runs (settle deletes the replicas' after the
             # primary's): an old major's Patroni must never act on the emptied or upgraded data.
             if any(i.image != image and not i.terminating for i in instances):
-                p.again_in(OUTAGE_POLL_SECONDS)
+                ctx.again_in(OUTAGE_POLL_SECONDS)
                 return
-            if not await self._pause(p, primary, False):
-                p.again_in(OUTAGE_POLL_SECONDS)
+            if not await self._pause(ctx, primary, False):
+                ctx.again_in(OUTAGE_POLL_SECONDS)
                 return
             state["resumed"] = time.time()
-            await self._save(p, state, None, "", "")
+            await self._save(ctx, state, None, "", "")
         leader = new_primary(instances, image)
         if leader is None:
-            p.again_in(OUTAGE_POLL_SECONDS)
+            ctx.again_in(OUTAGE_POLL_SECONDS)
             return
         state["primary"] = leader.name
-        if p.cluster.spec.backup is not None and not state.get("baseBackup"):
-            state["baseBackup"] = await self._base_backup(p)
+        if ctx.cluster.spec.backup is not None and not state.get("baseBackup"):
+            state["baseBackup"] = await self._base_backup(ctx)
         state.update(phase="ReplicasCatchingUp", writable=time.time())
         outage = mu.write_outage_seconds(outage_start(state), state["writable"])
         await self._save(
-            p,
+            ctx,
             state,
             "Normal",
             "MajorUpgradePrimaryWritable",
@@ -519,43 +520,43 @@ class MajorUpgradeRoom(Room):
             f"{outage} s); replicas are catching up",
         )
 
-    async def _replicascatchingup(self, p: ClusterPass, state: dict[str, Any]) -> None:
-        instances = instances_from_pods(p.snapshot.of_kind("v1", "Pod"))
-        if len(instances) < p.cluster.spec.replicas or not all(i.ready for i in instances):
-            p.again_in(POLL_SECONDS)
+    async def _replicascatchingup(self, ctx: ReconcileContext, state: dict[str, Any]) -> None:
+        instances = instances_from_pods(ctx.snapshot.of_kind("v1", "Pod"))
+        if len(instances) < ctx.cluster.spec.replicas or not all(i.ready for i in instances):
+            ctx.again_in(POLL_SECONDS)
             return
         state.update(phase="Analyzing", replicasBack=time.time())
         await self._save(
-            p,
+            ctx,
             state,
             "Normal",
             "MajorUpgradeReplicasBack",
             f"every replica follows the new primary on PostgreSQL {state['to']}",
         )
-        p.again_in(0.1)
+        ctx.again_in(0.1)
 
-    async def _analyzing(self, p: ClusterPass, state: dict[str, Any]) -> None:
-        primary = self._primary(p)
+    async def _analyzing(self, ctx: ReconcileContext, state: dict[str, Any]) -> None:
+        primary = self._primary(ctx)
         if primary is None:
-            p.again_in(POLL_SECONDS)
+            ctx.again_in(POLL_SECONDS)
             return
         argv = mu.statistics_argv("/usr/lib/postgresql/current/bin", state["to"])
         command = " ".join(argv) + " -h /var/run/postgresql -U postgres --quiet"
         command += f" && rm -rf {mu.WORK_DIR}"  # the staged tree and the old data directory
-        res = await self._exec(p, primary.name, command, 3600)
+        res = await self._exec(ctx, primary.name, command, 3600)
         if res is None or res[0] != 0:
-            p.report(("MajorUpgradeAnalyzeFailed", (res or (1, "not run"))[1][-400:]))
-            p.again_in(30)
+            ctx.report(("MajorUpgradeAnalyzeFailed", (res or (1, "not run"))[1][-400:]))
+            ctx.again_in(30)
             return
         # A seeded replica kept its old data directory in its own work directory (its data files are shared
         # with the new one; only the old catalogs are freed). A failure leaves files, not a wrong cluster.
-        pods = instances_from_pods(p.snapshot.of_kind("v1", "Pod"))
+        pods = instances_from_pods(ctx.snapshot.of_kind("v1", "Pod"))
         others = [i.name for i in pods if i.name != primary.name]
-        await asyncio.gather(*(self._exec(p, name, f"rm -rf {mu.WORK_DIR}", 600) for name in others))
+        await asyncio.gather(*(self._exec(ctx, name, f"rm -rf {mu.WORK_DIR}", 600) for name in others))
         outage = mu.write_outage_seconds(outage_start(state), state.get("writable"))
         state.update(phase="Done", finished=time.time(), outage=outage)
         await self._save(
-            p,
+            ctx,
             state,
             "Normal",
             "MajorUpgradeCompleted",
@@ -564,17 +565,17 @@ class MajorUpgradeRoom(Room):
 
     # --- helpers -------------------------------------------------------------------------------------
 
-    def _primary(self, p: ClusterPass) -> Instance | None:
-        for inst in instances_from_pods(p.snapshot.of_kind("v1", "Pod")):
+    def _primary(self, ctx: ReconcileContext) -> Instance | None:
+        for inst in instances_from_pods(ctx.snapshot.of_kind("v1", "Pod")):
             if inst.role == ROLE_PRIMARY and inst.ready and not inst.terminating:
                 return inst
         return None
 
-    async def _staged(self, p: ClusterPass, primary: Instance, version: str) -> bool | None:
+    async def _staged(self, ctx: ReconcileContext, primary: Instance, version: str) -> bool | None:
         """Copy the new major's tree onto the primary's volume with an ephemeral container of the new
         image: None while it runs, False once copied, True when it failed."""
         name = f"stage-{version.replace('.', '-')}"
-        pod = p.snapshot.find("v1", "Pod", primary.name) or {}
+        pod = ctx.snapshot.find("v1", "Pod", primary.name) or {}
         for st in (pod.get("status") or {}).get("ephemeralContainerStatuses") or ():
             if st.get("name") == name:
                 done = (st.get("state") or {}).get("terminated")
@@ -586,14 +587,14 @@ class MajorUpgradeRoom(Room):
             Pod.Ephemeralcontainers,
             primary.name,
             {"spec": {"ephemeralContainers": containers}},
-            namespace=p.namespace,
+            namespace=ctx.namespace,
             patch_type=PatchType.STRATEGIC,
         )
         return None
 
     async def _seed_replicas(
         self,
-        p: ClusterPass,
+        ctx: ReconcileContext,
         primary: Instance,
         layout: mu.Layout,
         state: dict[str, Any],
@@ -610,11 +611,11 @@ class MajorUpgradeRoom(Room):
         sink = ["/bin/sh", "-c", mur.sink_script(layout, state["from"], state["to"], checkpoint or "")]
         started = time.monotonic()
         try:
-            piped = await self.pod_exec.pipe(p.namespace, source, [(name, sink) for name in plan.seed],
+            piped = await self.pod_exec.pipe(ctx.namespace, source, [(name, sink) for name in plan.seed],
                                              seconds=SEED_SECONDS)  # fmt: skip
         except ExecError as exc:
             log.info("%s/%s: streaming the new cluster from %s failed: %s",
-                     p.namespace, p.name, primary.name, exc)  # fmt: skip
+                     ctx.namespace, ctx.name, primary.name, exc)  # fmt: skip
             unstreamed = dict.fromkeys(plan.seed, "the primary's new cluster could not be streamed")
             return [], {**recloned, **unstreamed}
         linked: list[str] = []
@@ -625,13 +626,23 @@ class MajorUpgradeRoom(Room):
                 linked.append(name)
             else:
                 recloned[name] = failure
-        log.info("%s/%s: seeded %s from %s (%d bytes in %.1f s); re-cloning %s", p.namespace, p.name, linked,
-                 primary.name, piped.bytes, time.monotonic() - started, sorted(recloned))  # fmt: skip
+        log.info(
+            "%s/%s: seeded %s from %s (%d bytes in %.1f s); re-cloning %s",
+            ctx.namespace,
+            ctx.name,
+            linked,
+            primary.name,
+            piped.bytes,
+            time.monotonic() - started,
+            sorted(recloned),
+        )
         state["seedSeconds"] = round(time.monotonic() - started, 3)
         state["seedBytes"] = piped.bytes
         return linked, recloned
 
-    async def _paused_everywhere(self, p: ClusterPass, instances: list[Instance], until: float) -> bool:
+    async def _paused_everywhere(
+        self, ctx: ReconcileContext, instances: list[Instance], until: float
+    ) -> bool:
         """Poll the members' data (fresh from the API, not the pass's snapshot) until every member took
         the pause; True then, or once `until` has passed (a member whose Patroni does not run publishes
         nothing, but cannot start PostgreSQL either). False: ask again on the next pass."""
@@ -639,46 +650,48 @@ class MajorUpgradeRoom(Room):
             members: list[Mapping[str, Any]] = []
             for inst in instances:
                 try:
-                    pod = await self.api.get(Pod, inst.name, p.namespace)
+                    pod = await self.api.get(Pod, inst.name, ctx.namespace)
                 except ApiError as exc:
-                    log.info("%s/%s: reading %s failed: %s", p.namespace, p.name, inst.name, exc)
+                    log.info("%s/%s: reading %s failed: %s", ctx.namespace, ctx.name, inst.name, exc)
                     return False
                 members.append(patroni_state({"annotations": pod.metadata.annotations or {}}))
             if mu.members_paused(members) or time.time() >= until:
                 return True
             await asyncio.sleep(PAUSE_POLL_SECONDS)
 
-    async def _exec(self, p: ClusterPass, pod: str, script: str, seconds: float) -> tuple[int, str] | None:
+    async def _exec(
+        self, ctx: ReconcileContext, pod: str, script: str, seconds: float
+    ) -> tuple[int, str] | None:
         assert self.pod_exec is not None
         try:
-            res = await self.pod_exec.run(p.namespace, pod, ["/bin/sh", "-c", script], seconds=seconds)
+            res = await self.pod_exec.run(ctx.namespace, pod, ["/bin/sh", "-c", script], seconds=seconds)
         except (ExecError, TimeoutError) as exc:
-            log.info("%s/%s: exec in %s failed: %s", p.namespace, p.name, pod, exc)
+            log.info("%s/%s: exec in %s failed: %s", ctx.namespace, ctx.name, pod, exc)
             return None
         return res.exit_status, res.output
 
-    async def _pause(self, p: ClusterPass, primary: Instance, pause: bool) -> bool:
-        member = self.ha.endpoint(p, primary)
+    async def _pause(self, ctx: ReconcileContext, primary: Instance, pause: bool) -> bool:
+        member = self.ha.endpoint(ctx, primary)
         if member is None:
             return False
         try:
             await patch_config(
-                self.ha.session(), member, {"pause": pause}, patroni_auth(p.snapshot, p.cluster)
+                self.ha.session(), member, {"pause": pause}, patroni_auth(ctx.snapshot, ctx.cluster)
             )
         except PatroniError as exc:
-            log.info("%s/%s: pause=%s refused: %s", p.namespace, p.name, pause, exc)
+            log.info("%s/%s: pause=%s refused: %s", ctx.namespace, ctx.name, pause, exc)
             return False
         return True
 
-    async def _set_initialize(self, p: ClusterPass, sysid: str) -> None:
+    async def _set_initialize(self, ctx: ReconcileContext, sysid: str) -> None:
         """Patroni's record of the cluster's system identifier (and the old timelines' history) in its
         `<cluster>-config` ConfigMap: the new cluster has a new identifier and starts on timeline 1."""
         patch = {"metadata": {"annotations": {"initialize": sysid, "history": None}}}
-        await self.api.merge_patch(ConfigMap, f"{p.name}-config", p.namespace, patch)
+        await self.api.merge_patch(ConfigMap, f"{ctx.name}-config", ctx.namespace, patch)
 
     async def _save(
         self,
-        p: ClusterPass,
+        ctx: ReconcileContext,
         state: dict[str, Any],
         event_type: str | None,
         reason: str,
@@ -689,104 +702,111 @@ class MajorUpgradeRoom(Room):
         patch = {"metadata": {"annotations": {**(annotations or {}),
                                               ANNOTATION: json.dumps(state, sort_keys=True)}}}  # fmt: skip
         try:
-            await self.api.merge_patch(PostgresClusterResource, p.name, p.namespace, patch)
+            await self.api.merge_patch(PostgresClusterResource, ctx.name, ctx.namespace, patch)
         except ApiError as exc:
-            log.warning("%s/%s: could not record the upgrade's state: %s", p.namespace, p.name, exc)
+            log.warning("%s/%s: could not record the upgrade's state: %s", ctx.namespace, ctx.name, exc)
             raise
-        p.writes += 1
-        self._states[(p.namespace, p.name)] = dict(state)
+        ctx.writes += 1
+        self._states[(ctx.namespace, ctx.name)] = dict(state)
         if event_type:
-            p.writes += int(await self.events.record(p.body, event_type, reason, message))
+            ctx.writes += int(await self.events.record(ctx.body, event_type, reason, message))
 
     # --- backups across the upgrade (backup.generations) -------------------------------------------------
 
-    async def _base_backup(self, p: ClusterPass) -> str:
+    async def _base_backup(self, ctx: ReconcileContext) -> str:
         """The new generation's first base backup: a Backup object of the cluster, so it runs like any
         other (on a streaming replica when there is one, restart-safe, reported in its status and in
         LastBackupSucceeded, kept by retention)."""
-        gens = generations.of_cluster(p.body)
-        state = self._state(p) or {}
+        gens = generations.of_cluster(ctx.body)
+        state = self._state(ctx) or {}
         current = generations.Generation(
-            generations.for_major(gens or generations.first(p.name, str(state.get("from") or "")), p.name,
+            generations.for_major(gens or generations.first(ctx.name, str(state.get("from") or "")), ctx.name,
                                   str(state.get("to"))),
             str(state.get("to")),
         )  # fmt: skip
-        body = generations.base_backup_object(p.namespace, p.name, p.cluster.uid, current)
+        body = generations.base_backup_object(ctx.namespace, ctx.name, ctx.cluster.uid, current)
         assert _backup_kinds.BackupResource  # the Backup kind is registered for create_dict
         try:
             await self.api.create_dict(body)
         except ApiError as exc:
             if exc.status.code != 409:
                 log.warning("%s/%s: could not create the new generation's Backup: %s",
-                            p.namespace, p.name, exc)  # fmt: skip
+                            ctx.namespace, ctx.name, exc)  # fmt: skip
                 raise
-        p.writes += 1
+        ctx.writes += 1
         return str(body["metadata"]["name"])
 
-    async def _store_generations(self, p: ClusterPass, state: dict[str, Any]) -> None:
+    async def _store_generations(self, ctx: ReconcileContext, state: dict[str, Any]) -> None:
         """The generations file in the first generation's prefix, for restores that find the cluster gone
         (written once per upgrade; a failing store is reported and asked again on the next pass)."""
-        config = p.cluster.spec.backup
+        config = ctx.cluster.spec.backup
         if config is None or state.get("generationsStored") == state.get("to"):
             return
-        gens = generations.of_cluster(p.body)
+        gens = generations.of_cluster(ctx.body)
         if len(gens) < 2 or gens[-1].major != state.get("to"):
             return  # the cache does not show the switch yet
         store = archive_settings(config, gens[0].server_name).store
         try:
-            access = await store_access(self.api, p.namespace, config, store, cluster=p.name)
-            document = generations.store_document(p.name, gens)
+            access = await store_access(self.api, ctx.namespace, config, store, cluster=ctx.name)
+            document = generations.store_document(ctx.name, gens)
             await put_object(access, generations.store_key(store.prefix), document)
         except StoreError as exc:
             why = f"the generations file under {store.prefix} could not be written: {exc}"
-            p.report(("BackupGenerationsUnrecorded", why))
-            p.again_in(30)
+            ctx.report(("BackupGenerationsUnrecorded", why))
+            ctx.again_in(30)
             return
         state["generationsStored"] = state.get("to")
-        await self._save(p, state, None, "", "")
+        await self._save(ctx, state, None, "", "")
 
-    async def _recovery_generation(self, p: ClusterPass) -> None:
+    async def _recovery_generation(self, ctx: ReconcileContext) -> None:
         """A restored cluster reads the generation of its source's backups that holds the target, from the
         source's generations file (before its first instance starts; a source never upgraded with
         backups has none: its own name). The data runs the major it was backed up with, so a spec.version
         that differs is refused (the StatefulSet waits while a problem is reported)."""
-        recovery = p.cluster.spec.bootstrap.recovery
+        recovery = ctx.cluster.spec.bootstrap.recovery
         assert recovery is not None
-        key = (p.namespace, p.name)
-        chosen = generations.recovery_generation(p.body) or self._recovery.get(key)
+        key = (ctx.namespace, ctx.name)
+        chosen = generations.recovery_generation(ctx.body) or self._recovery.get(key)
         if chosen is None:
-            if p.statefulset is not None:
+            if ctx.statefulset is not None:
                 return  # restored before generations existed: the source's own name
             source = recovery_source(recovery)
             try:
                 access = await s3_access(
-                    self.api, p.namespace, recovery.source.s3, source, cluster=p.name, recovery=True
+                    self.api, ctx.namespace, recovery.source.s3, source, cluster=ctx.name, recovery=True
                 )
                 raw = await read_object(access, generations.store_key(source.prefix))
                 gens = generations.parse(raw, f"{source.prefix}{generations.STORE_FILE}")
             except (StoreError, ValueError) as exc:
-                p.report(("RecoverySourceUnreadable", f"the generations of {recovery.source.cluster_name}'s "
-                          f"backups could not be read: {exc}"))  # fmt: skip
-                p.again_in(15)
+                ctx.report(
+                    (
+                        "RecoverySourceUnreadable",
+                        f"the generations of {recovery.source.cluster_name}'s "
+                        f"backups could not be read: {exc}",
+                    )
+                )
+                ctx.again_in(15)
                 return
-            gens = gens or generations.first(recovery.source.cluster_name, p.cluster.spec.version)
+            gens = gens or generations.first(recovery.source.cluster_name, ctx.cluster.spec.version)
             chosen = generations.for_target(
                 gens, generations.target_time_of(recovery.target_time, recovery.backup_id)
             )
             self._recovery[key] = chosen
             record = json.dumps(chosen.to_mapping(), sort_keys=True)
             patch = {"metadata": {"annotations": {generations.RECOVERY_ANNOTATION: record}}}
-            await self.api.merge_patch(PostgresClusterResource, p.name, p.namespace, patch)
-            p.writes += 1
+            await self.api.merge_patch(PostgresClusterResource, ctx.name, ctx.namespace, patch)
+            ctx.writes += 1
             if len(gens) > 1:
-                p.writes += int(await self.events.record(
-                    p.body, "Normal", "RecoveryGenerationChosen",
+                ctx.writes += int(await self.events.record(
+                    ctx.body, "Normal", "RecoveryGenerationChosen",
                     f"restoring from server {chosen.server_name} of {recovery.source.cluster_name}'s backups "
                     f"(PostgreSQL {chosen.major}), the generation that holds the target",
                 ))  # fmt: skip
-        if p.statefulset is None:
-            refused = generations.major_mismatch(chosen, p.cluster.spec.version, recovery.source.cluster_name)
+        if ctx.statefulset is None:
+            refused = generations.major_mismatch(
+                chosen, ctx.cluster.spec.version, recovery.source.cluster_name
+            )
             if refused is not None:
-                p.report(("RecoveryMajorMismatch", refused))
+                ctx.report(("RecoveryMajorMismatch", refused))
                 return
-        p.cluster = with_recovery_server(p.cluster, chosen.server_name)
+        ctx.cluster = with_recovery_server(ctx.cluster, chosen.server_name)

@@ -14,8 +14,8 @@ import pytest
 from harness.objects import cluster_model
 from harness.pods import instance_pod
 from pg_operator.controller.cache import Snapshot
-from pg_operator.controller.rooms import ClusterPass
-from pg_operator.controller.rooms.high_availability import HighAvailabilityRoom
+from pg_operator.controller.reconcilers import ReconcileContext
+from pg_operator.controller.reconcilers.high_availability import HighAvailabilityReconciler
 from pg_operator.orchestration.instances import instances_from_pods
 from pg_operator.patroni.client import Endpoint
 from pg_operator.specs.tls import new_ca
@@ -26,7 +26,7 @@ class NoEvents:
         return True
 
 
-def a_pass(*, with_ca: bool) -> tuple[ClusterPass, Any]:
+def a_pass(*, with_ca: bool) -> tuple[ReconcileContext, Any]:
     cluster = cluster_model()
     pod = instance_pod("orders-db-0", role="primary")
     pod["metadata"]["labels"]["db.example.com/cluster"] = "orders-db"
@@ -37,31 +37,31 @@ def a_pass(*, with_ca: bool) -> tuple[ClusterPass, Any]:
         ca = new_ca(cluster, dt.datetime.now(dt.UTC))
         data = {"ca.crt": base64.b64encode(ca.cert_pem).decode()}
         children[("v1", "Secret")] = [{"metadata": {"name": "orders-db-ca"}, "data": data}]
-    p = ClusterPass({"metadata": {"name": "orders-db", "namespace": "shop"}}, cluster,
+    ctx = ReconcileContext({"metadata": {"name": "orders-db", "namespace": "shop"}}, cluster,
                     Snapshot(None, children), None)  # fmt: skip
     (instance,) = instances_from_pods([pod])
-    return p, instance
+    return ctx, instance
 
 
-def room() -> HighAvailabilityRoom:
-    return HighAvailabilityRoom(None, NoEvents())  # type: ignore[arg-type]
+def reconciler() -> HighAvailabilityReconciler:
+    return HighAvailabilityReconciler(None, NoEvents())  # type: ignore[arg-type]
 
 
 def test_a_pod_without_the_tls_annotation_is_still_asked_over_verified_https() -> None:
-    p, instance = a_pass(with_ca=True)
-    endpoint = room().endpoint(p, instance)
+    ctx, instance = a_pass(with_ca=True)
+    endpoint = reconciler().endpoint(ctx, instance)
     assert endpoint is not None
     assert endpoint.url("/cluster") == "https://10.1.0.7:8008/cluster"
     assert endpoint.options()["ssl"].verify_mode == ssl.CERT_REQUIRED
     assert endpoint.options()["server_hostname"] == "orders-db-0.orders-db.shop.svc"
-    assert p.problem is None
+    assert ctx.problem is None
 
 
 def test_without_a_ca_patroni_is_not_asked_and_the_pass_says_why() -> None:
-    p, instance = a_pass(with_ca=False)
-    assert room().endpoint(p, instance) is None
-    assert p.problem is not None
-    reason, message = p.problem
+    ctx, instance = a_pass(with_ca=False)
+    assert reconciler().endpoint(ctx, instance) is None
+    assert ctx.problem is not None
+    reason, message = ctx.problem
     assert reason == "PatroniUnverified"
     assert "orders-db-0" in message and "orders-db-ca" in message
 

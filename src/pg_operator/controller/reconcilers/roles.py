@@ -1,4 +1,4 @@
-"""The roles room: `spec.roles` and `spec.databases` kept in the database as declared.
+"""The roles sub-reconciler: `spec.roles` and `spec.databases` kept in the database as declared.
 
 A check reads what the primary holds (one psql over pod exec, read-only, specs/role_reads.py: roles,
 memberships, password verifiers of the declared roles, databases, extensions, schemas), plans the SQL that
@@ -30,7 +30,7 @@ from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.controller.events import EventRecorder, OncePerMessage
 from pg_operator.controller.kube_api import Api, is_conflict
 from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
-from pg_operator.controller.rooms import ClusterPass, Room
+from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
 from pg_operator.controller.writes import Made, WriteMemo, all_of
 from pg_operator.controller.writes import create as create_owned
 from pg_operator.controller.writes import patch as patch_owned
@@ -78,7 +78,7 @@ class _Checked:
     failure: str | None = None  # the check or the apply failed: why (no secret in it)
 
 
-class RolesRoom(Room):
+class RolesReconciler(SubReconciler):
     def __init__(self, api: Api, memo: WriteMemo, events: EventRecorder, pod_exec: PodExec | None) -> None:
         self.api = api
         self.memo = memo
@@ -93,31 +93,31 @@ class RolesRoom(Room):
 
     # --- data plane -------------------------------------------------------------------------------------
 
-    async def act(self, p: ClusterPass) -> None:
-        key = (p.namespace, p.name)
-        if not declares_anything(p.cluster) and not self._left_to_release(p):
+    async def act(self, ctx: ReconcileContext) -> None:
+        key = (ctx.namespace, ctx.name)
+        if not declares_anything(ctx.cluster) and not self._left_to_release(ctx):
             self._checked.pop(key, None)
             return
-        p.writes += await self._refresh_secrets(p)
-        primary = p.running_primary()
+        ctx.writes += await self._refresh_secrets(ctx)
+        primary = ctx.running_primary()
         if primary is None or self.exec is None:
             return  # the primary's pod changes wake the cluster
-        secrets = {objects.name(s): s for s in p.snapshot.of_kind("v1", "Secret")}
+        secrets = {objects.name(s): s for s in ctx.snapshot.of_kind("v1", "Secret")}
         trigger = (
-            p.cluster.generation,
+            ctx.cluster.generation,
             primary,
-            tuple((n, objects.resource_version(secrets.get(n))) for n in password_sources(p.cluster)),
+            tuple((n, objects.resource_version(secrets.get(n))) for n in password_sources(ctx.cluster)),
         )
         last = self._checked.get(key)
         now = time.monotonic()
         if last is not None and last.trigger == trigger:
             wait = (RETRY_SECONDS if last.failure else CHECK_SECONDS) - (now - last.at)
             if wait > 0:
-                p.again_in(wait)
+                ctx.again_in(wait)
                 return
-        checked = await self._check(p, primary, trigger, secrets)
+        checked = await self._check(ctx, primary, trigger, secrets)
         self._checked[key] = checked
-        p.again_in(RETRY_SECONDS if checked.failure else CHECK_SECONDS)
+        ctx.again_in(RETRY_SECONDS if checked.failure else CHECK_SECONDS)
         problems = ([checked.failure] if checked.failure else []) + [
             f"{kind} {e.name}: {e.reason}"
             for kind, entries in (("role", checked.roles), ("database", checked.databases))
@@ -125,25 +125,29 @@ class RolesRoom(Room):
             if not e.applied and not e.reason.startswith("waiting for")
         ]
         if problems:
-            p.writes += await self._warned.warn(p.body, "RolesNotApplied", "; ".join(problems)[:2000])
+            ctx.writes += await self._warned.warn(ctx.body, "RolesNotApplied", "; ".join(problems)[:2000])
 
-    def _left_to_release(self, p: ClusterPass) -> bool:
+    def _left_to_release(self, ctx: ReconcileContext) -> bool:
         """Nothing is declared, but the last check or status still lists roles or databases (removed from
         the spec: the removal policy is still to be applied, or a removal was refused)."""
-        last = self._checked.get((p.namespace, p.name))
+        last = self._checked.get((ctx.namespace, ctx.name))
         if last is not None:
             return bool(last.roles or last.databases)
-        status = p.body.get("status") or {}
+        status = ctx.body.get("status") or {}
         return bool(status.get("roles") or status.get("databases"))
 
     async def _check(
-        self, p: ClusterPass, primary: str, trigger: tuple[Any, ...], secrets: dict[str, dict[str, Any]]
+        self,
+        ctx: ReconcileContext,
+        primary: str,
+        trigger: tuple[Any, ...],
+        secrets: dict[str, dict[str, Any]],
     ) -> _Checked:
         assert self.exec is not None
         checked = _Checked(trigger, time.monotonic())
         try:
-            script = observe_sql(p.cluster).encode()
-            result = await self.exec.run(p.namespace, primary, [*PSQL, "-q", "-f", "-"],
+            script = observe_sql(ctx.cluster).encode()
+            result = await self.exec.run(ctx.namespace, primary, [*PSQL, "-q", "-f", "-"],
                                          stdin=script, seconds=EXEC_SECONDS)  # fmt: skip
             if result.exit_status != 0:
                 why = without_secrets(result.stderr)[-300:] or f"psql exited {result.exit_status}"
@@ -154,7 +158,7 @@ class RolesRoom(Room):
             checked.failure = f"could not read roles and databases on {primary}: {exc}"
             return checked
         try:
-            plan = converge(p.cluster, observed, passwords(p.cluster, secrets))
+            plan = converge(ctx.cluster, observed, passwords(ctx.cluster, secrets))
         except ValueError as exc:  # a name the plan refuses to put on a psql line
             checked.failure = f"could not plan roles and databases: {exc}"
             return checked
@@ -163,7 +167,7 @@ class RolesRoom(Room):
             return checked
         what = "; ".join(plan.changes)[:1500] or "marked managed roles and databases"
         try:
-            result = await self.exec.run(p.namespace, primary, [*PSQL, "-q", "-f", "-"],
+            result = await self.exec.run(ctx.namespace, primary, [*PSQL, "-q", "-f", "-"],
                                          stdin=plan.sql.encode(), seconds=EXEC_SECONDS)  # fmt: skip
         except ExecError as exc:
             checked.failure = f"could not apply roles and databases on {primary}: {exc}"
@@ -177,33 +181,33 @@ class RolesRoom(Room):
                 Entry(e.name, False, e.reason or "the SQL failed") for e in checked.databases
             ]
             return checked
-        log.info("%s/%s: %s", p.namespace, p.name, what)
-        p.writes += int(await self.events.record(p.body, "Normal", "RolesConverged", what))
+        log.info("%s/%s: %s", ctx.namespace, ctx.name, what)
+        ctx.writes += int(await self.events.record(ctx.body, "Normal", "RolesConverged", what))
         return checked
 
     # --- generated Secrets ------------------------------------------------------------------------------
 
-    def _ca(self, p: ClusterPass) -> str | None:
-        return decoded(p.snapshot.find("v1", "Secret", names.app_secret(p.cluster)), APP_CA_KEY)
+    def _ca(self, ctx: ReconcileContext) -> str | None:
+        return decoded(ctx.snapshot.find("v1", "Secret", names.app_secret(ctx.cluster)), APP_CA_KEY)
 
-    async def _refresh_secrets(self, p: ClusterPass) -> int:
+    async def _refresh_secrets(self, ctx: ReconcileContext) -> int:
         """Generated Secrets' derived keys follow their password, the cluster and its trusted CAs. Only
         the cluster's own (the snapshot holds no other at their names; patch_owned pins each to its
         uid)."""
-        ca = self._ca(p)
+        ca = self._ca(ctx)
         patches = []
-        for role in declared_roles(p.cluster):
+        for role in declared_roles(ctx.cluster):
             if not generates_secret(role):
                 continue
-            name = role_secret_name(p.cluster, role.name)
-            secret = p.snapshot.find("v1", "Secret", name)
-            patch = stale_keys(p.cluster, role.name, secret, ca)
+            name = role_secret_name(ctx.cluster, role.name)
+            secret = ctx.snapshot.find("v1", "Secret", name)
+            patch = stale_keys(ctx.cluster, role.name, secret, ca)
             if patch is not None and secret is not None:
                 patches.append((secret, patch))
 
         async def send(secret: dict[str, Any], patch: dict[str, Any]) -> int:
             try:
-                await patch_owned(self.api, p.claims, Secret, secret, patch)
+                await patch_owned(self.api, ctx.claims, Secret, secret, patch)
             except ApiError as exc:
                 if not is_conflict(exc):
                     raise
@@ -211,64 +215,72 @@ class RolesRoom(Room):
 
         return await all_of([send(secret, patch) for secret, patch in patches])
 
-    async def _release_secrets(self, p: ClusterPass) -> int:
+    async def _release_secrets(self, ctx: ReconcileContext) -> int:
         """The generated Secret of a role no longer declared: with removal policy retain the role keeps its
         password, so the Secret is handed over (no owner, no labels) rather than deleted; with delete it is
         left to the deletion of undesired children."""
-        if p.cluster.spec.removal_policy.roles != "retain":
+        if ctx.cluster.spec.removal_policy.roles != "retain":
             return 0
         # Only the cluster's own: a Secret someone else labelled like one is not the cluster's to hand over.
-        ours = [s for s in p.snapshot.of_kind("v1", "Secret") if p.claims.ours(s)]
-        released = released_secrets(p.cluster, ours)
-        p.wanted.update(("v1", "Secret", n) for n in released)  # kept this pass; gone from the cache after
+        ours = [s for s in ctx.snapshot.of_kind("v1", "Secret") if ctx.claims.ours(s)]
+        released = released_secrets(ctx.cluster, ours)
+        ctx.wanted.update(("v1", "Secret", n) for n in released)  # kept this pass; gone from the cache after
 
         async def release(name: str) -> int:
-            secret = p.snapshot.find("v1", "Secret", name) or {}
-            log.info("handing Secret %s/%s over: its role is no longer declared (retain)", p.namespace, name)
+            secret = ctx.snapshot.find("v1", "Secret", name) or {}
+            log.info(
+                "handing Secret %s/%s over: its role is no longer declared (retain)", ctx.namespace, name
+            )
             try:
-                if not await patch_owned(self.api, p.claims, Secret, secret, orphan_patch(secret)):
+                if not await patch_owned(self.api, ctx.claims, Secret, secret, orphan_patch(secret)):
                     return 1
             except ApiError as exc:
                 if not is_conflict(exc):
                     raise
                 return 1
-            await self.events.record(p.body, "Normal", "RoleSecretReleased",
+            await self.events.record(ctx.body, "Normal", "RoleSecretReleased",
                                      f"Secret {name} is no longer managed: its role was removed from "
                                      "spec.roles and retained; the Secret is yours now")  # fmt: skip
             return 2
 
         return await all_of([release(n) for n in released])
 
-    async def create(self, p: ClusterPass) -> int:
-        writes = await self._release_secrets(p)
+    async def create(self, ctx: ReconcileContext) -> int:
+        writes = await self._release_secrets(ctx)
         wanted = [
-            role_secret_name(p.cluster, r.name) for r in declared_roles(p.cluster) if generates_secret(r)
+            role_secret_name(ctx.cluster, r.name) for r in declared_roles(ctx.cluster) if generates_secret(r)
         ]
-        p.wanted.update(("v1", "Secret", n) for n in wanted)
+        ctx.wanted.update(("v1", "Secret", n) for n in wanted)
         missing = []
-        for role in declared_roles(p.cluster):
+        for role in declared_roles(ctx.cluster):
             if not generates_secret(role):
                 continue
-            name = role_secret_name(p.cluster, role.name)
-            ident = (p.namespace, "Secret", name, "create")
-            if p.snapshot.find("v1", "Secret", name) is not None:
+            name = role_secret_name(ctx.cluster, role.name)
+            ident = (ctx.namespace, "Secret", name, "create")
+            if ctx.snapshot.find("v1", "Secret", name) is not None:
                 self.memo.seen(ident)
-            elif p.claims.blocked(("v1", "Secret", name)):
+            elif ctx.claims.blocked(("v1", "Secret", name)):
                 continue  # someone else's Secret holds the name: a conflict, left alone
             elif not self.memo.pending(ident, None, ""):
                 missing.append((role.name, name, ident))
         if not missing:
             return writes
-        ca = self._ca(p)
+        ca = self._ca(ctx)
 
         async def create(role: str, name: str, ident: tuple[str, str, str, str]) -> int:
-            log.info("creating Secret %s/%s for role %s", p.namespace, name, role)
-            made, _ = await create_owned(self.api, p.claims, role_secret(p.cluster, role, new_password(), ca))
+            log.info("creating Secret %s/%s for role %s", ctx.namespace, name, role)
+            made, _ = await create_owned(
+                self.api, ctx.claims, role_secret(ctx.cluster, role, new_password(), ca)
+            )
             if made is Made.OURS:
-                p.report(("RoleSecretUnlabelled",
-                          f"Secret {name} lacks the label {CLUSTER_LABEL}={p.name}: the operator cannot see "
-                          f"the password of role {role}; label it again, or delete it to have one "
-                          "generated"))  # fmt: skip
+                ctx.report(
+                    (
+                        "RoleSecretUnlabelled",
+                        f"Secret {name} lacks the label {CLUSTER_LABEL}={ctx.name}: the operator cannot see "
+                        f"the password of role {role}; label it again, or delete it to have one "
+                        "generated",
+                    )
+                )
             elif made is Made.CREATED:
                 self.memo.wrote(ident, None, "")
             return 1  # a foreign one is a conflict in the claims, reported by the reconcile
@@ -277,12 +289,12 @@ class RolesRoom(Room):
 
     # --- status -----------------------------------------------------------------------------------------
 
-    def status(self, p: ClusterPass, status: dict[str, Any]) -> None:
+    def status(self, ctx: ReconcileContext, status: dict[str, Any]) -> None:
         """status.roles, status.databases and the RolesApplied / DatabasesApplied conditions."""
-        previous = p.body.get("status") or {}
-        checked = self._checked.get((p.namespace, p.name))
+        previous = ctx.body.get("status") or {}
+        checked = self._checked.get((ctx.namespace, ctx.name))
         if checked is None:
-            if not declares_anything(p.cluster):
+            if not declares_anything(ctx.cluster):
                 return
             if previous.get("roles") is not None or previous.get("databases") is not None:
                 # Not checked since the operator started: what the last one found stands.
@@ -295,8 +307,8 @@ class RolesRoom(Room):
                 ]
                 return
             waiting = "not checked yet: waiting for a running primary"
-            roles = [Entry(r.name, False, waiting) for r in declared_roles(p.cluster)]
-            dbs = [Entry(d.name, False, waiting) for d in declared_databases(p.cluster)]
+            roles = [Entry(r.name, False, waiting) for r in declared_roles(ctx.cluster)]
+            dbs = [Entry(d.name, False, waiting) for d in declared_databases(ctx.cluster)]
             failure = None
         else:
             roles, dbs, failure = checked.roles, checked.databases, checked.failure
@@ -304,7 +316,7 @@ class RolesRoom(Room):
             status["roles"] = [e.as_status() for e in roles]
         if dbs:
             status["databases"] = [e.as_status() for e in dbs]
-        if not roles and not dbs and not declares_anything(p.cluster) and failure is None:
+        if not roles and not dbs and not declares_anything(ctx.cluster) and failure is None:
             return
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         added = []
@@ -318,6 +330,6 @@ class RolesRoom(Room):
                 if same and old.get("lastTransitionTime"):
                     since = str(old["lastTransitionTime"])
             added.append({"type": type_, "status": value, "reason": reason, "message": message,
-                          "observedGeneration": p.cluster.generation,
+                          "observedGeneration": ctx.cluster.generation,
                           "lastTransitionTime": since})  # fmt: skip
         status["conditions"] = [*status.get("conditions", []), *added]

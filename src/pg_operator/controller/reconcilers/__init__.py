@@ -1,18 +1,20 @@
-"""Capabilities as rooms: each one's door into the cluster reconcile.
+"""The cluster reconciler's sub-reconcilers: one per capability.
 
-A room is one capability (instances, credentials, storage, high availability; TLS, a pooler, roles
-and major upgrades add theirs). Its types live in `api/`, its pure builders in `specs/`,
-`orchestration/` or a package of its own; its module here holds what it does during a pass (data-plane
-steps, create-only writes, follow-up writes) and what it reports (a problem for the status and
-Events). The reconcile (`controller/reconcile.py`) runs every room through the same phases and knows no
-capability by name beyond the list in `ROOMS` order.
+A sub-reconciler owns one capability of a PostgresCluster (instances, credentials, storage, high
+availability; TLS, the pooler, declared roles and major upgrades add theirs). Its types live in `api/`,
+its pure builders of desired state in `specs/`, `orchestration/` or a package of its own; its module here
+holds what it does during one reconcile (data-plane steps, create-only writes, follow-up writes) and what
+it reports (a problem for the status and a Warning Event). The cluster reconciler
+(`controller/reconcile.py`) runs every sub-reconciler through the same steps, in the order of its list,
+and knows no capability by name beyond that list.
 
 May import: `pg_operator.api`, `specs`, `orchestration`, `patroni`, `objects`, and the controller's
 plumbing (`cache`, `kube_api`, `events`, `writes`). Never `controller.reconcile` or `controller.operator`.
 
-A room writes the cluster's objects only through `controller.writes` with the pass's `claims`: the
-snapshot it reads holds, at the cluster's names, only the cluster's own objects (specs/ownership.py); a
-foreign object there is a conflict the reconcile reports, never written, adopted or deleted.
+A sub-reconciler writes the cluster's objects only through `controller.writes` with the context's
+`claims`: the snapshot it reads holds, at the cluster's names, only the cluster's own objects
+(specs/ownership.py); a foreign object there is a conflict the reconcile reports, never written, adopted
+or deleted.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ ObjectId = tuple[str, str, str]  # (apiVersion, kind, name)
 
 
 @dataclass
-class ClusterPass:
-    """What one pass over one cluster knows and has done so far; every room reads and adds to it."""
+class ReconcileContext:
+    """What one pass over one cluster knows and has done so far; every sub-reconciler reads and adds to it."""
 
     body: dict[str, Any]  # the PostgresCluster as the cache holds it
     cluster: PostgresCluster  # its parsed, validated form
@@ -84,38 +86,40 @@ class ClusterPass:
         return None
 
 
-class Room:
-    """One capability's door. Each hook is optional; a room overrides the ones it uses."""
+class SubReconciler:
+    """One capability's part of the cluster reconcile. Each hook is optional; a sub-reconciler overrides
+    the ones it uses. The reconcile calls them in this order: `act`, `create`, `children` (then the
+    writes, with `postpone` and `applied`), `follow_up`, `status`."""
 
-    async def act(self, p: ClusterPass) -> None:
+    async def act(self, ctx: ReconcileContext) -> None:
         """Data-plane steps on the running cluster, before any child is written."""
 
-    def children(self, p: ClusterPass) -> list[dict[str, Any]]:
+    def children(self, ctx: ReconcileContext) -> list[dict[str, Any]]:
         """Desired child objects, server-side applied where they differ."""
         return []
 
     async def applied(
-        self, p: ClusterPass, desired: Mapping[str, Any], observed: Mapping[str, Any] | None
+        self, ctx: ReconcileContext, desired: Mapping[str, Any], observed: Mapping[str, Any] | None
     ) -> int:
-        """After one of this room's children was written: follow-up writes (Events) made."""
+        """After one of this sub-reconciler's children was written: follow-up writes (Events) made."""
         return 0
 
-    def holds_back(
-        self, p: ClusterPass, desired: Mapping[str, Any], observed: Mapping[str, Any] | None
+    def postpone(
+        self, ctx: ReconcileContext, desired: Mapping[str, Any], observed: Mapping[str, Any] | None
     ) -> bool:
         """Whether a child must wait (not be written) this pass."""
         return False
 
-    async def create(self, p: ClusterPass) -> int:
+    async def create(self, ctx: ReconcileContext) -> int:
         """Create-only children, sent with the first wave of writes; returns the writes made."""
         return 0
 
-    async def settle(self, p: ClusterPass) -> int:
+    async def follow_up(self, ctx: ReconcileContext) -> int:
         """Writes that follow the children (e.g. growing volumes); returns the writes made."""
         return 0
 
-    def status(self, p: ClusterPass, status: dict[str, Any]) -> None:
-        """The room's own fields and conditions, added to the status the pass computed."""
+    def status(self, ctx: ReconcileContext, status: dict[str, Any]) -> None:
+        """The sub-reconciler's own fields and conditions, added to the status the pass computed."""
 
     def forget(self, key: tuple[str, str]) -> None:
-        """The cluster is gone: drop what the room remembers of it."""
+        """The cluster is gone: drop what the sub-reconciler remembers of it."""

@@ -10,7 +10,7 @@ from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 
 from pg_operator.controller.cache import Cache, Snapshot, watched_kinds
 from pg_operator.controller.loop import ReconcileLoop, Result
-from pg_operator.controller.rooms.storage import (
+from pg_operator.controller.reconcilers.storage import (
     storage_class_problem,
     storage_class_review,
     storage_classes_readable,

@@ -1,4 +1,5 @@
-"""The major-upgrade room's reads: the running major from the StatefulSet, the cluster held at it, the
+"""The major-upgrade sub-reconciler's reads: the running major from the StatefulSet, the cluster held at it,
+the
 upgrade's state from the annotation."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ import json
 from typing import Any
 
 from harness.objects import cluster_model
-from pg_operator.controller.rooms.major_upgrade import (
+from pg_operator.controller.reconcilers.major_upgrade import (
     ANNOTATION,
     at_major,
     outage_start,
@@ -52,7 +53,7 @@ def _archive_prefix(cluster: Any) -> str:
 
 
 def test_after_the_switch_every_child_archives_to_the_new_generation() -> None:
-    from pg_operator.controller.rooms.major_upgrade import with_archive_server
+    from pg_operator.controller.reconcilers.major_upgrade import with_archive_server
     from pg_operator.specs.statefulset import statefulset
 
     cluster = cluster_model(version="17", backup=BACKUP)
@@ -72,7 +73,7 @@ def test_after_the_switch_every_child_archives_to_the_new_generation() -> None:
 
 
 def test_a_restore_reads_the_chosen_generation_of_its_source() -> None:
-    from pg_operator.controller.rooms.major_upgrade import with_recovery_server
+    from pg_operator.controller.reconcilers.major_upgrade import with_recovery_server
     from pg_operator.specs.configmap import instance_config
 
     recovery = {"source": {"clusterName": "orders-db", **BACKUP}, "targetTime": "2026-12-02T21:00:00Z"}
@@ -84,7 +85,7 @@ def test_a_restore_reads_the_chosen_generation_of_its_source() -> None:
 
 
 def test_a_replicas_pod_waits_until_the_primarys_is_recreated() -> None:
-    from pg_operator.controller.rooms.major_upgrade import replaced
+    from pg_operator.controller.reconcilers.major_upgrade import replaced
     from pg_operator.orchestration.instances import instance_from_pod
 
     def pod(name: str, image: str, deleting: bool = False) -> dict[str, Any]:
@@ -111,7 +112,7 @@ def test_the_outage_counts_from_the_stops_request_not_from_its_end() -> None:
 
 
 def test_the_new_primary_is_whichever_instance_of_the_new_image_leads() -> None:
-    from pg_operator.controller.rooms.major_upgrade import new_primary
+    from pg_operator.controller.reconcilers.major_upgrade import new_primary
     from pg_operator.orchestration.instances import instance_from_pod
 
     def pod(name: str, image: str, role: str, ready: bool = True) -> dict[str, Any]:

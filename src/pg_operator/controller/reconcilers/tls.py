@@ -1,9 +1,9 @@
-"""The TLS room: the cluster's certificate authority and the instances' server certificate, issued and
-renewed by the operator (specs/tls.py), and the CA's rotation through a bundle (specs/ca_rotation.py).
+"""The TLS sub-reconciler: the cluster's certificate authority and the instances' server certificate, issued
+and renewed by the operator (specs/tls.py), and the CA's rotation through a bundle (specs/ca_rotation.py).
 The CA is created once; the server certificate is re-issued when a third of its life is left, when the
 names it must carry change, or when the CA that should sign it or the CAs to trust changed. The
-instances reload a renewed certificate without a restart (instance/main.py). The room also reports when
-each certificate in use expires (a gauge per certificate) and, as Degraded `CertificateExpiring` with a
+instances reload a renewed certificate without a restart (instance/main.py). The sub-reconciler also reports
+when each certificate in use expires (a gauge per certificate) and, as Degraded `CertificateExpiring` with a
 Warning Event, one that comes within three weeks of its end without having been renewed.
 
 Only the cluster's own Secrets are read as its CA and certificates and written (controller/writes.py):
@@ -26,7 +26,7 @@ from pg_operator import objects
 from pg_operator.api.constants import CLUSTER_LABEL, REPLICATION_USER
 from pg_operator.controller.events import EventRecorder, OncePerMessage
 from pg_operator.controller.kube_api import Api, is_conflict
-from pg_operator.controller.rooms import ClusterPass, Room
+from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
 from pg_operator.controller.writes import Made, WriteMemo, all_of
 from pg_operator.controller.writes import create as create_owned
 from pg_operator.controller.writes import patch as patch_owned
@@ -109,7 +109,7 @@ class CertificateMetrics:
             self._series[key] = series
 
 
-class TlsRoom(Room):
+class TlsReconciler(SubReconciler):
     def __init__(self, api: Api, memo: WriteMemo, events: EventRecorder,
                  clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
                  registry: CollectorRegistry | None = None,
@@ -128,60 +128,60 @@ class TlsRoom(Room):
         self._warned.forget(key)
         self._refused.pop(key, None)
 
-    async def settle(self, p: ClusterPass) -> int:
+    async def follow_up(self, ctx: ReconcileContext) -> int:
         """Report what the cache shows in use: the expiry gauge, and a certificate near its end that was
         not renewed as a problem with one Warning per distinct message."""
-        ca_name, server_name = tls_secret_names(p.cluster)
-        in_use = certificates_in_use(p.snapshot.find("v1", "Secret", ca_name),
-                                     p.snapshot.find("v1", "Secret", server_name))  # fmt: skip
-        self.metrics.set((p.namespace, p.name), {role: (ca_name if role == "ca" else server_name, end)
+        ca_name, server_name = tls_secret_names(ctx.cluster)
+        in_use = certificates_in_use(ctx.snapshot.find("v1", "Secret", ca_name),
+                                     ctx.snapshot.find("v1", "Secret", server_name))  # fmt: skip
+        self.metrics.set((ctx.namespace, ctx.name), {role: (ca_name if role == "ca" else server_name, end)
                                                  for role, end in in_use.items()})  # fmt: skip
         message = expiring(in_use, self.clock())
-        key = (p.namespace, p.name)
+        key = (ctx.namespace, ctx.name)
         if message is None:
             self._warned.forget(key)
             return 0
-        p.report(("CertificateExpiring", message))
-        return await self._warned.warn(p.body, "CertificateExpiring", message)
+        ctx.report(("CertificateExpiring", message))
+        return await self._warned.warn(ctx.body, "CertificateExpiring", message)
 
-    async def create(self, p: ClusterPass) -> int:
-        ca_name, server_name = tls_secret_names(p.cluster)
-        p.wanted.update({("v1", "Secret", ca_name), ("v1", "Secret", server_name)})
+    async def create(self, ctx: ReconcileContext) -> int:
+        ca_name, server_name = tls_secret_names(ctx.cluster)
+        ctx.wanted.update({("v1", "Secret", ca_name), ("v1", "Secret", server_name)})
         now = self.clock()
-        observed_ca = p.snapshot.find("v1", "Secret", ca_name)
-        if observed_ca is None and p.claims.blocked(("v1", "Secret", ca_name)):
+        observed_ca = ctx.snapshot.find("v1", "Secret", ca_name)
+        if observed_ca is None and ctx.claims.blocked(("v1", "Secret", ca_name)):
             return 0  # someone else's Secret holds the CA's name: nothing can be issued (a conflict)
-        brought_ca, user = await self._user_tls(p, now)
+        brought_ca, user = await self._user_tls(ctx, now)
         if observed_ca is None:
-            if self.memo.pending((p.namespace, "Secret", ca_name, "create"), None, ""):
+            if self.memo.pending((ctx.namespace, "Secret", ca_name, "create"), None, ""):
                 return 0  # created a moment ago; the cache has not shown it yet
             # A new CA answers a rotation asked for already: none starts while it is being stored.
             authority = Authority(
-                brought_ca or new_ca(p.cluster, now),
-                rotated_for=objects.annotation(p.body, ROTATE_CA_ANNOTATION) or "",
+                brought_ca or new_ca(ctx.cluster, now),
+                rotated_for=objects.annotation(ctx.body, ROTATE_CA_ANNOTATION) or "",
             )
-            replication_ca = new_replication_ca(p.cluster, now)
-            _, server_name = tls_secret_names(p.cluster)
-            if p.snapshot.find("v1", "Secret", server_name) is None:
+            replication_ca = new_replication_ca(ctx.cluster, now)
+            _, server_name = tls_secret_names(ctx.cluster)
+            if ctx.snapshot.find("v1", "Secret", server_name) is None:
                 # A new cluster: the leaves need the CA in hand, not stored, so both Secrets go in one
                 # round trip (a new cluster's first pass is bound by its round trips). Should the CA's
                 # name turn out taken, the server Secret is left as created: the next passes issue
                 # nothing until the CA is the cluster's.
                 return await all_of([
-                    self._store_ca(p, authority, replication_ca),
-                    self._leaves(p, observed_ca, authority, replication_ca, brought_ca, user,
+                    self._store_ca(ctx, authority, replication_ca),
+                    self._leaves(ctx, observed_ca, authority, replication_ca, brought_ca, user,
                                  now)])  # fmt: skip
             # The CA Secret went (or its name is held by a foreign one): the leaves follow only a CA
             # that could be stored, or each pass would re-issue them from a CA of its own.
-            stored = await self._store_ca(p, authority, replication_ca)
-            if p.claims.blocked(("v1", "Secret", ca_name)):
+            stored = await self._store_ca(ctx, authority, replication_ca)
+            if ctx.claims.blocked(("v1", "Secret", ca_name)):
                 return stored
-            leaves = await self._leaves(p, observed_ca, authority, replication_ca, brought_ca, user, now)
+            leaves = await self._leaves(ctx, observed_ca, authority, replication_ca, brought_ca, user, now)
             return stored + leaves
-        self.memo.seen((p.namespace, "Secret", ca_name, "create"))
+        self.memo.seen((ctx.namespace, "Secret", ca_name, "create"))
         found = authority_from_secret(observed_ca)
         if found is None:
-            p.report(
+            ctx.report(
                 (
                     "CertificateAuthorityInvalid",
                     f"Secret {ca_name} holds no readable ca.crt and ca.key: no certificate can be issued",
@@ -190,89 +190,93 @@ class TlsRoom(Room):
             return 0
         kept = replication_ca_from_secret(observed_ca)
         if kept is None:
-            return await self._add_replication_ca(p, observed_ca, now)
-        return await self._leaves(p, observed_ca, found, kept, brought_ca, user, now)
+            return await self._add_replication_ca(ctx, observed_ca, now)
+        return await self._leaves(ctx, observed_ca, found, kept, brought_ca, user, now)
 
-    async def _add_replication_ca(self, p: ClusterPass, observed_ca: dict[str, Any], now: dt.datetime) -> int:
+    async def _add_replication_ca(
+        self, ctx: ReconcileContext, observed_ca: dict[str, Any], now: dt.datetime
+    ) -> int:
         """A Secret <name>-ca written before the replication CA existed gets one; the leaves follow on the
         pass that sees it."""
-        ca_name, _ = tls_secret_names(p.cluster)
+        ca_name, _ = tls_secret_names(ctx.cluster)
         rv = objects.resource_version(observed_ca)
-        ident = (p.namespace, "Secret", ca_name, "replication-ca")
+        ident = (ctx.namespace, "Secret", ca_name, "replication-ca")
         if self.memo.pending(ident, rv, ""):
             return 0
-        patch = replication_ca_patch(new_replication_ca(p.cluster, now), rv)
-        if not await self._patch(p, observed_ca, patch):
+        patch = replication_ca_patch(new_replication_ca(ctx.cluster, now), rv)
+        if not await self._patch(ctx, observed_ca, patch):
             return 1
         self.memo.wrote(ident, rv, "")
-        log.info("%s/%s: made the cluster's replication CA", p.namespace, p.name)
+        log.info("%s/%s: made the cluster's replication CA", ctx.namespace, ctx.name)
         return 1
 
-    async def _store_ca(self, p: ClusterPass, authority: Authority, replication_ca: KeyPair) -> int:
-        ca_name, _ = tls_secret_names(p.cluster)
-        if await self._create(p, authority_secret(p.cluster, authority, replication_ca)):
-            self.memo.wrote((p.namespace, "Secret", ca_name, "create"), None, "")
+    async def _store_ca(self, ctx: ReconcileContext, authority: Authority, replication_ca: KeyPair) -> int:
+        ca_name, _ = tls_secret_names(ctx.cluster)
+        if await self._create(ctx, authority_secret(ctx.cluster, authority, replication_ca)):
+            self.memo.wrote((ctx.namespace, "Secret", ca_name, "create"), None, "")
         return 1
 
-    async def _leaves(self, p: ClusterPass, observed_ca: dict[str, Any] | None, authority: Authority,
+    async def _leaves(self, ctx: ReconcileContext, observed_ca: dict[str, Any] | None, authority: Authority,
                       replication_ca: KeyPair, brought_ca: KeyPair | None, user: UserServer | None,
                       now: dt.datetime) -> int:  # fmt: skip
         """The server Secret (issued, renewed, or rotated to a new CA) and the application's CA."""
-        _, server_name = tls_secret_names(p.cluster)
-        observed_server = p.snapshot.find("v1", "Secret", server_name)
+        _, server_name = tls_secret_names(ctx.cluster)
+        observed_server = ctx.snapshot.find("v1", "Secret", server_name)
         trust = trust_bundle(authority.trust_pem(), user)
-        step = plan(authority, objects.annotation(p.body, ROTATE_CA_ANNOTATION), observed_server,
-                    self._loaded(p), now, trust_pem=trust, replacement=brought_ca,
+        step = plan(authority, objects.annotation(ctx.body, ROTATE_CA_ANNOTATION), observed_server,
+                    self._loaded(ctx), now, trust_pem=trust, replacement=brought_ca,
                     trust_period=self.ca_trust_period)  # fmt: skip
         if step.start or step.finish:
-            return await self._rotate(p, observed_ca, authority, step, now, brought_ca)
+            return await self._rotate(ctx, observed_ca, authority, step, now, brought_ca)
         if step.waiting:
-            log.info("%s/%s: CA rotation waits for %s", p.namespace, p.name, step.waiting)
+            log.info("%s/%s: CA rotation waits for %s", ctx.namespace, ctx.name, step.waiting)
         if step.again_in is not None:
-            p.again_in(step.again_in)
+            ctx.again_in(step.again_in)
         # Applications keep trusting what the instances may still present until every instance serves
         # what the wanted bundle covers (the server Secret keeps the old CAs until then, and so do they).
         app_trust = trust_while_leaves_change(secret_bytes(observed_server, CA_CERT_KEY), trust)
-        return (await self._server(p, step.leaf_ca, replication_ca, trust, now, user)
-                + await self._app_ca(p, app_trust))  # fmt: skip
+        return (await self._server(ctx, step.leaf_ca, replication_ca, trust, now, user)
+                + await self._app_ca(ctx, app_trust))  # fmt: skip
 
-    async def _user_tls(self, p: ClusterPass, now: dt.datetime) -> tuple[KeyPair | None, UserServer | None]:
+    async def _user_tls(
+        self, ctx: ReconcileContext, now: dt.datetime
+    ) -> tuple[KeyPair | None, UserServer | None]:
         """The CA and server certificate the user brings (spec.tls), each None when not asked for or not
         usable; what is wrong is reported (Degraded TlsSecretInvalid, one Warning per message) and the
         operator keeps what runs."""
-        wanted = p.cluster.spec.tls
+        wanted = ctx.cluster.spec.tls
         ca: KeyPair | str | None = None
         server: UserServer | str | None = None
         if wanted.ca_secret:
-            ca = user_ca(wanted.ca_secret, p.snapshot.find("v1", "Secret", wanted.ca_secret))
+            ca = user_ca(wanted.ca_secret, ctx.snapshot.find("v1", "Secret", wanted.ca_secret))
         if wanted.server_secret:
-            server = user_server(p.cluster, wanted.server_secret,
-                                 p.snapshot.find("v1", "Secret", wanted.server_secret), now)  # fmt: skip
+            server = user_server(ctx.cluster, wanted.server_secret,
+                                 ctx.snapshot.find("v1", "Secret", wanted.server_secret), now)  # fmt: skip
         problems = [x for x in (ca, server) if isinstance(x, str)]
-        key = (p.namespace, p.name)
+        key = (ctx.namespace, ctx.name)
         if problems:
             message = "; ".join(problems)
-            p.report(("TlsSecretInvalid", message))
+            ctx.report(("TlsSecretInvalid", message))
             if self._refused.get(key) != message:
                 self._refused[key] = message
-                await self.events.record(p.body, "Warning", "TlsSecretInvalid", message)
+                await self.events.record(ctx.body, "Warning", "TlsSecretInvalid", message)
         else:
             self._refused.pop(key, None)
         return (ca if isinstance(ca, KeyPair) else None,
                 server if isinstance(server, UserServer) else None)  # fmt: skip
 
-    def _behind(self, p: ClusterPass, secret: Mapping[str, Any]) -> str:
+    def _behind(self, ctx: ReconcileContext, secret: Mapping[str, Any]) -> str:
         """The running instances that have not loaded exactly this server Secret, comma-separated."""
         wanted = secret_digest(secret)
-        return ", ".join(sorted(n for n, seen in self._loaded(p).items() if seen != wanted))
+        return ", ".join(sorted(n for n, seen in self._loaded(ctx).items() if seen != wanted))
 
-    def _loaded(self, p: ClusterPass) -> dict[str, str]:
+    def _loaded(self, ctx: ReconcileContext) -> dict[str, str]:
         """What each running instance says it loaded (tls_files.LOADED_TAG in Patroni's member data);
         pods going away or whose database is not running are left out (a starting one reads the Secret as
         it is then)."""
         found: dict[str, str] = {}
-        for pod in p.snapshot.of_kind("v1", "Pod"):
-            if objects.label(pod, CLUSTER_LABEL) != p.name:
+        for pod in ctx.snapshot.of_kind("v1", "Pod"):
+            if objects.label(pod, CLUSTER_LABEL) != ctx.name:
                 continue
             inst = instance_from_pod(pod)
             if inst.terminating or inst.container_down:
@@ -282,7 +286,7 @@ class TlsRoom(Room):
 
     async def _rotate(
         self,
-        p: ClusterPass,
+        ctx: ReconcileContext,
         observed: Mapping[str, Any] | None,
         authority: Authority,
         step: Plan,
@@ -290,62 +294,62 @@ class TlsRoom(Room):
         brought_ca: KeyPair | None,
     ) -> int:
         """Start a CA rotation (a new CA beside the current one) or finish it (the old one goes)."""
-        name = names.ca_secret(p.cluster)
+        name = names.ca_secret(ctx.cluster)
         rv = objects.resource_version(observed)
         what = "start" if step.start else "finish"
-        if self.memo.pending((p.namespace, "Secret", name, "rotate"), rv, what):
+        if self.memo.pending((ctx.namespace, "Secret", name, "rotate"), rv, what):
             return 0
         if step.start:
-            requested = objects.annotation(p.body, ROTATE_CA_ANNOTATION)
-            after = start(authority, requested, brought_ca or new_ca(p.cluster, now), now)
+            requested = objects.annotation(ctx.body, ROTATE_CA_ANNOTATION)
+            after = start(authority, requested, brought_ca or new_ca(ctx.cluster, now), now)
         else:
             after = finish(authority)
-        if not await self._patch(p, observed, authority_patch(after, rv)):
+        if not await self._patch(ctx, observed, authority_patch(after, rv)):
             return 1
-        self.memo.wrote((p.namespace, "Secret", name, "rotate"), rv, what)
+        self.memo.wrote((ctx.namespace, "Secret", name, "rotate"), rv, what)
         message = (
             f"started a rotation of the certificate authority: every instance and Secret "
-            f"{names.app_secret(p.cluster)} trust the old and the new CA until the new one has "
+            f"{names.app_secret(ctx.cluster)} trust the old and the new CA until the new one has "
             "re-issued every certificate"
             if step.start
             else "finished the rotation of the certificate authority: the old CA is no longer trusted"
         )
-        log.info("%s/%s: %s", p.namespace, p.name, message)
-        await self.events.record(p.body, "Normal", "CertificateAuthorityRotation", message)
+        log.info("%s/%s: %s", ctx.namespace, ctx.name, message)
+        await self.events.record(ctx.body, "Normal", "CertificateAuthorityRotation", message)
         return 1
 
-    async def _app_ca(self, p: ClusterPass, trust_pem: bytes) -> int:
+    async def _app_ca(self, ctx: ReconcileContext, trust_pem: bytes) -> int:
         """The application Secret carries the CA certificates its clients verify the server with."""
-        name = names.app_secret(p.cluster)
-        app = p.snapshot.find("v1", "Secret", name)
+        name = names.app_secret(ctx.cluster)
+        app = ctx.snapshot.find("v1", "Secret", name)
         wanted = base64.b64encode(trust_pem).decode("ascii")
         if app is None or objects.deleting(app) or (app.get("data") or {}).get(APP_CA_KEY) == wanted:
             return 0
         rv = objects.resource_version(app)
-        if self.memo.pending((p.namespace, "Secret", name, "ca"), rv, wanted):
+        if self.memo.pending((ctx.namespace, "Secret", name, "ca"), rv, wanted):
             return 0
         patch = {"metadata": {"resourceVersion": rv}, "data": {APP_CA_KEY: wanted}}
-        if not await self._patch(p, app, patch):
+        if not await self._patch(ctx, app, patch):
             return 1
-        self.memo.wrote((p.namespace, "Secret", name, "ca"), rv, wanted)
+        self.memo.wrote((ctx.namespace, "Secret", name, "ca"), rv, wanted)
         return 1
 
-    async def _server(self, p: ClusterPass, ca: KeyPair, replication_ca: KeyPair, trust_pem: bytes,
+    async def _server(self, ctx: ReconcileContext, ca: KeyPair, replication_ca: KeyPair, trust_pem: bytes,
                       now: dt.datetime, user: UserServer | None) -> int:  # fmt: skip
         """Secret <name>-server-tls: the server certificate (the operator's, signed by `ca`, or the
         user's), `trust_pem` as ca.crt, and the replication role's certificate with the CAs client
         certificates are accepted from (the replication CA's: `replication_trust`)."""
-        name = names.server_tls_secret(p.cluster)
-        observed = p.snapshot.find("v1", "Secret", name)
+        name = names.server_tls_secret(ctx.cluster)
+        observed = ctx.snapshot.find("v1", "Secret", name)
         if user is None:
-            why = server_renewal(p.cluster, ca, observed, now, trust_pem)
+            why = server_renewal(ctx.cluster, ca, observed, now, trust_pem)
         else:
             why = user_server_renewal(user, trust_pem, observed)
-        everyone_loaded = observed is not None and not self._behind(p, observed)
+        everyone_loaded = observed is not None and not self._behind(ctx, observed)
         replication = replication_trust(replication_ca, observed, now, everyone_loaded=everyone_loaded)
-        ident = (p.namespace, "Secret", name, "issue")
+        ident = (ctx.namespace, "Secret", name, "issue")
         if why is None and observed is not None and replication.why is not None:
-            return await self._replication(p, observed, replication_ca, replication, now)
+            return await self._replication(ctx, observed, replication_ca, replication, now)
         if why is None:
             # The cache shows what was issued: forget the write, or the Secret deleted soon after would
             # look like our issue not yet seen, and stay missing until the memo expires and a resync comes.
@@ -354,7 +358,7 @@ class TlsRoom(Room):
         rv = objects.resource_version(observed)
         if self.memo.pending(ident, rv, why):
             return 0
-        served = issue_server(p.cluster, ca, now) if user is None else KeyPair(user.cert_pem, user.key_pem)
+        served = issue_server(ctx.cluster, ca, now) if user is None else KeyPair(user.cert_pem, user.key_pem)
         observed_trust = secret_bytes(observed, CA_CERT_KEY)
         if (
             why == TRUST_CHANGED
@@ -362,12 +366,12 @@ class TlsRoom(Room):
             and any(c not in pem_certificates(trust_pem) for c in pem_certificates(observed_trust))
         ):
             # A CA leaves the bundle only once every instance serves leaves it did not sign.
-            behind = self._behind(p, observed)
+            behind = self._behind(ctx, observed)
             if behind:
                 log.info(
                     "%s/%s: a CA leaves the bundle once %s loaded the new certificates",
-                    p.namespace,
-                    p.name,
+                    ctx.namespace,
+                    ctx.name,
                     behind,
                 )
                 return 0
@@ -377,7 +381,7 @@ class TlsRoom(Room):
         cert, key = secret_bytes(observed, REPLICATION_CERT_KEY), secret_bytes(observed, REPLICATION_KEY_KEY)
         client = (KeyPair(cert, key) if cert and key and not replication.reissue
                   else issue_client(replication_ca, REPLICATION_USER, now))  # fmt: skip
-        desired = server_secret(p.cluster, ca, served, client, trust_pem, replication.bundle)
+        desired = server_secret(ctx.cluster, ca, served, client, trust_pem, replication.bundle)
         if user is not None and observed is not None and why == USER_CERTIFICATE_CHANGED:
             # Peers must trust the new certificate's CA before any instance presents it: first the
             # bundle alone, then, once every instance loaded it, the certificate.
@@ -385,60 +389,62 @@ class TlsRoom(Room):
                 desired = {"data": {CA_CERT_KEY: b64(trust_pem)}}
                 why = "trusting the CA of the user's server certificate before presenting it"
             else:
-                behind = self._behind(p, observed)
+                behind = self._behind(ctx, observed)
                 if behind:
                     log.info(
                         "%s/%s: the user's server certificate waits for %s to load its CA",
-                        p.namespace,
-                        p.name,
+                        ctx.namespace,
+                        ctx.name,
                         behind,
                     )
                     return 0
         if observed is None:
-            if not await self._create(p, desired):
+            if not await self._create(ctx, desired):
                 return 1
         else:
             patch = {"metadata": {"resourceVersion": rv}, "data": desired["data"]}
-            if not await self._patch(p, observed, patch):
+            if not await self._patch(ctx, observed, patch):
                 return 1
         self.memo.wrote(ident, rv, why)
-        log.info("%s/%s: issued the server certificate (%s)", p.namespace, p.name, why)
+        log.info("%s/%s: issued the server certificate (%s)", ctx.namespace, ctx.name, why)
         if observed is not None:  # a new cluster's first certificate is no news
-            await self.events.record(p.body, "Normal", "CertificateIssued",
+            await self.events.record(ctx.body, "Normal", "CertificateIssued",
                                      f"issued a new server certificate in Secret {name}: {why}")  # fmt: skip
         return 1
 
-    async def _replication(self, p: ClusterPass, observed: Mapping[str, Any], replication_ca: KeyPair,
+    async def _replication(self, ctx: ReconcileContext, observed: Mapping[str, Any], replication_ca: KeyPair,
                            step: ReplicationTrust, now: dt.datetime) -> int:  # fmt: skip
         """Only the replication part of Secret <name>-server-tls changes: its trusted CAs, and with them or
         after them the client certificate (`replication_trust` orders the steps)."""
-        name = names.server_tls_secret(p.cluster)
+        name = names.server_tls_secret(ctx.cluster)
         rv = objects.resource_version(observed)
-        ident = (p.namespace, "Secret", name, "replication")
+        ident = (ctx.namespace, "Secret", name, "replication")
         if self.memo.pending(ident, rv, step.why or ""):
             return 0
         data = {REPLICATION_CA_KEY: b64(step.bundle)}
         if step.reissue:
             client = issue_client(replication_ca, REPLICATION_USER, now)
             data |= {REPLICATION_CERT_KEY: b64(client.cert_pem), REPLICATION_KEY_KEY: b64(client.key_pem)}
-        if not await self._patch(p, observed, {"metadata": {"resourceVersion": rv}, "data": data}):
+        if not await self._patch(ctx, observed, {"metadata": {"resourceVersion": rv}, "data": data}):
             return 1
         self.memo.wrote(ident, rv, step.why or "")
-        log.info("%s/%s: replication certificate: %s", p.namespace, p.name, step.why)
+        log.info("%s/%s: replication certificate: %s", ctx.namespace, ctx.name, step.why)
         return 1
 
-    async def _patch(self, p: ClusterPass, observed: Mapping[str, Any] | None, patch: dict[str, Any]) -> bool:
+    async def _patch(
+        self, ctx: ReconcileContext, observed: Mapping[str, Any] | None, patch: dict[str, Any]
+    ) -> bool:
         """A merge patch of one of the cluster's Secrets, conditional on the version read; False when the
         Secret went, was replaced or changed meanwhile (the next pass decides again)."""
         try:
-            return await patch_owned(self.api, p.claims, Secret, observed, patch)
+            return await patch_owned(self.api, ctx.claims, Secret, observed, patch)
         except ApiError as exc:
             if is_conflict(exc):
                 return False
             raise
 
-    async def _create(self, p: ClusterPass, secret: dict[str, object]) -> bool:
+    async def _create(self, ctx: ReconcileContext, secret: dict[str, object]) -> bool:
         """Create-only: False when something holds the name already (the cluster's own, the cache had
         not caught up; or a foreign one, a conflict in the claims)."""
-        made, _ = await create_owned(self.api, p.claims, secret)
+        made, _ = await create_owned(self.api, ctx.claims, secret)
         return made is Made.CREATED

@@ -1,4 +1,5 @@
-"""The pooler room around a switchover, with stand-ins for the pod exec and the API (no cluster): every
+"""The pooler sub-reconciler around a switchover, with stand-ins for the pod exec and the API (no cluster):
+every
 paused pod is resumed on every path, pointed at the new primary when there is one."""
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from harness.objects import cluster_model
 from harness.pods import instance_pod
 from pg_operator.controller.cache import Snapshot
 from pg_operator.controller.pod_exec import ExecError, ExecResult
-from pg_operator.controller.rooms import ClusterPass
-from pg_operator.controller.rooms.pooler import PoolerRoom
+from pg_operator.controller.reconcilers import ReconcileContext
+from pg_operator.controller.reconcilers.pooler import PoolerReconciler
 from pg_operator.controller.writes import WriteMemo
 
 
@@ -53,21 +54,21 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def pass_for(mode: str = "transaction") -> ClusterPass:
+def context_for(mode: str = "transaction") -> ReconcileContext:
     cluster = cluster_model(pooler={"mode": mode, "readOnly": True})
-    return ClusterPass({"metadata": {"name": "orders-db"}}, cluster, Snapshot(None), None)
+    return ReconcileContext({"metadata": {"name": "orders-db"}}, cluster, Snapshot(None), None)
 
 
-def room(api: FakeApi, exec_: FakeExec) -> PoolerRoom:
-    return PoolerRoom(api, WriteMemo(), None, exec_)  # type: ignore[arg-type]
+def reconciler(api: FakeApi, exec_: FakeExec) -> PoolerReconciler:
+    return PoolerReconciler(api, WriteMemo(), None, exec_)  # type: ignore[arg-type]
 
 
 def test_paused_then_pointed_at_the_new_primary_and_resumed_in_one_exec() -> None:
     api, exec_ = FakeApi([pod("a"), pod("b"), pod("r", "ro")]), FakeExec()
-    r, p = room(api, exec_), pass_for()
+    r, ctx = reconciler(api, exec_), context_for()
 
     async def switchover() -> None:
-        paused = await r.pause(p)
+        paused = await r.pause(ctx)
         assert paused is not None and paused.pods == ["a", "b"]  # the ro side is never paused
         await paused.resume("orders-db-1")
         await paused.resume("orders-db-1")  # a second resume does nothing
@@ -86,10 +87,10 @@ def test_paused_then_pointed_at_the_new_primary_and_resumed_in_one_exec() -> Non
 
 def test_a_failed_switchover_resumes_without_pointing() -> None:
     api, exec_ = FakeApi([pod("a")]), FakeExec()
-    r, p = room(api, exec_), pass_for()
+    r, ctx = reconciler(api, exec_), context_for()
 
     async def switchover() -> None:
-        paused = await r.pause(p)
+        paused = await r.pause(ctx)
         assert paused is not None
         await paused.resume(None)
 
@@ -100,10 +101,10 @@ def test_a_failed_switchover_resumes_without_pointing() -> None:
 
 def test_a_pod_that_cannot_be_pointed_is_resumed_as_it_was() -> None:
     api, exec_ = FakeApi([pod("a"), pod("b")]), FakeExec(broken={("b", "point")})
-    r, p = room(api, exec_), pass_for()
+    r, ctx = reconciler(api, exec_), context_for()
 
     async def switchover() -> None:
-        paused = await r.pause(p)
+        paused = await r.pause(ctx)
         assert paused is not None
         await paused.resume("orders-db-2")
 
@@ -114,16 +115,16 @@ def test_a_pod_that_cannot_be_pointed_is_resumed_as_it_was() -> None:
 
 def test_a_pod_that_cannot_be_paused_is_resumed_and_left_out() -> None:
     api, exec_ = FakeApi([pod("a"), pod("b")]), FakeExec(broken={("b", "pause")})
-    r, p = room(api, exec_), pass_for()
-    paused = run(r.pause(p))
+    r, ctx = reconciler(api, exec_), context_for()
+    paused = run(r.pause(ctx))
     assert paused is not None and paused.pods == ["a"]
     assert ("b", ("resume",)) in exec_.calls
 
 
 def test_session_mode_and_no_pods_pause_nothing() -> None:
     exec_ = FakeExec()
-    assert run(room(FakeApi([pod("a")]), exec_).pause(pass_for("session"))) is None
-    assert run(room(FakeApi([]), exec_).pause(pass_for())) is None
+    assert run(reconciler(FakeApi([pod("a")]), exec_).pause(context_for("session"))) is None
+    assert run(reconciler(FakeApi([]), exec_).pause(context_for())) is None
     assert exec_.calls == []
 
 
@@ -145,34 +146,36 @@ class TeardownExec:
         return ExecResult(1, "", "ERROR:  role is in use") if self.fail else ExecResult(0, "", "")
 
 
-def off_pass(with_secret: bool = True) -> ClusterPass:
+def off_context(with_secret: bool = True) -> ReconcileContext:
     primary = instance_pod("orders-db-0", role="primary")
     primary["metadata"]["labels"]["db.example.com/cluster"] = "orders-db"
     primary["metadata"]["annotations"] = {"status": '{"role": "primary", "state": "running"}'}
     children: dict[tuple[str, str], list[dict[str, Any]]] = {("v1", "Pod"): [primary]}
     if with_secret:
         children[("v1", "Secret")] = [{"metadata": {"name": "orders-db-pooler-auth"}}]
-    return ClusterPass({"metadata": {"name": "orders-db"}}, cluster_model(), Snapshot(None, children), None)
+    return ReconcileContext(
+        {"metadata": {"name": "orders-db"}}, cluster_model(), Snapshot(None, children), None
+    )
 
 
 def test_turned_off_the_role_and_lookups_are_dropped_then_the_secret_may_go() -> None:
-    exec_, p = TeardownExec(), off_pass()
-    run(room(FakeApi([]), exec_).act(p))  # type: ignore[arg-type]
+    exec_, ctx = TeardownExec(), off_context()
+    run(reconciler(FakeApi([]), exec_).act(ctx))  # type: ignore[arg-type]
     [script] = exec_.scripts
     assert script.startswith("orders-db-0:")
     assert script.count('DROP SCHEMA IF EXISTS "pgop_pooler" CASCADE') == 3  # app, postgres, template1
     assert script.rstrip().endswith('DROP ROLE IF EXISTS "pgop_pooler";')
-    assert AUTH not in p.wanted and p.requeue_after is None
+    assert AUTH not in ctx.wanted and ctx.requeue_after is None
 
 
 def test_turned_off_a_failed_drop_keeps_the_secret_and_tries_again() -> None:
-    exec_, p = TeardownExec(fail=True), off_pass()
-    run(room(FakeApi([]), exec_).act(p))  # type: ignore[arg-type]
+    exec_, ctx = TeardownExec(fail=True), off_context()
+    run(reconciler(FakeApi([]), exec_).act(ctx))  # type: ignore[arg-type]
     assert len(exec_.scripts) == 1
-    assert AUTH in p.wanted and p.requeue_after is not None
+    assert AUTH in ctx.wanted and ctx.requeue_after is not None
 
 
 def test_a_cluster_that_never_had_a_pooler_costs_nothing() -> None:
-    exec_, p = TeardownExec(), off_pass(with_secret=False)
-    run(room(FakeApi([]), exec_).act(p))  # type: ignore[arg-type]
-    assert exec_.scripts == [] and AUTH not in p.wanted
+    exec_, ctx = TeardownExec(), off_context(with_secret=False)
+    run(reconciler(FakeApi([]), exec_).act(ctx))  # type: ignore[arg-type]
+    assert exec_.scripts == [] and AUTH not in ctx.wanted

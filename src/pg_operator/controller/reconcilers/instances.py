@@ -1,4 +1,4 @@
-"""The instances room: the children that run PostgreSQL (instance RBAC, configuration, Services, the
+"""The instances sub-reconciler: the children that run PostgreSQL (instance RBAC, configuration, Services, the
 StatefulSet, its disruption budget, its NetworkPolicy), and the Events that say when the StatefulSet was
 created or scaled."""
 
@@ -12,7 +12,7 @@ from typing import Any
 from pg_operator import objects
 from pg_operator.controller.backup_reconcilers.store_calls import limits as store_limits
 from pg_operator.controller.events import EventRecorder, OncePerMessage
-from pg_operator.controller.rooms import ClusterPass, Room
+from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
 from pg_operator.orchestration.instance_pods import foreign_pod_message
 from pg_operator.specs import desired_children
 from pg_operator.specs.backup_pod import recovery_refusals, wired_for_pods
@@ -48,7 +48,7 @@ def instance_host_ips(pods: list[dict[str, Any]]) -> list[str]:
     return [ip for ip in ips if ip]
 
 
-class InstancesRoom(Room):
+class InstancesReconciler(SubReconciler):
     def __init__(self, events: EventRecorder, *, in_cluster: bool | None = None,
                  monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE) -> None:  # fmt: skip
         self.events = events
@@ -59,67 +59,67 @@ class InstancesRoom(Room):
         # name it): the policy then also admits the addresses of the nodes the instances run on.
         self.in_cluster = runs_in_cluster() if in_cluster is None else in_cluster
 
-    async def settle(self, p: ClusterPass) -> int:
+    async def follow_up(self, ctx: ReconcileContext) -> int:
         """Pods that carry the cluster's labels but are none of its instances (a tenant's look-alikes) are
         ignored everywhere; one Warning names them, again only when the set changes."""
-        key = (p.namespace, p.name)
-        foreign = sorted(p.snapshot.foreign_pods)
+        key = (ctx.namespace, ctx.name)
+        foreign = sorted(ctx.snapshot.foreign_pods)
         if not foreign:
             self._foreign_warned.forget(key)
             return 0
-        message = "; ".join(foreign_pod_message(name, p.name) for name in foreign)
-        return await self._foreign_warned.warn(p.body, "ForeignPod", message)
+        message = "; ".join(foreign_pod_message(name, ctx.name) for name in foreign)
+        return await self._foreign_warned.warn(ctx.body, "ForeignPod", message)
 
     def forget(self, key: tuple[str, str]) -> None:
         self._foreign_warned.forget(key)
 
-    def operator_peer(self, p: ClusterPass) -> OperatorPeer:
+    def operator_peer(self, ctx: ReconcileContext) -> OperatorPeer:
         if self.in_cluster:
             return OperatorPeer(self.operator_namespace, monitoring_namespace=self.monitoring_namespace)
-        pods = p.snapshot.of_kind("v1", "Pod")
+        pods = ctx.snapshot.of_kind("v1", "Pod")
         return OperatorPeer(
             self.operator_namespace, host_cidrs(instance_host_ips(pods)), self.monitoring_namespace
         )
 
-    def children(self, p: ClusterPass) -> list[dict[str, Any]]:
-        operator = self.operator_peer(p)
+    def children(self, ctx: ReconcileContext) -> list[dict[str, Any]]:
+        operator = self.operator_peer(ctx)
         # A refused spec.backup or recovery source (plain HTTP, an unlabelled Secret) is not wired into the
         # pods; a new cluster whose recovery source is refused gets no StatefulSet until it is right.
         allow_insecure = store_limits().allow_insecure
 
         def labelled(name: str) -> bool:  # the cache holds a Secret here only with this cluster's label
-            return p.snapshot.find("v1", "Secret", name) is not None
+            return ctx.snapshot.find("v1", "Secret", name) is not None
 
-        cluster = wired_for_pods(p.cluster, allow_insecure=allow_insecure, labelled=labelled)
-        desired = desired_children(cluster, existing_statefulset=p.statefulset, operator=operator)
-        refused = recovery_refusals(p.cluster, allow_insecure=allow_insecure, labelled=labelled)
-        if refused and p.statefulset is None:
-            p.report(refused[0].as_problem())
+        cluster = wired_for_pods(ctx.cluster, allow_insecure=allow_insecure, labelled=labelled)
+        desired = desired_children(cluster, existing_statefulset=ctx.statefulset, operator=operator)
+        refused = recovery_refusals(ctx.cluster, allow_insecure=allow_insecure, labelled=labelled)
+        if refused and ctx.statefulset is None:
+            ctx.report(refused[0].as_problem())
             desired = [child for child in desired if child["kind"] != "StatefulSet"]
-        if p.replicas is not None:
-            # The high-availability room holds the size until the primary has moved (scale-down).
+        if ctx.replicas is not None:
+            # The high-availability sub-reconciler holds the size until the primary has moved (scale-down).
             for child in desired:
                 if child["kind"] == "StatefulSet":
-                    child["spec"]["replicas"] = p.replicas
+                    child["spec"]["replicas"] = ctx.replicas
         return desired
 
-    def holds_back(
-        self, p: ClusterPass, desired: Mapping[str, Any], observed: Mapping[str, Any] | None
+    def postpone(
+        self, ctx: ReconcileContext, desired: Mapping[str, Any], observed: Mapping[str, Any] | None
     ) -> bool:
         # Its volumes could not be provisioned (say, no such StorageClass): create it once they can.
-        return desired["kind"] == "StatefulSet" and observed is None and p.problem is not None
+        return desired["kind"] == "StatefulSet" and observed is None and ctx.problem is not None
 
     async def applied(
-        self, p: ClusterPass, desired: Mapping[str, Any], observed: Mapping[str, Any] | None
+        self, ctx: ReconcileContext, desired: Mapping[str, Any], observed: Mapping[str, Any] | None
     ) -> int:
         if desired["kind"] != "StatefulSet":
             return 0
         want = objects.spec(desired).get("replicas")
         if observed is None:
             message = f"created StatefulSet with {want} instance(s)"
-            return int(await self.events.record(p.body, "Normal", "Created", message))
+            return int(await self.events.record(ctx.body, "Normal", "Created", message))
         have = objects.spec(observed).get("replicas")
         if want is not None and have is not None and want != have:
             message = f"scaling from {have} to {want} instance(s)"
-            return int(await self.events.record(p.body, "Normal", "Scaled", message))
+            return int(await self.events.record(ctx.body, "Normal", "Scaled", message))
         return 0
