@@ -28,6 +28,7 @@ from pg_operator.api.pooler import (
     any_pooler_pod,
     pooler_pod_labels,
 )
+from pg_operator.images import image_pull_secrets, pooler_image
 from pg_operator.pooler.config import (
     AUTH_FUNCTION,
     AUTH_SCHEMA,
@@ -57,7 +58,6 @@ from pg_operator.specs.network_policy import (
 
 COMPONENT_POOLER = "pooler"
 CONTAINER = "pgbouncer"
-DEFAULT_IMAGE = "localhost/pg-operator/operator:0.1.0"  # deploy/operator/deployment.yaml: PgBouncer is in it
 SUPERVISOR = "/opt/pg-operator/bin/pg-operator-pooler"
 TLS_DIR = "/etc/pg-operator/tls"
 AUTH_DIR = "/etc/pg-operator/pooler-auth"
@@ -139,7 +139,8 @@ def _resources(cluster: PostgresCluster) -> dict[str, Any]:
     return {"requests": {"cpu": res.requests.cpu, "memory": res.requests.memory}, "limits": limits}
 
 
-def deployment(cluster: PostgresCluster, side: str, image: str = DEFAULT_IMAGE) -> dict[str, Any]:
+def deployment(cluster: PostgresCluster, side: str, image: str | None = None) -> dict[str, Any]:
+    """`image`: the install's pooler image (images.pooler_image()) unless given."""
     pooler = cluster.spec.pooler
     assert pooler is not None
     labels = _pod_labels(cluster, side)
@@ -160,7 +161,7 @@ def deployment(cluster: PostgresCluster, side: str, image: str = DEFAULT_IMAGE) 
     probe = {"tcpSocket": {"port": "pgbouncer"}}
     container = {
         "name": CONTAINER,
-        "image": image,
+        "image": image or pooler_image(),
         "imagePullPolicy": "IfNotPresent",
         "command": ["/usr/bin/tini", "-s", "--", SUPERVISOR, "run"],
         "env": [{"name": k, "value": v} for k, v in env.items()],
@@ -236,6 +237,9 @@ def deployment(cluster: PostgresCluster, side: str, image: str = DEFAULT_IMAGE) 
         pod_spec["tolerations"] = [
             t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in cluster.spec.tolerations
         ]
+    pull_secrets = image_pull_secrets()  # the install's --image-pull-secrets
+    if pull_secrets:
+        pod_spec["imagePullSecrets"] = pull_secrets
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -305,7 +309,7 @@ def network_policy(cluster: PostgresCluster,
     }
 
 
-def children(cluster: PostgresCluster, image: str = DEFAULT_IMAGE,
+def children(cluster: PostgresCluster, image: str | None = None,
              operator: OperatorPeer = DEFAULT_OPERATOR_PEER) -> list[dict[str, Any]]:  # fmt: skip
     pooler = cluster.spec.pooler
     if pooler is None:

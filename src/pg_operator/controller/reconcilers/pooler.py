@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,13 +42,13 @@ from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
 from pg_operator.controller.reconcilers.instances import operator_namespace
 from pg_operator.controller.writes import Made, WriteMemo
 from pg_operator.controller.writes import create as create_owned
+from pg_operator.images import pooler_image
 from pg_operator.orchestration.failover import leader_configmap_name
 from pg_operator.orchestration.instances import instances_from_pods, patroni_state
 from pg_operator.specs.network_policy import DEFAULT_MONITORING_NAMESPACE, OperatorPeer
 from pg_operator.specs.pooler import (
     CONDITION,
     CONTAINER,
-    DEFAULT_IMAGE,
     LIST_DATABASES_SQL,
     PASSWORD_KEY,
     POINTS_TO_ANNOTATION,
@@ -74,7 +73,6 @@ from pg_operator.specs.secrets import decoded
 
 log = logging.getLogger(__name__)
 
-IMAGE_ENV = "PG_OPERATOR_POOLER_IMAGE"
 # The pod's watchdog resumes a pause this long after it began, whatever became of the switchover.
 PAUSE_SECONDS = 30
 # How long one pod's PAUSE may take (its running transactions finishing) before the switchover goes on
@@ -147,7 +145,7 @@ class PoolerReconciler(SubReconciler):
         self.memo = memo
         self.events = events
         self.exec = pod_exec
-        self.image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
+        self.image = image or pooler_image()  # the install's --pooler-image-repository/-tag
         self.metrics = PoolerMetrics(registry)
         self._state: dict[tuple[str, str], _State] = {}
 
