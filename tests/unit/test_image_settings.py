@@ -149,5 +149,5 @@ def test_the_pooler_default_is_the_operator_image_the_recipe_builds() -> None:
     from harness.paths import REPO
 
     meta = json.loads((REPO / "images" / "operator" / "image.json").read_text())
-    assert images.DEFAULT_POOLER_REPOSITORY == meta["name"]
-    assert images.DEFAULT_POOLER_TAG == meta["args"]["VERSION"][0]
+    assert meta["name"] == images.DEFAULT_POOLER_REPOSITORY
+    assert meta["args"]["VERSION"][0] == images.DEFAULT_POOLER_TAG
