@@ -151,3 +151,20 @@ def test_the_pooler_default_is_the_operator_image_the_recipe_builds() -> None:
     meta = json.loads((REPO / "images" / "operator" / "image.json").read_text())
     assert meta["name"] == images.DEFAULT_POOLER_REPOSITORY
     assert meta["args"]["VERSION"][0] == images.DEFAULT_POOLER_TAG
+
+
+def test_no_image_reference_is_written_outside_images_py() -> None:
+    """Every pod's image comes from images.py, so the install's repositories reach them all (the major
+    upgrade's included, which calls default_image); a literal elsewhere would bypass the flags."""
+    from harness.paths import REPO
+
+    src = REPO / "src" / "pg_operator"
+    for path in src.rglob("*.py"):
+        if path == src / "images.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            quoted_in_prose = "`" in code  # a docstring's example (api/image_policy.py), not a value
+            assert "localhost/pg-operator/" not in code or quoted_in_prose, (
+                f"{path.relative_to(REPO)}:{number}"
+            )
