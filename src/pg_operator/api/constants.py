@@ -37,6 +37,9 @@ PG_PORT: Final = 5432
 PG_PORT_NAME: Final = "postgresql"
 PATRONI_PORT: Final = 8008
 PATRONI_PORT_NAME: Final = "patroni"
+# The instance's /metrics (HTTPS), served by the entrypoint (instance/metrics_server.py).
+METRICS_PORT: Final = 9187
+METRICS_PORT_NAME: Final = "metrics"
 # On the instances' pods: their Patroni serves its REST API over HTTPS. Informational only: the operator
 # speaks HTTPS to every pod, verified against the cluster's CA, whatever the pod says (no plain HTTP).
 PATRONI_TLS_ANNOTATION: Final = "db.example.com/patroni-api-tls"

@@ -21,9 +21,6 @@ from pg_operator.api.schema import SpecModel, requests_within_limits, rule, vali
 POOLER_LABEL = "db.example.com/pooler"
 POOLER_SIDE_LABEL = "db.example.com/pooler-side"
 POOLER_APP_NAME = "pgbouncer"
-POOLER_PORT = 5432
-# pgbouncer_exporter's usual port.
-POOLER_METRICS_PORT = 9127
 SIDES = ("rw", "ro")
 
 MAX_INSTANCES = 10

@@ -275,9 +275,10 @@ def run(env: Mapping[str, str]) -> int:
 
 def start_metrics(pod: PodEnvironment, env: Mapping[str, str]) -> None:
     """/metrics on PGOP_METRICS_PORT (default 9187, 0 = off), HTTPS with the server certificate."""
+    from pg_operator.api.constants import METRICS_PORT
     from pg_operator.instance import metrics, metrics_server
 
-    port = int(env.get("PGOP_METRICS_PORT") or metrics.METRICS_PORT)
+    port = int(env.get("PGOP_METRICS_PORT") or METRICS_PORT)
     if port:
         tls = tls_files(pod.run_dir)
         pg_port = int(read_instance_settings(pod.config_file)["postgresql"]["port"])

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MONITOR_ROLE = "pgop_monitor"
-METRICS_PORT = 9187
-METRICS_PORT_NAME = "metrics"
 
 # Connection states pg_stat_activity reports; each database gets a zero for the ones it has none of, so
 # a rate or a comparison never meets a missing series.

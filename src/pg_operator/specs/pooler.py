@@ -20,15 +20,8 @@ from typing import Any
 from pg_operator import objects
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import SUPERUSER
-from pg_operator.api.pooler import (
-    POOLER_LABEL,
-    POOLER_METRICS_PORT,
-    POOLER_PORT,
-    POOLER_SIDE_LABEL,
-    any_pooler_pod,
-    pooler_pod_labels,
-)
-from pg_operator.pooler.config import (
+from pg_operator.api.pooler import POOLER_LABEL, POOLER_SIDE_LABEL, any_pooler_pod, pooler_pod_labels
+from pg_operator.pooler_contract import (
     AUTH_FUNCTION,
     AUTH_SCHEMA,
     AUTH_USER,
@@ -43,6 +36,8 @@ from pg_operator.pooler.config import (
     ENV_SIDE,
     ENV_TARGET,
     ENV_TLS_DIR,
+    POOLER_METRICS_PORT,
+    POOLER_PORT,
 )
 from pg_operator.scram import scram_sha256_verifier
 from pg_operator.specs import names

@@ -9,7 +9,8 @@ it reports (a problem for the status and a Warning Event). The cluster reconcile
 and knows no capability by name beyond that list.
 
 May import: `pg_operator.api`, `specs`, `orchestration`, `patroni`, `objects`, and the controller's
-plumbing (`cache`, `kube_api`, `events`, `writes`). Never `controller.reconcile` or `controller.operator`.
+plumbing (`cache`, `kube_api`, `events`, `writes`, `cluster_memory` …). Never `controller.reconcile`,
+`controller.operator` or the backup reconcilers (tests/unit/test_import_layers.py).
 
 A sub-reconciler writes the cluster's objects only through `controller.writes` with the context's
 `claims`: the snapshot it reads holds, at the cluster's names, only the cluster's own objects
