@@ -13,7 +13,7 @@ sub-reconciler writes a `forget` of its own.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, TypeVar, final
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 ClusterKey = tuple[str, str]  # (namespace, name)
@@ -60,6 +60,9 @@ class ClusterMemory(Generic[T]):
     def keys(self) -> list[ClusterKey]:
         return list(self._values)
 
+    def values(self) -> list[T]:
+        return list(self._values.values())
+
     def __contains__(self, key: object) -> bool:
         return key in self._values
 
@@ -69,7 +72,8 @@ class ClusterMemory(Generic[T]):
 
 class RemembersClusters:
     """Base of a reconciler (or a helper it holds) with per-cluster memory in `ClusterMemory` attributes.
-    `forget` is the framework's; subclasses declare stores, they do not override it."""
+    `forget` is the framework's; subclasses declare stores, they do not override it (a unit test checks
+    the sub-reconcilers)."""
 
     def memories(self) -> Iterator[ClusterMemory[Any]]:
         """Every store this object holds, and those of the `RemembersClusters` objects it holds."""
@@ -88,7 +92,6 @@ class RemembersClusters:
                 elif isinstance(value, RemembersClusters):
                     todo.append(value)
 
-    @final
     def forget(self, key: ClusterKey) -> None:
         """The cluster is gone: drop what is remembered of it, everywhere in this object."""
         for memory in self.memories():

@@ -70,9 +70,6 @@ class InstancesReconciler(SubReconciler):
         message = "; ".join(foreign_pod_message(name, ctx.name) for name in foreign)
         return await self._foreign_warned.warn(ctx.body, "ForeignPod", message)
 
-    def forget(self, key: tuple[str, str]) -> None:
-        self._foreign_warned.forget(key)
-
     def operator_peer(self, ctx: ReconcileContext) -> OperatorPeer:
         if self.in_cluster:
             return OperatorPeer(self.operator_namespace, monitoring_namespace=self.monitoring_namespace)

@@ -27,6 +27,7 @@ from lightkube.resources.core_v1 import Secret
 
 from pg_operator import objects
 from pg_operator.api.constants import CLUSTER_LABEL
+from pg_operator.controller.cluster_memory import ClusterMemory
 from pg_operator.controller.events import EventRecorder, OncePerMessage
 from pg_operator.controller.kube_api import Api, is_conflict
 from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
@@ -84,19 +85,15 @@ class RolesReconciler(SubReconciler):
         self.memo = memo
         self.events = events
         self.exec = pod_exec
-        self._checked: dict[tuple[str, str], _Checked] = {}
+        self._checked: ClusterMemory[_Checked] = ClusterMemory()
         self._warned = OncePerMessage(events)
-
-    def forget(self, key: tuple[str, str]) -> None:
-        self._checked.pop(key, None)
-        self._warned.forget(key)
 
     # --- data plane -------------------------------------------------------------------------------------
 
     async def act(self, ctx: ReconcileContext) -> None:
         key = (ctx.namespace, ctx.name)
         if not declares_anything(ctx.cluster) and not self._left_to_release(ctx):
-            self._checked.pop(key, None)
+            self._checked.drop(key)
             return
         ctx.writes += await self._refresh_secrets(ctx)
         primary = ctx.running_primary()
@@ -116,7 +113,7 @@ class RolesReconciler(SubReconciler):
                 ctx.again_in(wait)
                 return
         checked = await self._check(ctx, primary, trigger, secrets)
-        self._checked[key] = checked
+        self._checked.set(key, checked)
         ctx.again_in(RETRY_SECONDS if checked.failure else CHECK_SECONDS)
         problems = ([checked.failure] if checked.failure else []) + [
             f"{kind} {e.name}: {e.reason}"
