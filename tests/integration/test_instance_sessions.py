@@ -28,6 +28,7 @@ import pytest
 from harness import local_postgres, patroni_instance
 from harness.net import free_port
 from harness.waiting import wait_until
+from pg_operator.api.constants import MONITOR_ROLE
 from pg_operator.instance import (
     archive_reporter,
     metrics_server,
@@ -36,7 +37,6 @@ from pg_operator.instance import (
     session_roles,
 )
 from pg_operator.instance.inputs import Credentials
-from pg_operator.instance.metrics import MONITOR_ROLE
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -15,12 +15,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
     ValidationError,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -45,7 +43,7 @@ from pg_operator.api.placement import (
 )
 from pg_operator.api.pooler import PoolerSpec
 from pg_operator.api.postgresql import Postgresql
-from pg_operator.api.quantity import QUANTITY_PATTERN, parse_quantity
+from pg_operator.api.quantity import Quantity, parse_quantity
 from pg_operator.api.roles import (
     MAX_DATABASES,
     MAX_ROLES,
@@ -101,27 +99,6 @@ def _cel_list(values: tuple[str, ...]) -> str:
 
 # --- shared field types ---------------------------------------------------------------------------------
 
-
-def _int_to_str(value: object) -> object:
-    # Kubernetes accepts `cpu: 2` as well as `cpu: "2"`; keep one representation.
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return value
-
-
-Quantity = Annotated[
-    str,
-    BeforeValidator(_int_to_str),
-    StringConstraints(pattern=QUANTITY_PATTERN, max_length=32),
-    WithJsonSchema(
-        {
-            "x-kubernetes-int-or-string": True,
-            "anyOf": [{"type": "integer"}, {"type": "string"}],
-            "pattern": QUANTITY_PATTERN,
-            "maxLength": 32,
-        }
-    ),
-]
 
 Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN, min_length=1, max_length=63)]
 

@@ -13,13 +13,12 @@ exist) is reported in the status, never admitted as applied.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from pg_operator.api.constants import PATRONI_API_USER, REPLICATION_USER, SUPERUSER
+from pg_operator.api.constants import MONITOR_ROLE, PATRONI_API_USER, REPLICATION_USER, SUPERUSER
 from pg_operator.api.schema import SpecModel, rule, validations
 
 MAX_ROLES = 32
@@ -42,8 +41,6 @@ LOCALE_PATTERN = r"^[A-Za-z0-9_.@-]{1,64}$"
 SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # noqa: S105
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"  # noqa: S105
 
-# The monitoring role every instance creates (instance/metrics.py; a leaf the API may not import).
-MONITOR_ROLE = "pgop_monitor"
 # Roles a declared role may not be, nor be a member of: the operator's own and PostgreSQL's special names.
 RESERVED_ROLE_NAMES: tuple[str, ...] = (
     SUPERUSER,
@@ -393,7 +390,3 @@ def spec_problems(
     if any(s.owner is not None and s.owner not in owners for d in databases for s in d.schemas):
         problems.append("databases: each schema owner must be a role in spec.roles or the application owner")
     return problems
-
-
-def is_role_name(value: str) -> bool:
-    return re.fullmatch(ROLE_NAME_PATTERN, value) is not None

@@ -50,7 +50,15 @@ from pg_operator.controller.reconcilers.pooler import PoolerReconciler
 from pg_operator.controller.reconcilers.roles import RolesReconciler
 from pg_operator.controller.reconcilers.storage import StorageReconciler
 from pg_operator.controller.reconcilers.tls import TlsReconciler
-from pg_operator.controller.writes import Applier, Claims, WriteMemo, all_of, canonical, ident_of
+from pg_operator.controller.writes import (
+    Applier,
+    Claims,
+    WriteMemo,
+    all_of,
+    canonical,
+    ident_of,
+    status_patch,
+)
 from pg_operator.controller.writes import delete as delete_owned
 from pg_operator.specs import MANAGED_KINDS, compute_status
 from pg_operator.specs.ca_rotation import TRUST_PERIOD
@@ -85,15 +93,6 @@ FOREIGN_KNOWN_SECONDS = 120.0
 # After a status write lost the race to another writer (the backup reconcilers): the watch event of the
 # newer cluster wakes it anyway; this is the fallback.
 STATUS_CONFLICT_RETRY_SECONDS = 1.0
-
-
-def status_patch(previous: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any]:
-    """A merge patch turning `previous` status into exactly `desired` (removed keys set to null)."""
-    patch: dict[str, Any] = dict(desired)
-    for k in previous or {}:
-        if k not in desired:
-            patch[k] = None
-    return {"status": patch}
 
 
 def namespace_terminating_refusal(status: Mapping[str, Any]) -> bool:

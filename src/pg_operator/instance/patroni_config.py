@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pg_operator.api import postgresql as api_postgresql
+from pg_operator.api.constants import MONITOR_ROLE
 from pg_operator.backup import instance_hook
 from pg_operator.instance.inputs import Credentials, PodEnvironment, TlsFiles
-from pg_operator.instance.metrics import MONITOR_ROLE
 from pg_operator.orchestration import patroni_settings
 from pg_operator.tls_files import LOADED_TAG
 

@@ -80,10 +80,6 @@ def policy_name(cluster: PostgresCluster) -> str:
     return f"{cluster.name}-pooler"
 
 
-def service_host(cluster: PostgresCluster, side: str) -> str:
-    return f"{service_name(cluster, side)}.{cluster.namespace}.svc"
-
-
 def pod_host(cluster: PostgresCluster, pod: str) -> str:
     """An instance by its pod DNS name under the headless Service (what the server certificate covers)."""
     return f"{pod}.{names.headless_service(cluster)}.{cluster.namespace}.svc"

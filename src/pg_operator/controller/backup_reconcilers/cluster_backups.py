@@ -51,7 +51,6 @@ from pg_operator.controller.backup_reconcilers.shared import (
     Notices,
     again,
     backup_config,
-    canonical,
     store_of,
 )
 from pg_operator.controller.backup_reconcilers.store import StoreBusy, StoreError, StoreRefused, StoreTimeout
@@ -64,6 +63,7 @@ from pg_operator.controller.loop import Result
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.pod_exec import ExecError, PodExec
 from pg_operator.controller.store_limits import limits
+from pg_operator.controller.writes import canonical
 from pg_operator.specs.backup_status import BACKUP_CONDITION_TYPES, BACKUP_STATUS_KEY
 
 log = logging.getLogger(__name__)
