@@ -19,15 +19,16 @@ per reconcile pass.
 - Patroni's own ConfigMaps get an owner reference so deleting the cluster removes them too; never one
   that existed before the cluster or has an owner already (it is not this cluster's Patroni's).
 
+The upkeep of Patroni's own objects and loops (fast failover, waking loops, the ConfigMaps' owner) is in
+patroni_upkeep.py; how Patroni is reached (HTTPS, its CA, its credentials) in patroni_access.py.
+
 Patroni's REST API is asked only when a decision needs its view (a rollout or switchover in
 progress, a promotion or a replica's return), never in steady state: an idle cluster costs no request here.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
-import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,9 +38,7 @@ import aiohttp
 from lightkube.core.exceptions import ApiError
 
 from pg_operator import objects
-from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import CLUSTER_LABEL, ROLE_PRIMARY
-from pg_operator.controller.cache import Snapshot
 from pg_operator.controller.cluster_memory import ClusterMemory
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.kube_api import (
@@ -50,6 +49,10 @@ from pg_operator.controller.kube_api import (
 )
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
+
+# patroni_auth: also the major upgrade's (it imports it from here).
+from pg_operator.controller.reconcilers.patroni_access import patroni_auth as patroni_auth
+from pg_operator.controller.reconcilers.patroni_access import patroni_endpoint
 from pg_operator.controller.reconcilers.patroni_upkeep import (
     LoopWaker,
     adopt_patroni_configmaps,
@@ -63,7 +66,6 @@ from pg_operator.orchestration.requested_switchover import Asked, answered
 from pg_operator.orchestration.rollout import Action, best_candidate, plan_restart, plan_scale, plan_update
 from pg_operator.patroni.client import (
     Endpoint,
-    PatroniAuth,
     PatroniError,
     TrustStore,
     get_cluster,
@@ -72,8 +74,6 @@ from pg_operator.patroni.client import (
     switchover,
 )
 from pg_operator.specs import names
-from pg_operator.specs.ca_rotation import PREVIOUS_CERT_KEY
-from pg_operator.specs.tls import CA_CERT_KEY
 
 log = logging.getLogger(__name__)
 
@@ -124,17 +124,6 @@ def _desired_image(statefulset: Mapping[str, Any] | None) -> str | None:
         if c.get("name") == "postgres":
             return str(c.get("image"))
     return None
-
-
-def patroni_auth(snapshot: Snapshot, cluster: PostgresCluster) -> PatroniAuth | None:
-    secret = snapshot.find("v1", "Secret", names.patroni_api_secret(cluster))
-    data = (secret or {}).get("data") or {}
-    try:
-        return PatroniAuth(
-            base64.b64decode(data["username"]).decode(), base64.b64decode(data["password"]).decode()
-        )
-    except (KeyError, ValueError):
-        return None
 
 
 class PausedTraffic(Protocol):
@@ -343,35 +332,13 @@ class HighAvailabilityReconciler(SubReconciler):
         the pod's name under the headless Service, never plain HTTP. None without an IP, or without a CA to
         verify with: then Patroni is not asked, and the pass reports why (PatroniUnverified) instead of
         acting on a view it could not check."""
-        if not inst.pod_ip:
+        found = patroni_endpoint(ctx.snapshot, ctx.cluster, inst, self.trust)
+        if isinstance(found, str):
+            log.info("%s/%s: %s", ctx.namespace, ctx.name, found)
+            ctx.report((UNVERIFIED_REASON, found))
+            self.memory.of(ctx.key).unverified = found
             return None
-        ca = (ctx.snapshot.find("v1", "Secret", names.ca_secret(ctx.cluster)) or {}).get("data") or {}
-        served = (ctx.snapshot.find("v1", "Secret", names.server_tls_secret(ctx.cluster)) or {}).get(
-            "data"
-        ) or {}
-        try:
-            # What the instances trust (the user's server CA too, if they bring one), and the cluster's CAs:
-            # during a CA rotation a member may still present the previous CA's certificate.
-            ca_pem = b"".join(
-                base64.b64decode(source[key], validate=True)
-                for source, key in ((served, CA_CERT_KEY), (ca, CA_CERT_KEY), (ca, PREVIOUS_CERT_KEY))
-                if key in source
-            )
-            if not ca_pem.strip():
-                # An empty bundle would leave the context to the system's trust store: not this cluster's.
-                raise ValueError("no CA certificate")
-            context = self.trust.context(ca_pem)
-        except (KeyError, ValueError, ssl.SSLError):
-            message = (
-                f"Patroni on {inst.name} is not asked: no readable CA in Secret "
-                f"{names.ca_secret(ctx.cluster)} to verify its certificate with (never plain HTTP)"
-            )
-            log.info("%s/%s: %s", ctx.namespace, ctx.name, message)
-            ctx.report((UNVERIFIED_REASON, message))
-            self.memory.of(ctx.key).unverified = message
-            return None
-        host = f"{inst.name}.{names.headless_service(ctx.cluster)}.{ctx.namespace}.svc"
-        return Endpoint(inst.pod_ip, context, host)
+        return found
 
     async def _members(self, ctx: ReconcileContext, instances: list[Instance]) -> dict[str, Member]:
         """Patroni's view, asked of the primary first, then any other running instance."""
