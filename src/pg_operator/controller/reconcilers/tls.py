@@ -398,6 +398,15 @@ class TlsReconciler(SubReconciler):
                         behind,
                     )
                     return 0
+        return await self._write_server(ctx, observed, desired, why)
+
+    async def _write_server(
+        self, ctx: ReconcileContext, observed: Mapping[str, Any] | None, desired: dict[str, Any], why: str
+    ) -> int:
+        """Create or patch Secret <name>-server-tls (pinned to the version read) and say why."""
+        name = names.server_tls_secret(ctx.cluster)
+        ident = (ctx.namespace, "Secret", name, "issue")
+        rv = objects.resource_version(observed)
         if observed is None:
             if not await self._create(ctx, desired):
                 return 1
