@@ -66,8 +66,6 @@ def test_a_certificate_near_its_end_is_reported_with_one_warning() -> None:
     asyncio.run(issuing.create(context()))
     cached = [as_cached(s) for s in api.created]
     late = certificate(next(s for s in api.created if s["metadata"]["name"] == "orders-db-server-tls"))
-        api.created[1] if api.created[1]["metadata"]["name"].endswith("tls") else api.created[0]
-    )
     near_end = late.not_valid_after_utc - dt.timedelta(days=3)
     tls = reconciler(FakeApi(), events, now=near_end)
     for _ in range(2):
