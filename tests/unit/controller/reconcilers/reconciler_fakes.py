@@ -88,30 +88,39 @@ def owned(kind: str, name: str, api_version: str = "v1", **fields: Any) -> dict[
     return {"apiVersion": api_version, "kind": kind, "metadata": meta, **fields}
 
 
-def primary_pod(name: str = f"{NAME}-0") -> dict[str, Any]:
-    """A running primary as Patroni labels and annotates it, ready."""
+def instance_pod(name: str, role: str = "replica", *, down: bool = False) -> dict[str, Any]:
+    """An instance as Patroni labels and annotates it; `down`: the kubelet reports its database container
+    terminated (ready or not)."""
+    state = {"terminated": {"exitCode": 137}} if down else {"running": {}}
     return owned(
         "Pod",
         name,
-        metadata={"labels": {"db.example.com/cluster": NAME, "role": "primary"},
-                  "annotations": {"status": json.dumps({"role": "primary", "state": "running"})}},
+        metadata={"labels": {"db.example.com/cluster": NAME, "role": role},
+                  "annotations": {"status": json.dumps({"role": role, "state": "running"})}},
         spec={"containers": [{"name": "postgres", "image": "localhost/pg-operator/postgres:16.13"}]},
-        status={"podIP": "10.0.0.5", "conditions": [{"type": "Ready", "status": "True"}],
-                "containerStatuses": [{"name": "postgres", "state": {"running": {}}, "restartCount": 0}]},
+        status={"podIP": f"10.0.0.{len(name)}", "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "postgres", "state": state, "restartCount": 0}]},
     )  # fmt: skip
+
+
+def primary_pod(name: str = f"{NAME}-0") -> dict[str, Any]:
+    """A running primary, ready."""
+    return instance_pod(name, "primary")
 
 
 def context(
     children: list[dict[str, Any]] | None = None,
     cluster: PostgresCluster | None = None,
     statefulset: Mapping[str, Any] | None = None,
+    annotations: Mapping[str, str] | None = None,
     **snapshot: Any,
 ) -> ReconcileContext:
     """One pass over the cluster (cluster_model's orders-db in shop unless given) with these children."""
     model = cluster or cluster_model(uid=UID)
     body = {"apiVersion": "db.example.com/v1alpha1", "kind": "PostgresCluster",
             "metadata": {"name": model.name, "namespace": model.namespace, "uid": model.uid,
-                         "resourceVersion": "3", "generation": 1}, "spec": {}}  # fmt: skip
+                         "resourceVersion": "3", "generation": 1, "annotations": dict(annotations or {})},
+            "spec": {}}  # fmt: skip
     by_kind: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for child in children or []:
         by_kind.setdefault((child["apiVersion"], child["kind"]), []).append(child)
