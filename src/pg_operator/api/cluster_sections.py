@@ -16,7 +16,9 @@ from pydantic import (
 from pg_operator.api.backup import (
     RecoveryBootstrap,
 )
+from pg_operator.api.constants import REPLICATION_USER, SUPERUSER
 from pg_operator.api.quantity import Quantity, parse_quantity
+from pg_operator.api.roles import SPECIAL_ROLE_NAMES
 from pg_operator.api.schema import (
     SpecModel,
     requests_within_limits,
@@ -34,17 +36,8 @@ STORAGE_PATTERN = r"^[1-9][0-9]*Gi$"
 # PostgreSQL itself.
 IDENTIFIER_PATTERN = r"^[a-z_][a-z0-9_]{0,62}$"
 RESERVED_DATABASES: tuple[str, ...] = ("postgres", "template0", "template1")
-RESERVED_ROLES: tuple[str, ...] = (
-    "postgres",
-    "replicator",
-    "public",
-    "none",
-    "current_role",
-    "current_user",
-    "session_user",
-    "user",
-    "all",
-)
+# What the bootstrap database's owner may not be (the roles the instances create are not made yet then).
+RESERVED_ROLES: tuple[str, ...] = (SUPERUSER, REPLICATION_USER, *SPECIAL_ROLE_NAMES)
 
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # Printable ASCII without spaces: the API server refuses an image with surrounding whitespace on the

@@ -41,20 +41,12 @@ LOCALE_PATTERN = r"^[A-Za-z0-9_.@-]{1,64}$"
 SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # noqa: S105
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"  # noqa: S105
 
+# Names PostgreSQL gives a meaning of its own in role positions: no role may be created under them.
+SPECIAL_ROLE_NAMES: tuple[str, ...] = ("public", "none", "current_role", "current_user", "session_user",
+                                       "user", "all")  # fmt: skip
 # Roles a declared role may not be, nor be a member of: the operator's own and PostgreSQL's special names.
-RESERVED_ROLE_NAMES: tuple[str, ...] = (
-    SUPERUSER,
-    REPLICATION_USER,
-    MONITOR_ROLE,
-    PATRONI_API_USER,
-    "public",
-    "none",
-    "current_role",
-    "current_user",
-    "session_user",
-    "user",
-    "all",
-)
+RESERVED_ROLE_NAMES: tuple[str, ...] = (SUPERUSER, REPLICATION_USER, MONITOR_ROLE, PATRONI_API_USER,
+                                        *SPECIAL_ROLE_NAMES)  # fmt: skip
 # Predefined roles that read or write the server's files or run programs as its OS user: a member could
 # read the operator's Secrets from the data directory's neighbours. Refused as memberships.
 UNSAFE_MEMBERSHIPS: tuple[str, ...] = (
