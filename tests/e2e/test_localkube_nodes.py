@@ -134,7 +134,7 @@ def wait_ready(kube: Kube, name: str, ns: str, timeout: int = 180) -> None:
 
 def probe(kube: Kube, ns: str, client: str, *targets: str) -> list[str]:
     res = kube.kubectl("-n", ns, "exec", client, "--", "python3", "-c", PROBE, *targets, timeout=90)
-    return res.stdout.splitlines()
+    return [str(line) for line in res.stdout.splitlines()]
 
 
 def probe_until(kube: Kube, ns: str, client: str, target: str, want_ok: bool, timeout: float = 60) -> str:
