@@ -7,6 +7,7 @@ import json
 import subprocess
 import tarfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from localkube.common import ClusterError, Context
@@ -56,5 +57,9 @@ def ensure_images(ctx: Context, names: Sequence[str]) -> None:
     for ref in names:
         spec, args = spec_for_ref(ref)
         tar, _ = build(spec, args, ctx.cache)
-        for address in runtime_addresses(ctx):
-            import_image(address, tar, ref)
+        addresses = runtime_addresses(ctx)
+        # One import per node's containerd (each unpacks into its own snapshots), side by side: the
+        # unpacking waits on the disk as much as on a core.
+        with ThreadPoolExecutor(max_workers=len(addresses)) as pool:
+            for done in [pool.submit(import_image, address, tar, ref) for address in addresses]:
+                done.result()
