@@ -143,11 +143,12 @@ class Server:
         pattern = re.compile(r"connection authorized: user=(\S+) database=(\S+)")
         return [(m.group(1), m.group(2)) for m in pattern.finditer(self.pg.log.read_text())]
 
-    def read_back(self, cluster: PostgresCluster) -> subprocess.CompletedProcess[str]:
+    def read_back(self, cluster: PostgresCluster, read_last: tuple[str, ...] = ()
+                  ) -> subprocess.CompletedProcess[str]:  # fmt: skip
         """The read-back as the sub-reconciler runs it in the pod: the operator's argv (pinned options
         included), here with this server's socket directory and port."""
         argv = [self.socket_dir if a == SOCKET_DIR else self.psql if a == "psql" else a for a in PSQL]
-        script = role_reads.observe_sql(cluster)
+        script = role_reads.observe_sql(cluster, read_last)
         return subprocess.run([*argv, "-p", str(self.pg.port), "-q", "-f", "-"], input=script,
                               capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
 
@@ -278,3 +279,39 @@ def test_an_instance_on_an_older_image_is_read_as_before_and_says_so(older_serve
     entered = [who for who, where in connections if where == "alicedb"]
     assert entered == [SUPERUSER]
     assert seen.databases_read_as == SUPERUSER  # the sub-reconciler logs it
+
+
+def test_a_database_that_refuses_the_read_role_at_login_is_read_last_next_time(server: Server) -> None:
+    """CONNECT granted and a limit above zero, but the tenant holds every connection its limit allows: the
+    refusal comes only at login, where psql stops. The database is reported with the server's reason, the
+    ones after it as not read this time; the next check reads it last, so the others are read."""
+    s = server
+    for db in ("alicedb", "bobdb"):
+        s.tenant_database(db)
+    s.as_tenant("alicedb", 'ALTER DATABASE "alicedb" CONNECTION LIMIT 1')
+    cluster = declared("alicedb", "bobdb")
+    # The tenant's own session (it logs in over TCP with its password in a pod; here the one connection
+    # the socket admits stands for it: every backend in the database counts towards its limit).
+    with s.connect("alicedb"):
+        before = len(s.authorized())
+        result = s.read_back(cluster)
+        assert result.returncode != 0  # psql ended at the refused \connect
+        seen = role_reads.parse_observed(result.stdout, result.stderr)
+        assert seen.stopped_at == "alicedb"
+        alice, bob = seen.databases["alicedb"], seen.databases["bobdb"]
+        assert alice.unread is not None and 'too many connections for database "alicedb"' in alice.unread
+        assert bob.unread == "not read this time: the read stopped at database alicedb"
+        entries = {e.name: e for e in converge(cluster, seen, Passwords()).databases}
+        assert not entries["alicedb"].applied and not entries["bobdb"].applied
+
+        seen = role_reads.parse_observed(*_out(s.read_back(cluster, read_last=("alicedb", "bobdb"))))
+        assert seen.stopped_at == "alicedb" and seen.databases["bobdb"].unread is not None  # same order
+        seen = role_reads.parse_observed(*_out(s.read_back(cluster, read_last=("alicedb",))))
+        assert seen.databases["bobdb"].schemas == {"sales": TENANT} and seen.databases["bobdb"].unread is None
+        assert seen.databases["alicedb"].unread is not None
+    connections = s.authorized()[before:]
+    assert {who for who, where in connections if where != "postgres"} == {MONITOR_ROLE}
+
+
+def _out(result: subprocess.CompletedProcess[str]) -> tuple[str, str]:
+    return result.stdout, result.stderr
