@@ -296,8 +296,8 @@ def test_a_database_that_refuses_the_read_role_at_login_is_read_last_next_time(s
         before = len(s.authorized())
         result = s.read_back(cluster)
         assert result.returncode != 0  # psql ended at the refused \connect
-        seen = role_reads.parse_observed(result.stdout, result.stderr)
-        assert seen.stopped_at == "alicedb"
+        seen = role_reads.observed_of(result.returncode, result.stdout, result.stderr)
+        assert seen is not None and seen.stopped_at == "alicedb"
         alice, bob = seen.databases["alicedb"], seen.databases["bobdb"]
         assert alice.unread is not None and 'too many connections for database "alicedb"' in alice.unread
         assert bob.unread == "not read this time: the read stopped at database alicedb"

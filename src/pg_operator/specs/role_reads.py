@@ -348,6 +348,22 @@ def parse_observed(stdout: str, stderr: str = "") -> Observed:
     )
 
 
+def observed_of(exit_status: int, stdout: str, stderr: str) -> Observed | None:
+    """The script's result as the sub-reconciler takes it. psql ends where the read role is refused: what
+    it read before counts (that database is reported, those after it read next time). None: the script
+    failed otherwise (psql's stderr says why); ObservationError: it succeeded but its output is unreadable.
+    """
+    try:
+        observed = parse_observed(stdout, stderr)
+    except ObservationError:
+        if exit_status == 0:
+            raise
+        return None
+    if exit_status != 0 and observed.stopped_at is None:
+        return None
+    return observed
+
+
 def _owner_of(value: Any) -> tuple[str, bool] | None:
     if value is None:
         return None

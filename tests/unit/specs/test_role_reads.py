@@ -7,9 +7,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.specs.role_changes import converge
-from pg_operator.specs.role_reads import READ_ROLE, observe_sql, parse_observed, read_order
+from pg_operator.specs.role_reads import (
+    READ_ROLE,
+    ObservationError,
+    observe_sql,
+    observed_of,
+    parse_observed,
+    read_order,
+)
 from pg_operator.specs.roles import Passwords
 
 
@@ -108,3 +117,16 @@ def test_an_instance_whose_pg_hba_does_not_admit_the_read_role_is_read_as_before
     seen = parse_observed(output(reads, ["alicedb"], read_as="postgres"))
     assert seen.databases_read_as == "postgres" and seen.databases["alicedb"].unread is None
     assert converge(cluster("alicedb"), seen, Passwords()).databases[0].applied
+
+
+def test_a_failed_read_fails_the_check_unless_it_stopped_at_a_database_that_refused_the_read_role() -> None:
+    reads = [{"name": n, "read": True, "reason": None} for n in ("alicedb", "bobdb")]
+    refused = 'psql:<stdin>:9: error: \\connect: … failed: FATAL:  permission denied for database "bobdb"\n'
+    stopped = observed_of(2, output(reads, ["alicedb"]), refused)
+    assert stopped is not None and stopped.stopped_at == "bobdb"
+    # Every database read, and still psql failed: something else went wrong.
+    assert observed_of(3, output(reads, ["alicedb", "bobdb"]), "ERROR:  out of memory\n") is None
+    # The superuser's part did not finish.
+    assert observed_of(3, output(reads, [])[:40], "ERROR:  canceling statement\n") is None
+    with pytest.raises(ObservationError):
+        observed_of(0, '{"part": "roles", "items": []}', "")

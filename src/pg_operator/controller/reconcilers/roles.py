@@ -37,7 +37,7 @@ from pg_operator.controller.writes import create as create_owned
 from pg_operator.controller.writes import patch as patch_owned
 from pg_operator.specs import names
 from pg_operator.specs.role_changes import converge, without_secrets
-from pg_operator.specs.role_reads import READ_ROLE, ObservationError, Observed, observe_sql, parse_observed
+from pg_operator.specs.role_reads import READ_ROLE, ObservationError, Observed, observe_sql, observed_of
 from pg_operator.specs.roles import (
     DATABASES_CONDITION,
     ROLES_CONDITION,
@@ -158,19 +158,13 @@ class RolesReconciler(SubReconciler):
             script = observe_sql(ctx.cluster, read_last).encode()
             result = await self.exec.run(ctx.namespace, primary, [*PSQL, "-q", "-f", "-"],
                                          stdin=script, seconds=EXEC_SECONDS)  # fmt: skip
-            try:
-                observed = parse_observed(result.stdout, result.stderr)
-            except ObservationError:
-                if result.exit_status == 0:
-                    raise
-                observed = None
             # psql ends where the read role is refused: what it read before counts (the database is
-            # reported), any other failure fails the check.
-            if result.exit_status != 0 and (observed is None or observed.stopped_at is None):
+            # reported); any other failure fails the check.
+            observed = observed_of(result.exit_status, result.stdout, result.stderr)
+            if observed is None:
                 why = without_secrets(result.stderr)[-300:] or f"psql exited {result.exit_status}"
                 checked.failure = f"could not read roles and databases on {primary}: {why}"
                 return checked
-            assert observed is not None
         except (ExecError, ObservationError) as exc:
             checked.failure = f"could not read roles and databases on {primary}: {exc}"
             return checked
