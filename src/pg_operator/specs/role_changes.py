@@ -209,6 +209,11 @@ def converge(cluster: PostgresCluster, observed: Observed, pw: Passwords, *, sal
                 reasons.append("does not accept connections: extensions and schemas not applied")
                 out.databases.append(Entry(db.name, False, "; ".join(reasons)))
                 continue
+            if seen_db.unread is not None:
+                # Its inside is unknown: nothing is planned there (never read or written blind).
+                reasons.append(f"not read: {seen_db.unread}; extensions and schemas not applied")
+                out.databases.append(Entry(db.name, False, "; ".join(reasons)))
+                continue
             have_ext = seen_db.extensions or frozenset()
             have_schemas = seen_db.schemas or {}
         statements = []
