@@ -1,10 +1,12 @@
 """Benchmark of the full profile's `up` with one node and with N real nodes. Prints one JSON line.
 
-For each node count: `up full` three times, each after a `down` (the first in this run is the cold one:
-nothing of a cluster in the page cache, empty containerd roots; the next two are warm), the seconds to
-import the base image into every node's containerd, and for the multi-node cluster its idle cost over
-`--idle` seconds: CPU (user+system of every component, in percent of one core) and RSS, per component
-kind and in total. Binaries and image builds are cached beforehand (a cold build is bench_localkube.py's).
+For each node count: `up full` three times, each after a `down`; the seconds to import the base image
+into every node's containerd; and for a multi-node cluster its idle cost over `--idle` seconds (CPU,
+user+system of every component in percent of one core, and RSS, per component kind and in total) and
+the seconds each node verb takes on its last node (poweron: until the Node is Ready).
+"Cold" is the first `up` of the run: a fresh state directory (new certificates, empty etcd and empty
+containerd roots, the pause image imported); "warm" the next two, the same work with the page cache
+warm. Binaries and image builds are cached beforehand; their cold build is bench_localkube.py's.
 
     python3 bench/bench_localkube_up.py [--nodes 1,3] [--idle 60]
 
@@ -35,6 +37,7 @@ CLUSTER = [sys.executable, str(REPO / "localkube" / "cluster.py")]
 HOST_COMPONENTS = (*controlplane.COMPONENTS, "coredns", "provisioner")
 BASE_IMAGE = "localkube.local/base:bookworm"
 TICKS = os.sysconf("SC_CLK_TCK")
+NODE_VERBS = ("partition", "heal", "poweroff", "poweron")  # poweron: until the Node is Ready again
 
 
 def run(*args: str, count: int, timeout: float = 900) -> float:
@@ -130,6 +133,8 @@ def main() -> int:
             if count > 1 and "idle" not in entry:
                 time.sleep(10)  # start-up work settles (first syncs, image GC's first pass)
                 entry["idle"] = idle_cost(ctx, a.idle)
+                last = topology.load_layout(ctx)[-1].name
+                entry["verbs_s"] = {verb: run(verb, last, count=count) for verb in NODE_VERBS}
             entry.setdefault("down_s", []).append(run("down", count=count))
         entry.update({"up_cold_s": ups[0], "up_warm_s": ups[1:]})
         result[f"nodes_{count}"] = entry

@@ -185,7 +185,7 @@ def start(ctx: Context, pki: Pki, nodes: list[NodeSpec]) -> None:
 # --- the power verbs -------------------------------------------------------------------------------------
 
 
-def _node_processes(ctx: Context, node: NodeSpec) -> list[int]:
+def node_processes(ctx: Context, node: NodeSpec) -> list[int]:
     """Shims (and any daemon that lost its pid file) naming the node's own directories."""
     marks = (str(node_dirs(ctx, node.name)["containerd_state"]), str(node_state_dir(ctx, node)) + "/")
     found = []
@@ -201,7 +201,7 @@ def _node_processes(ctx: Context, node: NodeSpec) -> list[int]:
     return found
 
 
-def _cgroup_pids(ctx: Context, node: NodeSpec) -> set[int]:
+def container_pids(ctx: Context, node: NodeSpec) -> set[int]:
     pids: set[int] = set()
     for h in host.v1_hierarchies():
         top = h / cgroup_root(ctx, node)
@@ -224,7 +224,7 @@ def _kill_everything(ctx: Context, node: NodeSpec) -> None:
     while True:
         pids = {ctx.pid_of(c) for c in components([node])} - {None}
         victims = (
-            {p for p in pids if p is not None} | set(_node_processes(ctx, node)) | _cgroup_pids(ctx, node)
+            {p for p in pids if p is not None} | set(node_processes(ctx, node)) | container_pids(ctx, node)
         )
         if not victims:
             break

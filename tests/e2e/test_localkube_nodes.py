@@ -260,6 +260,8 @@ def test_poweroff_makes_the_node_not_ready_and_its_pods_unreachable_and_poweron_
     localkube("poweroff", victim.name)
     assert topology.power_state(ctx, victim) is topology.PowerState.POWERED_OFF
     assert [c for c in nodes.components([victim]) if ctx.pid_of(c) is not None] == []
+    assert nodes.node_processes(ctx, victim) == [], "a shim or daemon of the node survived"
+    assert nodes.container_pids(ctx, victim) == set(), "a container of the node survived"
     assert not nodenet.node_netns_exists(victim)
     assert probe(nodes_kube, ns, "client-1", target)[0].startswith("ERR")
     assert wait_node_ready(nodes_kube, victim.name, "Unknown", NOT_READY_WITHIN) == "Unknown"
