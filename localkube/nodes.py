@@ -19,6 +19,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from localkube import addons, host, netpol, network, nodenet
@@ -156,8 +157,27 @@ def node_ready(ctx: Context, node: NodeSpec) -> bool:
     return res.stdout.strip() == "True"
 
 
-def _wait_ready(ctx: Context, node: NodeSpec, timeout: float = 120) -> None:
-    wait_for(f"node {node.name} to be Ready", lambda: node_ready(ctx, node), timeout, ctx,
+def lease_renewed_since(ctx: Context, node: NodeSpec, since: float) -> bool:
+    """Whether the node's kubelet renewed its Lease after `since` (epoch seconds): a heartbeat of the
+    kubelet now running, not one its predecessor left."""
+    res = ctx.kubectl("-n", "kube-node-lease", "get", "lease", node.name, "-o", "jsonpath={.spec.renewTime}",
+                      check=False)  # fmt: skip
+    return parse_micro_time(res.stdout.strip()) > since
+
+
+def parse_micro_time(text: str) -> float:
+    """Epoch seconds of a MicroTime (2026-12-05T11:21:09.123456Z); 0 for anything else."""
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _wait_ready(ctx: Context, node: NodeSpec, since: float = 0.0, timeout: float = 120) -> None:
+    """Until the Node is Ready on a heartbeat sent after `since`: right after a power loss the API server
+    still shows the dead kubelet's Ready for the node-monitor grace period."""
+    wait_for(f"node {node.name} to be Ready",
+             lambda: lease_renewed_since(ctx, node, since) and node_ready(ctx, node), timeout, ctx,
              component(node, "kubelet"), interval=0.5)  # fmt: skip
     ctx.ensure_alive(component(node, "kube-proxy"))
 
@@ -278,11 +298,12 @@ def poweron(ctx: Context, node: NodeSpec) -> None:
     next_state("poweron", node.name, power_state(ctx, node))
     nodes = load_layout(ctx)
     pki = Pki(ctx.pki)
+    booted = time.time()
     nodenet.plug_in(node, nodes)
     _start_runtime(ctx, node)
     _start_agents(ctx, pki, node)
     set_power_state(ctx, node, PowerState.RUNNING)
-    _wait_ready(ctx, node)
+    _wait_ready(ctx, node, since=booted)
     netpol.start(ctx, node)
     log(f"{node.name} is powered on and Ready")
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from localkube import topology
 from localkube.common import ClusterError, Context, containerd_address
+from localkube.nodes import parse_micro_time
 from localkube.topology import PowerState
 
 
@@ -103,3 +104,9 @@ def test_nodes_are_found_by_name_or_number_and_unknown_ones_are_named() -> None:
         topology.find_node(nodes, "x")
     with pytest.raises(ClusterError, match="PGOP_FULL_NODES >= 2"):
         topology.find_node([], "localkube-node-1")
+
+
+def test_a_lease_renewal_time_is_read_to_the_microsecond() -> None:
+    assert parse_micro_time("2026-12-05T11:21:09.250000Z") == pytest.approx(1796469669.25)
+    assert parse_micro_time("") == 0.0
+    assert parse_micro_time("2026-12-05T11:21:09Z") == 0.0  # not a MicroTime: taken as no renewal
