@@ -224,6 +224,11 @@ def _database(db: Database, observed: Observed, out: Convergence) -> tuple[list[
             reasons.append("does not accept connections: extensions and schemas not applied")
             out.databases.append(Entry(db.name, False, "; ".join(reasons)))
             return db_sql, []
+        if seen_db.unread is not None:
+            # Its inside is unknown: nothing is planned there (never read or written blind).
+            reasons.append(f"not read: {seen_db.unread}; extensions and schemas not applied")
+            out.databases.append(Entry(db.name, False, "; ".join(reasons)))
+            return db_sql, []
         have_ext = seen_db.extensions or frozenset()
         have_schemas = seen_db.schemas or {}
     extension_schema = None if seen_db is None else seen_db.extension_schema_owner

@@ -33,6 +33,7 @@ FRESH = "\n".join(
         {"part": "roles", "items": [role("app")]},
         {"part": "databases", "items": []},
         {"part": "extensions", "available": [], "trusted": []},
+        {"part": "reads", "as": "pgop_monitor", "databases": []},
     )
 )
 
