@@ -52,6 +52,7 @@ lint: venv
 	$(VENV)/bin/ruff check src tests bench localkube
 	$(VENV)/bin/ruff format --check src tests bench localkube
 	$(VENV)/bin/mypy
+	$(VENV)/bin/python -m pytest -q tests/unit/test_import_layers.py tests/unit/test_module_size.py
 
 manifests: venv
 	$(PY) -m pg_operator.api.manifests

@@ -41,7 +41,7 @@ def _corefile(ctx: Context) -> str:
 """
 
 
-def _dns_objects() -> str:
+def _dns_objects(node_name: str | None = NODE_NAME) -> str:
     ports = [
         {"name": "dns", "port": 53, "protocol": "UDP"},
         {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
@@ -65,13 +65,21 @@ def _dns_objects() -> str:
             },
         },
         "addressType": "IPv4",
-        "endpoints": [{"addresses": [BRIDGE_IP], "conditions": {"ready": True}, "nodeName": NODE_NAME}],
+        "endpoints": [
+            {
+                "addresses": [BRIDGE_IP],
+                "conditions": {"ready": True},
+                **({"nodeName": node_name} if node_name else {}),
+            }
+        ],
         "ports": ports,
     }
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": [service, slice_]})
 
 
-def start_dns(ctx: Context) -> None:
+def start_dns(ctx: Context, node_name: str | None = NODE_NAME) -> None:
+    """CoreDNS on the host. With many nodes the host keeps BRIDGE_IP on the node bridge (nodenet.py), so
+    the address and the Service are the same; the endpoint then belongs to no node (node_name None)."""
     corefile = node_dirs(ctx)["config"] / "Corefile"
     corefile.write_text(_corefile(ctx))
     ctx.spawn("coredns", [ctx.binary("coredns"), "-conf", str(corefile)])
@@ -81,7 +89,7 @@ def start_dns(ctx: Context) -> None:
             return bool(r.status == 200)
 
     wait_for("CoreDNS to be ready", ready, 30, ctx, "coredns")
-    ctx.kubectl("apply", "-f", "-", input=_dns_objects())
+    ctx.kubectl("apply", "-f", "-", input=_dns_objects(node_name))
 
 
 # --- storage ----------------------------------------------------------------------------------------------
@@ -108,11 +116,14 @@ def storage_class() -> dict[str, Any]:
     }
 
 
-def install_storage(ctx: Context) -> None:
-    """The default StorageClass `standard` and the provisioner that binds its claims."""
+def install_storage(ctx: Context, per_node: bool = False) -> None:
+    """The default StorageClass `standard` and the provisioner that binds its claims. With `per_node`
+    (a multi-node cluster) each volume lives in its node's own directory (nodes/<node>/volumes) and is
+    neither made nor removed while that node is powered off: a node-local disk, as a real one."""
     script = HERE / "hostpath" / "provisioner.py"
     volumes = node_dirs(ctx)["volumes"]
     volumes.mkdir(parents=True, exist_ok=True)
+    where = ["--node-volumes", str(ctx.state / "nodes")] if per_node else ["--volumes", str(volumes)]
     if ctx.pid_of("provisioner") is None:
         ctx.spawn(
             "provisioner",
@@ -121,8 +132,7 @@ def install_storage(ctx: Context) -> None:
                 str(script),
                 "--state",
                 str(ctx.state),
-                "--volumes",
-                str(volumes),
+                *where,
                 "--provisioner",
                 PROVISIONER,
                 "--storage-class",

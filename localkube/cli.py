@@ -1,9 +1,17 @@
-"""A real single-node Kubernetes built from upstream sources: `up [kwok|full]`, `down`, `status`,
-`kubeconfig`, `reset`.
+"""A real Kubernetes built from upstream sources: `up [kwok|full]`, `down`, `status`, `kubeconfig`,
+`reset`, and for a multi-node full profile `poweroff|poweron|partition|heal <node>`.
 
 Profiles:
   kwok  etcd + kube-apiserver + kube-controller-manager + kube-scheduler + KWOK fake nodes
-  full  the same control plane + a real node (containerd, runc, CNI bridge, kubelet, kube-proxy)
+  full  the same control plane + a real node (containerd, runc, CNI bridge, kubelet, kube-proxy);
+        PGOP_FULL_NODES=N (2-9) gives N real nodes, each in its own network namespace and zone
+        (PGOP_FULL_ZONES=M spreads them over M zones instead)
+
+Node verbs (multi-node full profile):
+  poweroff <node>   cut its link, SIGKILL its kubelet, runtime, proxy and every container: a power loss
+  poweron <node>    boot it again: runtime, kubelet, proxy, policy; returns when the Node is Ready
+  partition <node>  cut its link; every process lives on
+  heal <node>       restore its link
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from localkube import addons, controlplane, host, kwoknodes, node
+from localkube import addons, controlplane, host, kwoknodes, node, nodes, topology
 from localkube.common import (
     HERE,
     ClusterError,
@@ -43,8 +51,15 @@ def running_profile(ctx: Context) -> str | None:
         return None
 
 
+def layout(ctx: Context) -> list[topology.NodeSpec]:
+    try:
+        return topology.load_layout(ctx)
+    except ClusterError:
+        return []
+
+
 def alive_components(ctx: Context) -> list[str]:
-    names = [*controlplane.COMPONENTS, "kwok", *node.COMPONENTS]
+    names = [*controlplane.COMPONENTS, "kwok", *node.COMPONENTS, *nodes.components(layout(ctx))]
     return [n for n in names if ctx.pid_of(n) is not None]
 
 
@@ -94,6 +109,8 @@ def build_binaries() -> None:
 
 
 def cmd_up(ctx: Context, profile: str, install: bool) -> None:
+    full = profile == "full"
+    wanted = topology.requested_layout(os.environ) if full else []
     current = running_profile(ctx)
     if current and alive_components(ctx):
         if current != profile:
@@ -101,7 +118,10 @@ def cmd_up(ctx: Context, profile: str, install: bool) -> None:
                 f"the {current} profile is running; run `make cluster-down` first, "
                 f"then `make cluster-up PROFILE={profile}`"
             )
-        if healthy(ctx):
+        have = len(layout(ctx)) or 1
+        if full and have != (len(wanted) or 1):
+            log(f"the full profile runs {have} node(s), {len(wanted) or 1} asked for: starting it again")
+        elif healthy(ctx):
             log(
                 f"the {profile} profile is already running (nothing to do); "
                 f"export KUBECONFIG={ctx.admin_kubeconfig}"
@@ -114,9 +134,9 @@ def cmd_up(ctx: Context, profile: str, install: bool) -> None:
     start = time.monotonic()
     check_prereqs(profile, install)
     build_binaries()
-    full = profile == "full"
     ports = dict(controlplane.PORTS)
-    ports.update(node.PORTS if full else {})
+    if full:  # many nodes listen in their own namespaces; only CoreDNS's health ports are the host's
+        ports.update({p: w for p, w in node.PORTS.items() if p in NODES_HOST_PORTS} if wanted else node.PORTS)
     require_ports_free(ports)
     ctx.state.mkdir(parents=True, exist_ok=True)
     ctx.profile_file.write_text(profile + "\n")
@@ -127,11 +147,13 @@ def cmd_up(ctx: Context, profile: str, install: bool) -> None:
     if full:
         node.prepare_host(ctx)
     controlplane.start(ctx, pki, ip)
-    if full:
+    if full and wanted:
+        nodes.start(ctx, pki, wanted)
+    elif full:
         node.start(ctx, pki)
     else:
         kwoknodes.start(ctx)
-    addons.install_storage(ctx)
+    addons.install_storage(ctx, per_node=bool(wanted))
     ready_marker(ctx).touch()
     log(
         f"the {profile} profile is up in {time.monotonic() - start:.1f} s; "
@@ -140,6 +162,7 @@ def cmd_up(ctx: Context, profile: str, install: bool) -> None:
 
 
 def teardown(ctx: Context, quiet: bool = False) -> None:
+    nodes.stop(ctx, layout(ctx))  # many nodes' kubelets, proxies and policy controllers (none: no-op)
     if running_profile(ctx) != "kwok" or node_alive(ctx):
         node.stop(ctx)
     kwoknodes.stop(ctx)
@@ -169,11 +192,33 @@ def cmd_status(ctx: Context) -> int:
         return 1
     print(f"profile: {profile or 'unknown'}")
     print(f"kubeconfig: {ctx.admin_kubeconfig}")
+    if profile == "full":
+        print(f"nodes: {len(layout(ctx)) or 1}")
     for name in alive:
         print(f"  {name}: running (pid {ctx.pid_of(name)}), log {ctx.log_path(name)}")
+    for line in nodes.status_lines(ctx):
+        print(line)
     state = "ready" if healthy(ctx) else "NOT ready (up did not finish, or the API server is down)"
     print(f"cluster: {state}")
     return 0 if healthy(ctx) else 1
+
+
+NODE_VERBS = {
+    "poweroff": "a node loses power: link cut, its kubelet, runtime, proxy and containers SIGKILLed",
+    "poweron": "a powered-off node boots again; returns when it is Ready",
+    "partition": "cut a node's link; its processes live on",
+    "heal": "restore a partitioned node's link",
+}
+NODE_VERB_ACTIONS = {"poweroff": nodes.poweroff, "poweron": nodes.poweron,
+                     "partition": nodes.partition, "heal": nodes.heal}  # fmt: skip
+NODES_HOST_PORTS = (18180, 18181)  # CoreDNS's health and ready ports, on the host
+
+
+def cmd_node_verb(ctx: Context, verb: str, name: str) -> None:
+    if running_profile(ctx) != "full" or not healthy(ctx):
+        raise ClusterError(f"{verb}: no full profile is running")
+    target = topology.find_node(layout(ctx), name)
+    NODE_VERB_ACTIONS[verb](ctx, target)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("reset", help="the same as down, for a broken cluster: clears every leftover it can find")
     sub.add_parser("status", help="what is running")
     sub.add_parser("kubeconfig", help="print the admin kubeconfig path")
+    for verb, what in NODE_VERBS.items():
+        sub.add_parser(verb, help=what).add_argument("node", help="a node's name (or its number)")
     args = parser.parse_args(argv)
     ctx = Context()
     try:
@@ -203,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_status(ctx)
         elif args.cmd == "kubeconfig":
             print(ctx.admin_kubeconfig)
+        elif args.cmd in NODE_VERBS:
+            cmd_node_verb(ctx, args.cmd, args.node)
     except ClusterError as e:
         fail(e)
     except KeyboardInterrupt:

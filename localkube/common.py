@@ -118,15 +118,20 @@ class Context:
             return None
         return pid if Path(cmdline).name == Path(exe_hint).name else None
 
-    def spawn(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> int:
-        """Start a component detached from this process, logging to logs/<name>.log."""
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.run.mkdir(parents=True, exist_ok=True)
+    def spawn(
+        self, name: str, argv: Sequence[str], env: dict[str, str] | None = None, netns: str | None = None
+    ) -> int:
+        """Start a component detached from this process, logging to logs/<name>.log; with `netns`, in that
+        named network namespace (nsenter: the mount namespace stays the host's, so the kubelet's mounts
+        and the runtime's are the same ones)."""
+        self.log_path(name).parent.mkdir(parents=True, exist_ok=True)
+        (self.run / f"{name}.pid").parent.mkdir(parents=True, exist_ok=True)
         logf = self.log_path(name).open("ab")
         logf.write(f"\n--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {' '.join(argv)}\n".encode())
         logf.flush()
+        prefix = ["nsenter", f"--net=/run/netns/{netns}", "--"] if netns else []
         proc = subprocess.Popen(
-            list(argv),
+            [*prefix, *argv],
             stdin=subprocess.DEVNULL,
             stdout=logf,
             stderr=subprocess.STDOUT,
@@ -203,12 +208,14 @@ class Context:
             return 0, str(e)
 
 
-def node_dirs(ctx: Context) -> dict[str, Path]:
-    """The full profile's node's directories (host.prepare makes them, teardown.clean empties some)."""
-    s = ctx.state
+def node_dirs(ctx: Context, node: str | None = None) -> dict[str, Path]:
+    """The full profile's node's directories (host.prepare makes them, teardown.clean empties some); with
+    a node name, those of that node of a multi-node cluster (under nodes/<name>)."""
+    s = ctx.state if node is None else ctx.state / "nodes" / node
+    run = RUN_DIR if node is None else RUN_DIR / "nodes" / node
     return {
         "containerd_root": s / "containerd",
-        "containerd_state": RUN_DIR / "containerd",
+        "containerd_state": run / "containerd",
         "containerd_opt": s / "containerd-opt",
         "cni_conf": s / "cni" / "net.d",
         "cni_ipam": s / "cni" / "ipam",
@@ -220,8 +227,8 @@ def node_dirs(ctx: Context) -> dict[str, Path]:
     }
 
 
-def containerd_address(ctx: Context) -> str:
-    return str(RUN_DIR / "containerd" / "containerd.sock")
+def containerd_address(ctx: Context, node: str | None = None) -> str:
+    return str(node_dirs(ctx, node)["containerd_state"] / "containerd.sock")
 
 
 def wait_for(

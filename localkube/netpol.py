@@ -18,17 +18,27 @@ import shutil
 import subprocess
 
 from localkube.common import NODE_NAME, SERVICE_CIDR, Context, wait_for
+from localkube.topology import NodeSpec
+
+NODES_ADMIN_KUBECONFIG = "nodes-admin"  # node.NODES_ADMIN: the admin kubeconfig naming the host's address
 
 COMPONENT = "kube-router"
 IPSET_PREFIXES = ("KUBE-SRC-", "KUBE-DST-", "inet6:KUBE-", "TMP-")  # TMP-: left by an interrupted sync
 TOP_CHAINS = ("KUBE-ROUTER-INPUT", "KUBE-ROUTER-FORWARD", "KUBE-ROUTER-OUTPUT")
 
 
-def argv(ctx: Context) -> list[str]:
+def component(node: NodeSpec | None = None) -> str:
+    return f"{node.name}/{COMPONENT}" if node else COMPONENT
+
+
+def argv(ctx: Context, node: NodeSpec | None = None) -> list[str]:
+    """The single node's kube-router, or one node's of many (in its namespace: the API server by the
+    host's address, the node's own name)."""
+    kubeconfig = ctx.kubeconfig(NODES_ADMIN_KUBECONFIG) if node else ctx.admin_kubeconfig
     return [
         ctx.binary(COMPONENT),
-        f"--kubeconfig={ctx.admin_kubeconfig}",
-        f"--hostname-override={NODE_NAME}",
+        f"--kubeconfig={kubeconfig}",
+        f"--hostname-override={node.name if node else NODE_NAME}",
         "--run-firewall=true",
         "--run-router=false",
         "--run-service-proxy=false",
@@ -44,20 +54,23 @@ def argv(ctx: Context) -> list[str]:
     ]
 
 
-def _chains_installed() -> bool:
-    res = subprocess.run(["iptables-save", "-t", "filter"], capture_output=True, text=True)
+def _chains_installed(node: NodeSpec | None) -> bool:
+    prefix = ["nsenter", f"--net=/run/netns/{node.netns}", "--"] if node else []
+    res = subprocess.run([*prefix, "iptables-save", "-t", "filter"], capture_output=True, text=True)
     return all(f"-j {chain}" in res.stdout for chain in TOP_CHAINS)
 
 
-def start(ctx: Context) -> None:
-    """Start the policy controller; returns once its chains hang off INPUT, FORWARD and OUTPUT."""
-    if ctx.pid_of(COMPONENT) is None:
-        ctx.spawn(COMPONENT, argv(ctx))
-    wait_for("kube-router's network policy chains", _chains_installed, 60, ctx, COMPONENT)
+def start(ctx: Context, node: NodeSpec | None = None) -> None:
+    """Start the policy controller (of the single node, or of one node of many, in its namespace);
+    returns once its chains hang off INPUT, FORWARD and OUTPUT."""
+    name = component(node)
+    if ctx.pid_of(name) is None:
+        ctx.spawn(name, argv(ctx, node), netns=node.netns if node else None)
+    wait_for(f"{name}'s network policy chains", lambda: _chains_installed(node), 60, ctx, name)
 
 
-def stop(ctx: Context) -> None:
-    ctx.stop_process(COMPONENT, timeout=5)
+def stop(ctx: Context, node: NodeSpec | None = None) -> None:
+    ctx.stop_process(component(node), timeout=5)
 
 
 def our_ipsets() -> list[str]:

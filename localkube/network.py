@@ -8,18 +8,20 @@ import json
 import shlex
 import shutil
 import subprocess
+from collections.abc import Sequence
+from ipaddress import IPv4Network
 from pathlib import Path
 from typing import Any
 
 from localkube.common import POD_CIDR, ClusterError, Context, node_dirs, write_json
 
 BRIDGE = "localkube0"
-POD_NET = ipaddress.ip_network(POD_CIDR)
+POD_NET = ipaddress.IPv4Network(POD_CIDR)
 BRIDGE_IP = str(next(POD_NET.hosts()))  # the pods' gateway; CoreDNS listens here
 CNI_BIN = "/usr/lib/cni"
 NETNS_DIR = Path("/run/netns")  # containerd 1.6 puts pod netns here; not configurable
 IPTABLES_TABLES = ("filter", "nat", "mangle", "raw")
-OUR_CHAIN_PREFIXES = ("KUBE-", "CNI-")
+OUR_CHAIN_PREFIXES = ("KUBE-", "CNI-", "LOCALKUBE-")
 
 
 def ensure_bridge() -> None:
@@ -39,8 +41,17 @@ def _ip(*args: str) -> None:
         raise ClusterError(f"ip {' '.join(args)} failed: {res.stderr.strip()}")
 
 
-def write_cni_conf(ctx: Context) -> None:
-    d = node_dirs(ctx)
+def write_cni_conf(
+    ctx: Context,
+    node: str | None = None,
+    subnet: str = POD_CIDR,
+    gateway: str = BRIDGE_IP,
+    ip_masq: bool = True,
+) -> None:
+    """The CNI configuration of the single node, or of one node of many (its own pod slice, and no
+    masquerading by the bridge plugin: that would hide a pod's address from pods on other nodes, and
+    from NetworkPolicies; the node masquerades only what leaves the cluster, nodenet.py)."""
+    d = node_dirs(ctx, node)
     for old in d["cni_conf"].glob("*"):
         old.unlink()
     write_json(
@@ -53,12 +64,12 @@ def write_cni_conf(ctx: Context) -> None:
                     "type": "bridge",
                     "bridge": BRIDGE,
                     "isGateway": True,
-                    "ipMasq": True,
+                    "ipMasq": ip_masq,
                     "hairpinMode": True,
                     "ipam": {
                         "type": "host-local",
                         "dataDir": str(d["cni_ipam"]),
-                        "ranges": [[{"subnet": POD_CIDR, "gateway": BRIDGE_IP}]],
+                        "ranges": [[{"subnet": subnet, "gateway": gateway}]],
                         "routes": [{"dst": "0.0.0.0/0"}],
                     },
                 },
@@ -71,9 +82,11 @@ def write_cni_conf(ctx: Context) -> None:
 # --- what pods and kube-proxy leave behind -------------------------------------------------------------
 
 
-def our_netns() -> list[str]:
-    """Pod netns of ours: `cni-*` whose interfaces hold a pod-CIDR address, or that hold nothing
-    but loopback any more (their veth went with the bridge)."""
+def our_netns(networks: Sequence[IPv4Network] = (POD_NET,), include_empty: bool = True) -> list[str]:
+    """Pod netns of ours: `cni-*` whose interfaces hold an address in one of `networks` (the pod
+    CIDR, or the slices of a multi-node cluster's nodes), or that hold nothing but loopback any more
+    (their veth went with the bridge) unless `include_empty` is false (one node's pods of many: an empty
+    netns may be another node's pod being set up)."""
     if not NETNS_DIR.is_dir():
         return []
     ours = []
@@ -92,8 +105,8 @@ def our_netns() -> list[str]:
             if a.get("family") == "inet"
         ]
         non_lo = [link for link in links if link.get("ifname") != "lo"]
-        in_cidr = any(ipaddress.ip_address(a) in POD_NET for a in addrs if a)
-        if in_cidr or not non_lo:
+        in_cidr = any(ipaddress.ip_address(a) in net for a in addrs if a for net in networks)
+        if in_cidr or (include_empty and not non_lo):
             ours.append(entry.name)
     return ours
 
@@ -104,7 +117,7 @@ def delete_netns(names: list[str]) -> None:
         (NETNS_DIR / ns).unlink(missing_ok=True)
 
 
-def _links() -> list[dict[str, Any]]:
+def links() -> list[dict[str, Any]]:
     res = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True)
     try:
         return list(json.loads(res.stdout or "[]"))
@@ -114,7 +127,7 @@ def _links() -> list[dict[str, Any]]:
 
 def our_links() -> list[str]:
     return [
-        link["ifname"] for link in _links() if link.get("ifname") == BRIDGE or link.get("master") == BRIDGE
+        link["ifname"] for link in links() if link.get("ifname") == BRIDGE or link.get("master") == BRIDGE
     ]
 
 

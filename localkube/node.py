@@ -33,6 +33,7 @@ from localkube.images.builder import build
 from localkube.images.containerd import import_image
 from localkube.images.spec import ImageSpec
 from localkube.pki import Pki
+from localkube.topology import CLUSTER_POD_CIDR, NodeSpec
 
 COMPONENTS = ("containerd", "kubelet", "kube-proxy", "kube-router", "coredns", "provisioner")
 # Host ports the node's components listen on (cli.py checks they are free before `up`).
@@ -46,6 +47,9 @@ PORTS = {
 }
 
 PAUSE_IMAGE = "localkube.local/pause:1"
+# The kubeconfigs the nodes of a multi-node cluster use: in a node's network namespace 127.0.0.1 is the
+# node's own loopback, so these name the API server by the host's address.
+NODES_KUBE_PROXY = "nodes-kube-proxy"
 
 # kube-proxy's mode. iptables writes the filter and nat tables in two commits: when a Service goes from
 # no ready endpoint to one (a failover after a crash), a SYN sent between them is neither rejected nor
@@ -62,8 +66,10 @@ def proxy_mode() -> str:
     return mode
 
 
-def _containerd_config(ctx: Context) -> str:
-    d = node_dirs(ctx)
+def _containerd_config(ctx: Context, node: str | None = None) -> str:
+    """containerd's configuration: of the single node, or of one node of many (its own root, state and
+    socket: one containerd per node, as on real machines)."""
+    d = node_dirs(ctx, node)
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
 root = "{d["containerd_root"]}"
@@ -74,7 +80,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
 
 [grpc]
-  address = "{containerd_address(ctx)}"
+  address = "{containerd_address(ctx, node)}"
 
 [ttrpc]
   address = "{d["containerd_state"]}/containerd.sock.ttrpc"
@@ -109,9 +115,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 """
 
 
-def _kubelet_config(ctx: Context, pki: Pki, node_ip: str) -> dict[str, Any]:
-    d = node_dirs(ctx)
-    crt, key = pki.kubelet_serving
+def _kubelet_config(ctx: Context, pki: Pki, node_ip: str, spec: NodeSpec | None = None) -> dict[str, Any]:
+    """The kubelet's configuration: of the single node, or of `spec`, one node of many (its own
+    directories, runtime socket, serving certificate and cgroup root under the cluster's)."""
+    name = spec.name if spec else None
+    d = node_dirs(ctx, name)
+    crt, key = pki.node_serving(spec.name) if spec else pki.kubelet_serving
+    cgroup_root = f"/{host.cgroup_parent(ctx)}" + (f"/{spec.name}" if spec else "")
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -119,10 +129,10 @@ def _kubelet_config(ctx: Context, pki: Pki, node_ip: str) -> dict[str, Any]:
         "failCgroupV1": False,
         "cgroupDriver": "cgroupfs",
         # Pods' cgroups under /localkube in every hierarchy: ours alone to remove on teardown.
-        "cgroupRoot": f"/{host.cgroup_parent(ctx)}",
+        "cgroupRoot": cgroup_root,
         "cgroupsPerQOS": True,
         "enforceNodeAllocatable": ["pods"],
-        "containerRuntimeEndpoint": f"unix://{containerd_address(ctx)}",
+        "containerRuntimeEndpoint": f"unix://{containerd_address(ctx, name)}",
         "address": node_ip,
         "port": 10250,
         "readOnlyPort": 0,
@@ -178,14 +188,17 @@ def _kubelet_config(ctx: Context, pki: Pki, node_ip: str) -> dict[str, Any]:
     }
 
 
-def _kube_proxy_config(ctx: Context, mode: str) -> dict[str, Any]:
+def _kube_proxy_config(ctx: Context, mode: str, spec: NodeSpec | None = None) -> dict[str, Any]:
+    """kube-proxy's configuration: of the single node, or of `spec` (in the node's network namespace, so
+    its listeners on 127.0.0.1 and its tables are the node's own)."""
+    kubeconfig = ctx.kubeconfig(NODES_KUBE_PROXY if spec else "kube-proxy")
     return {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
         "mode": mode,
-        "clusterCIDR": POD_CIDR,
-        "hostnameOverride": NODE_NAME,
-        "clientConnection": {"kubeconfig": str(ctx.kubeconfig("kube-proxy"))},
+        "clusterCIDR": CLUSTER_POD_CIDR if spec else POD_CIDR,
+        "hostnameOverride": spec.name if spec else NODE_NAME,
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
         "metricsBindAddress": "127.0.0.1:10249",
         "healthzBindAddress": "127.0.0.1:10256",
         # Leave the host's conntrack table sizes and timeouts alone (0 = do not touch).

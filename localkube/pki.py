@@ -163,6 +163,24 @@ class Pki:
             server_ext + f"subjectAltName=DNS:{NODE_NAME},IP:127.0.0.1,IP:{host_ip}\n",
         )
 
+    def node_client(self, node: str) -> CertPair:
+        return self.pair(f"kubelet-{node}")
+
+    def node_serving(self, node: str) -> CertPair:
+        return self.pair(f"kubelet-serving-{node}")
+
+    def ensure_node(self, node: str, ip: str) -> None:
+        """One node of many: its kubelet's identity (system:node:<name>: the Node authorizer and
+        NodeRestriction let it write only its own Node and the pods bound to it) and serving certificate."""
+        client_ext = "keyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n"
+        server_ext = "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+        self._issue(f"kubelet-{node}", f"/O=system:nodes/CN=system:node:{node}", client_ext)
+        self._issue(
+            f"kubelet-serving-{node}",
+            f"/CN={node}",
+            server_ext + f"subjectAltName=DNS:{node},IP:127.0.0.1,IP:{ip}\n",
+        )
+
     def write_kubeconfig(
         self, path: Path, user: str, crt: Path, key: Path, server: str = f"https://127.0.0.1:{APISERVER_PORT}"
     ) -> None:

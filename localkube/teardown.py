@@ -7,7 +7,8 @@ Everything the node creates on the host is recognisable as ours, so teardown rem
   hierarchy (the kubelet's cgroupRoot);
 - mounts: everything under the state directory, the run directory and our pods' netns files;
 - network: the bridge BRIDGE, its veths, netns `cni-*` holding a pod-CIDR address, iptables chains
-  KUBE-* and CNI-* and the rules that jump to them.
+  KUBE-*, CNI-* and LOCALKUBE-* and the rules that jump to them; with many nodes also their netns
+  (`localkube-node-*`: their tables and ipsets go with them), the node bridge and its veths.
 This machine's PID 1 does not reap, and container cgroups are outside the session's cgroup, so
 nothing of this goes away by itself when the processes are killed.
 """
@@ -20,12 +21,25 @@ import shutil
 import signal
 import subprocess
 import time
+from ipaddress import IPv4Network
 from pathlib import Path
 
-from localkube import netpol, network
+from localkube import netpol, network, nodenet
 from localkube.common import RUN_DIR, ClusterError, Context, node_dirs
 from localkube.host import cgroup_parent, restore_sysctls, v1_hierarchies
 from localkube.network import NETNS_DIR
+from localkube.topology import CLUSTER_POD_CIDR, load_layout
+
+
+def _pod_networks(ctx: Context) -> list[IPv4Network]:
+    """Where our pods' addresses are: the single node's pod CIDR, and with many nodes (or what is left of
+    them) the whole cluster range their slices are cut from."""
+    try:
+        layout = load_layout(ctx)
+    except ClusterError:
+        layout = []  # unreadable: what is left on the host still says whether there were many nodes
+    multi = bool(layout or nodenet.our_node_netns() or nodenet.our_links())
+    return [network.POD_NET, *([IPv4Network(CLUSTER_POD_CIDR)] if multi else [])]
 
 
 def clean(ctx: Context) -> None:
@@ -34,9 +48,10 @@ def clean(ctx: Context) -> None:
     _kill_our_processes(ctx)
     _kill_cgroup_processes(ctx, signal.SIGKILL)
     _wait_cgroups_empty(ctx, 5)
-    ours = network.our_netns()
+    ours = network.our_netns(_pod_networks(ctx))
     _unmount_ours(ctx, ours)
     network.delete_netns(ours)
+    nodenet.remove_leftovers()  # a multi-node cluster's node netns, links and bridge
     network.delete_links()
     network.clean_iptables()
     network.clean_nftables()
@@ -80,8 +95,9 @@ def leftovers(ctx: Context) -> list[str]:
     found = [f"process {pid}: {' '.join(argv)[:160]}" for pid, argv in _our_processes(ctx)]
     found += [f"container process {pid}" for pid in sorted(_live(_cgroup_pids(ctx)))]
     found += _mount_leftovers(ctx)
-    found += [f"netns {ns}" for ns in network.our_netns()]
-    found += [f"link {name}" for name in network.our_links()]
+    found += [f"netns {ns}" for ns in network.our_netns(_pod_networks(ctx))]
+    found += [f"netns {ns}" for ns in nodenet.our_node_netns()]
+    found += [f"link {name}" for name in network.our_links() + nodenet.our_links()]
     for cmd in network.iptables_cmds():
         for table in network.IPTABLES_TABLES:
             chains, jumps = network.iptables_state(cmd, table)

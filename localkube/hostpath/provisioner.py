@@ -198,8 +198,26 @@ def mounted_under(path: Path) -> bool:
 
 
 class Provisioner:
-    def __init__(self, api: Api, volumes: Path, storage_class: str, name: str) -> None:
+    """`volumes` holds every volume (one node); with `per_node`, it holds a directory per node and each
+    volume lives under <volumes>/<node>/volumes, untouched while <volumes>/<node>/power says the node is
+    powered off (its disk is unreachable: nothing is made there, nothing removed)."""
+
+    def __init__(
+        self, api: Api, volumes: Path, storage_class: str, name: str, per_node: bool = False
+    ) -> None:
         self.api, self.volumes, self.storage_class, self.name = api, volumes, storage_class, name
+        self.per_node = per_node
+
+    def volume_root(self, node: str) -> Path:
+        return self.volumes / node / "volumes" if self.per_node else self.volumes
+
+    def reachable(self, node: str) -> bool:
+        if not self.per_node:
+            return True
+        try:
+            return (self.volumes / node / "power").read_text().strip() != "powered-off"
+        except OSError:
+            return True
 
     def sync(self, pvcs: list[dict[str, Any]], pvs: list[dict[str, Any]]) -> None:
         by_name = {pv["metadata"]["name"]: pv for pv in pvs}
@@ -226,7 +244,9 @@ class Provisioner:
         if pvc["spec"].get("volumeMode", "Filesystem") != "Filesystem":
             log(f"{meta['namespace']}/{meta['name']}: only volumeMode Filesystem is supported")
             return
-        path = self.volumes / f"pvc-{meta['uid']}"
+        if "/" in node or node in ("", ".", "..") or not self.reachable(node):
+            return  # a node name that is no directory name, or a node that is powered off
+        path = self.volume_root(node) / f"pvc-{meta['uid']}"
         path.mkdir(mode=0o755, parents=True, exist_ok=True)
         code, body = self.api.call(
             "POST",
@@ -271,9 +291,12 @@ class Provisioner:
 
     def delete(self, pv: dict[str, Any]) -> None:
         path = Path(pv["spec"].get("local", {}).get("path", ""))
-        if path.parent != self.volumes:
+        node = path.parent.parent.name if self.per_node else ""
+        if path.parent != self.volume_root(node):
             log(f"not deleting {pv['metadata']['name']}: its path {path} is not under {self.volumes}")
             return
+        if not self.reachable(node):
+            return  # its node is powered off: the directory is removed once it is back
         if mounted_under(path):
             return  # the kubelet has not unmounted it yet; next round
         shutil.rmtree(path, ignore_errors=True)
@@ -287,13 +310,16 @@ class Provisioner:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--state", required=True, type=Path, help="the local cluster's state directory")
-    p.add_argument("--volumes", required=True, type=Path, help="where volume directories are made")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--volumes", type=Path, help="where volume directories are made")
+    where.add_argument("--node-volumes", type=Path, help="a directory per node; volumes under <node>/volumes")
     p.add_argument("--server", default="https://127.0.0.1:6443")
     p.add_argument("--provisioner", default="localkube.local/hostpath")
     p.add_argument("--storage-class", default="standard")
     a = p.parse_args()
-    volumes = a.volumes.resolve()
-    prov = Provisioner(Api(a.server, a.state / "pki"), volumes, a.storage_class, a.provisioner)
+    volumes = (a.volumes or a.node_volumes).resolve()
+    per_node = a.node_volumes is not None
+    prov = Provisioner(Api(a.server, a.state / "pki"), volumes, a.storage_class, a.provisioner, per_node)
     changed = threading.Event()
     claims = Watched(prov.api, "/api/v1/persistentvolumeclaims", changed)
     volumes_seen = Watched(prov.api, "/api/v1/persistentvolumes", changed)

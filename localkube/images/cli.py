@@ -17,10 +17,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from localkube.common import ClusterError, Context, containerd_address, log
+from localkube.common import ClusterError, Context, log
 from localkube.images.builder import build
 from localkube.images.containerd import import_image
 from localkube.images.spec import ImageSpec, find_specs, spec_for_ref
+from localkube.topology import runtime_addresses
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -59,7 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             tar, ref = build(spec, variant)
             print(tar)
             if a.do_import:
-                import_image(containerd_address(Context()), tar, ref)
+                for address in runtime_addresses(Context()):
+                    import_image(address, tar, ref)
                 log(f"imported {ref}")
     except ClusterError as e:
         print(f"localkube: error: {e}", file=sys.stderr)

@@ -7,11 +7,13 @@ import json
 import subprocess
 import tarfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from localkube.common import ClusterError, Context, containerd_address
+from localkube.common import ClusterError, Context
 from localkube.images.builder import build
 from localkube.images.spec import spec_for_ref
+from localkube.topology import runtime_addresses
 
 
 def _manifest_digest(tar: Path) -> str:
@@ -50,9 +52,14 @@ def import_image(address: str, tar: Path, ref: str) -> None:
 
 
 def ensure_images(ctx: Context, names: Sequence[str]) -> None:
-    """Build (cached) and import each image reference into the running node's containerd, e.g.
+    """Build (cached) and import each image reference into every running node's containerd, e.g.
     ["localkube.local/base:bookworm", "localhost/pg-operator/postgres:16.15"]."""
     for ref in names:
         spec, args = spec_for_ref(ref)
         tar, _ = build(spec, args, ctx.cache)
-        import_image(containerd_address(ctx), tar, ref)
+        addresses = runtime_addresses(ctx)
+        # One import per node's containerd (each unpacks into its own snapshots), side by side: the
+        # unpacking waits on the disk as much as on a core.
+        with ThreadPoolExecutor(max_workers=len(addresses)) as pool:
+            for done in [pool.submit(import_image, address, tar, ref) for address in addresses]:
+                done.result()

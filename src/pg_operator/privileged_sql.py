@@ -22,6 +22,9 @@ PINNED_OPTIONS = f"{PINNED_SEARCH_PATH} --role=none --default_transaction_read_o
 PINNED_SQL = (
     "SET ROLE NONE;\nSET search_path = pg_catalog, pg_temp;\nSET default_transaction_read_only = off;\n"
 )
+# The same for a session of an unprivileged role (the roles read-back inside the databases a tenant owns):
+# only what any role may set, and string literals read as the scripts quote them.
+READ_SQL = PINNED_SQL + "SET standard_conforming_strings = on;\n"
 # A script that sends passwords' verifiers keeps its statements out of every server log, whatever the
 # user configured (a verifier is not the password, but it is what an attacker would grind offline).
 QUIET_SQL = (

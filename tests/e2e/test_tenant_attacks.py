@@ -6,9 +6,11 @@ generated Secret; every test asserts the secure outcome and that the cluster kee
 module adds is removed at its end. (A user's CA shared with others is attacked in test_cluster_basics'
 server-certificate test, which has that certificate in place.)
 
-The operator's read-back and converging SQL run as the superuser inside databases the tenant owns. A
-tenant owns `public` there (PostgreSQL 15+) and may `ALTER DATABASE … SET search_path`, so any name such a
-session resolves through the tenant's search path runs the tenant's code as the superuser."""
+The operator's converging SQL runs as the superuser inside databases the tenant owns, and so did its
+read-back on images before the read role was admitted there (it now reads as `pgop_monitor`:
+tests/integration/test_role_read_sessions.py). A tenant owns `public` there (PostgreSQL 15+) and may
+`ALTER DATABASE … SET search_path`, so any name such a session resolves through the tenant's search path
+runs the tenant's code with the session's rights."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the localkube package
 
 from localkube.common import Context
+from localkube.topology import requested_nodes
 
 
 @dataclass
@@ -51,14 +52,20 @@ class ClusterManager:
         self.started: str | None = None
 
     def running(self) -> str | None:
+        """The running profile, with its node count when that is not what PGOP_FULL_NODES asks for
+        (`full/1`, `full/3`): such a cluster is not the one wanted, and ensure() starts it again."""
         res = subprocess.run([sys.executable, str(LOCALKUBE / "cluster.py"), "status"],
                              capture_output=True, text=True)  # fmt: skip
         if res.returncode != 0:
             return None
-        for line in res.stdout.splitlines():
-            if line.startswith("profile: "):
-                return line.split(": ", 1)[1].strip()
-        return None
+        fields = dict(
+            line.split(": ", 1) for line in res.stdout.splitlines() if ": " in line and line[0] != " "
+        )
+        profile = fields.get("profile", "").strip() or None
+        have = fields.get("nodes", "1").strip()
+        if profile == "full" and have != str(requested_nodes(os.environ)):
+            return f"full/{have}"
+        return profile
 
     def _run(self, *args: str) -> None:
         res = subprocess.run([sys.executable, str(LOCALKUBE / "cluster.py"), *args],

@@ -26,7 +26,7 @@ from harness.local_postgres import Harness, Postgres, as_user, etcd_server, patr
 from harness.net import free_port
 from harness.processes import stop_process
 from harness.waiting import wait_until
-from pg_operator.backup import catalog, instance_hook
+from pg_operator.backup import catalog, instance_hook, instance_section
 from pg_operator.backup.archive_gate import GATE_FILE, gate_line
 from pg_operator.backup.archiving import ArchiveSettings, archiving_parameters
 from pg_operator.backup.barman import (
@@ -239,9 +239,9 @@ def test_patroni_restores_with_the_custom_bootstrap(harness: Harness, scenario: 
     os.chown(base, h.user.pw_uid, h.user.pw_gid)
     pgdata = base / "pgdata"
     pg_port, api_port = free_port(), free_port()
-    backup = instance_hook.section(
+    backup = instance_section.section(
         ArchiveSettings(h.store(BUCKET, name)),
-        instance_hook.RecoveryPlan(scenario.store, RecoveryTarget(time=scenario.target_time)),
+        instance_section.RecoveryPlan(scenario.store, RecoveryTarget(time=scenario.target_time)),
     )
     with etcd_server(h.workdir) as etcd:
         plain = {

@@ -59,9 +59,7 @@ def test_pods_carrying_the_instance_labels_are_never_instances(operator_env: Ope
         apply(kube, tenant_pod(ns, IMPOSTER, labels, None))
         apply(kube, tenant_pod(ns, FORGED, labels, forged_ref))
         for pod in (IMPOSTER, FORGED):
-            wait_until(
-                f"the tenant's pod {pod} to run", lambda p=pod: pod_ready(kube, ns, p), timeout=120
-            )
+            wait_until(f"the tenant's pod {pod} to run", lambda p=pod: pod_ready(kube, ns, p), timeout=120)
 
         def instances() -> list[str]:
             return sorted(str(i["name"]) for i in status_of(kube, ns).get("instances") or [])

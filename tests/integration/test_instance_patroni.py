@@ -56,7 +56,7 @@ from harness.patroni_instance import (
 )
 from harness.waiting import wait_until
 from pg_operator.api.instance_config import InstanceConfig
-from pg_operator.controller.reconcilers.high_availability import WAKE_PATCH
+from pg_operator.controller.reconcilers.patroni_upkeep import WAKE_PATCH
 from pg_operator.patroni.client import (
     Endpoint,
     PatroniAuth,

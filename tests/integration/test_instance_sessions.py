@@ -28,6 +28,7 @@ import pytest
 from harness import local_postgres, patroni_instance
 from harness.net import free_port
 from harness.waiting import wait_until
+from pg_operator.api.constants import MONITOR_ROLE
 from pg_operator.instance import (
     archive_reporter,
     metrics_server,
@@ -36,7 +37,6 @@ from pg_operator.instance import (
     session_roles,
 )
 from pg_operator.instance.inputs import Credentials
-from pg_operator.instance.metrics import MONITOR_ROLE
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -178,7 +178,7 @@ def test_the_archive_reporter_logs_in_as_its_own_role_and_cannot_become_the_supe
     assert report is not None and report.stats.archived_count >= 0
 
 
-def test_the_monitor_role_logs_in_over_the_socket_only_to_postgres(server: Server) -> None:
+def test_the_monitor_role_logs_in_over_the_socket_only(server: Server) -> None:
     s = server
     session_roles.ensure_monitor_role(socket_dir=s.socket_dir, pg_port=s.pg.port, superuser=SUPERUSER)
     with psycopg.connect(s.dsn(MONITOR_ROLE)) as conn:
@@ -189,8 +189,16 @@ def test_the_monitor_role_logs_in_over_the_socket_only_to_postgres(server: Serve
     scrape = collector.collect()
     assert "\npg_up 1\n" in "\n" + scrape, collector.last_error
     assert collector.errors == 0
-    with pytest.raises(psycopg.OperationalError, match=r"no pg_hba\.conf entry"):
-        psycopg.connect(f"host={s.socket_dir} port={s.pg.port} dbname=template1 user={MONITOR_ROLE}")
+    # Over the socket it may enter every database (the operator's read-back of declared databases logs
+    # in as it; their CONNECT privilege still applies), over TCP none.
+    with psycopg.connect(
+        f"host={s.socket_dir} port={s.pg.port} dbname=template1 user={MONITOR_ROLE}"
+    ) as conn:
+        assert conn.execute("SELECT session_user").fetchone() == (MONITOR_ROLE,)
+    with pytest.raises(psycopg.OperationalError, match=r"rejects connection"):
+        psycopg.connect(
+            f"host=127.0.0.1 port={s.pg.port} dbname=postgres user={MONITOR_ROLE} sslmode=disable"
+        )
 
 
 def test_a_planted_search_path_is_not_used_by_the_instances_sessions(server: Server) -> None:

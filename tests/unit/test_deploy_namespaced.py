@@ -42,7 +42,7 @@ def test_the_namespaced_role_mirrors_the_cluster_role_without_storage_classes() 
     role = one(NAMESPACED / "watch" / "base" / "role.yaml", "Role")
     wanted = {r for r in rule_set(cluster_role["rules"]) if r[1] != "storageclasses"}
     assert rule_set(role["rules"]) == wanted
-    # The one the coordinator added for credential Secrets is there too.
+    # The rule that patches credential Secrets is there too.
     assert ("", "secrets", "patch", ()) in rule_set(role["rules"])
 
 

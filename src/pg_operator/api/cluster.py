@@ -15,12 +15,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
     ValidationError,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -28,8 +26,19 @@ from pydantic import (
 from pg_operator.api.backup import (
     ROOT_BACKUP_RULES,
     BackupConfiguration,
-    RecoveryBootstrap,
     recovery_conflict,
+)
+from pg_operator.api.cluster_sections import (
+    DNS_SUBDOMAIN_PATTERN,
+    IMAGE_MESSAGE,
+    IMAGE_PATTERN,
+    MAX_REPLICAS,
+    STORAGE_PATTERN,
+    Bootstrap,
+    Patroni,
+    Resources,
+    Synchronous,
+    nested,
 )
 from pg_operator.api.cluster_status import PostgresClusterStatus
 from pg_operator.api.constants import KIND, PLURAL, SHORT
@@ -45,7 +54,6 @@ from pg_operator.api.placement import (
 )
 from pg_operator.api.pooler import PoolerSpec
 from pg_operator.api.postgresql import Postgresql
-from pg_operator.api.quantity import QUANTITY_PATTERN, parse_quantity
 from pg_operator.api.roles import (
     MAX_DATABASES,
     MAX_ROLES,
@@ -59,208 +67,11 @@ from pg_operator.api.schema import (
     MAX_NAME_LENGTH,
     NAME_PATTERN,
     SpecModel,
-    requests_within_limits,
     rule,
     validations,
 )
 from pg_operator.api.tls import TlsSpec
 from pg_operator.images import SUPPORTED_MAJORS
-
-# --- values the schema and CEL rules are built from -----------------------------------------------------
-
-MAX_REPLICAS = 5
-MAX_SYNC_STANDBYS = 4
-STORAGE_PATTERN = r"^[1-9][0-9]*Gi$"
-
-# Unquoted PostgreSQL identifiers (lower case, at most 63 bytes) that are not taken by the operator or by
-# PostgreSQL itself.
-IDENTIFIER_PATTERN = r"^[a-z_][a-z0-9_]{0,62}$"
-RESERVED_DATABASES: tuple[str, ...] = ("postgres", "template0", "template1")
-RESERVED_ROLES: tuple[str, ...] = (
-    "postgres",
-    "replicator",
-    "public",
-    "none",
-    "current_role",
-    "current_user",
-    "session_user",
-    "user",
-    "all",
-)
-
-DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-# Printable ASCII without spaces: the API server refuses an image with surrounding whitespace on the
-# StatefulSet, and no registry reference holds a space or a control character.
-IMAGE_PATTERN = "^[!-~]+$"
-IMAGE_MESSAGE = "image must be an image reference: printable ASCII characters, no spaces"
-
-
-def _cel_list(values: tuple[str, ...]) -> str:
-    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
-
-
-# --- shared field types ---------------------------------------------------------------------------------
-
-
-def _int_to_str(value: object) -> object:
-    # Kubernetes accepts `cpu: 2` as well as `cpu: "2"`; keep one representation.
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return value
-
-
-Quantity = Annotated[
-    str,
-    BeforeValidator(_int_to_str),
-    StringConstraints(pattern=QUANTITY_PATTERN, max_length=32),
-    WithJsonSchema(
-        {
-            "x-kubernetes-int-or-string": True,
-            "anyOf": [{"type": "integer"}, {"type": "string"}],
-            "pattern": QUANTITY_PATTERN,
-            "maxLength": 32,
-        }
-    ),
-]
-
-Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN, min_length=1, max_length=63)]
-
-
-def _nested(cls: type[SpecModel], description: str, **extra: Any) -> Any:
-    """A sub-object that may be omitted. Its schema default is the whole default object (not `{}`): the
-    API server checks a default against the object's CEL rules as it stands, before nested defaults."""
-    default = cls().model_dump(by_alias=True, exclude_none=True, mode="json")
-    return Field(
-        default_factory=cls, description=description, json_schema_extra={"default": default, **extra}
-    )
-
-
-# --- spec -----------------------------------------------------------------------------------------------
-
-
-class ResourceRequests(SpecModel):
-    cpu: Quantity = Field("250m", description="CPU each instance requests.")
-    memory: Quantity = Field("512Mi", description="Memory each instance requests.")
-
-
-class ResourceLimits(SpecModel):
-    cpu: Quantity | None = Field(
-        None, description="CPU limit. Unset by default: CPU throttling hurts PostgreSQL latency."
-    )
-    memory: Quantity | None = Field(
-        None, description="Memory limit. Defaults to the memory request, so PostgreSQL gets what it asks for."
-    )
-
-
-class Resources(SpecModel):
-    model_config = ConfigDict(json_schema_extra=validations(*requests_within_limits("resources")))
-
-    requests: ResourceRequests = _nested(ResourceRequests, "Resources each instance requests.")
-    limits: ResourceLimits = _nested(ResourceLimits, "Resource limits of each instance.")
-
-    @model_validator(mode="after")
-    def _requests_within_limits(self) -> Resources:
-        for res in ("cpu", "memory"):
-            request, limit = getattr(self.requests, res), getattr(self.limits, res)
-            if limit is not None and parse_quantity(request) > parse_quantity(limit):
-                raise ValueError(f"resources.requests.{res} must not exceed resources.limits.{res}")
-        return self
-
-
-class Synchronous(SpecModel):
-    number: int = Field(
-        0,
-        ge=0,
-        le=MAX_SYNC_STANDBYS,
-        description=(
-            "Standbys that must confirm each commit, any of the replicas (quorum commit; 0: asynchronous "
-            "replication). Below replicas."
-        ),
-    )
-    data_durability: Literal["required", "preferred"] = Field(
-        "required",
-        description=(
-            "'required': writes wait while fewer synchronous standbys are available (no acknowledged write "
-            "is ever lost); 'preferred': replication falls back to asynchronous so writes continue."
-        ),
-    )
-
-
-class InitDB(SpecModel):
-    model_config = ConfigDict(
-        json_schema_extra=validations(
-            rule(
-                f"!(self.database in {_cel_list(RESERVED_DATABASES)})",
-                f"bootstrap.initdb.database must not be one of {', '.join(RESERVED_DATABASES)}",
-                fieldPath=".database",
-            ),
-            rule(
-                f"!(self.owner in {_cel_list(RESERVED_ROLES)}) && !self.owner.startsWith('pg_')",
-                f"bootstrap.initdb.owner must not start with pg_ or be one of {', '.join(RESERVED_ROLES)}",
-                fieldPath=".owner",
-            ),
-        )
-    )
-
-    database: Identifier = Field("app", description="Database created for the application.")
-    owner: Identifier = Field(
-        "app", description="Role that owns it; its credentials are in Secret <name>-app."
-    )
-
-    @model_validator(mode="after")
-    def _not_reserved(self) -> InitDB:
-        if self.database in RESERVED_DATABASES:
-            raise ValueError(f"bootstrap.initdb.database must not be one of {', '.join(RESERVED_DATABASES)}")
-        if self.owner in RESERVED_ROLES or self.owner.startswith("pg_"):
-            raise ValueError(
-                f"bootstrap.initdb.owner must not start with pg_ or be one of {', '.join(RESERVED_ROLES)}"
-            )
-        return self
-
-
-class Bootstrap(SpecModel):
-    initdb: InitDB = _nested(
-        InitDB,
-        "The application database and owner. A new cluster: initdb, then both are created. With recovery: "
-        "no initdb; after the restore the owner is created if the restored catalog lacks it (otherwise its "
-        "password is reset to Secret <name>-app's) and the database is created empty if missing "
-        "(otherwise kept as restored, owner included).",
-    )
-    recovery: RecoveryBootstrap | None = Field(
-        None,
-        description=(
-            "Create the cluster from another cluster's base backup and WAL (point-in-time restore) instead "
-            "of initdb."
-        ),
-    )
-
-
-class Patroni(SpecModel):
-    model_config = ConfigDict(
-        json_schema_extra=validations(
-            rule(
-                "self.loopWait + 2 * self.retryTimeout <= self.ttl",
-                "patroni: loopWait + 2 * retryTimeout must not exceed ttl",
-                fieldPath=".ttl",
-            )
-        )
-    )
-
-    # Shorter than Patroni's 30/10/10: an unclean failover takes about ttl (the operator cuts that short
-    # when the kubelet reports the primary's container dead). Patroni 4 raises a ttl below 20 and a
-    # retry_timeout below 3 to those floors, so smaller values are refused rather than silently changed.
-    ttl: int = Field(20, ge=20, le=600, description="Seconds the leader lock lives without renewal.")
-    loop_wait: int = Field(5, ge=1, le=60, description="Seconds between Patroni's HA loop runs.")
-    retry_timeout: int = Field(
-        5, ge=3, le=120, description="Seconds Patroni retries the API server and PostgreSQL before demoting."
-    )
-
-    @model_validator(mode="after")
-    def _timing(self) -> Patroni:
-        if self.loop_wait + 2 * self.retry_timeout > self.ttl:
-            raise ValueError("patroni: loopWait + 2 * retryTimeout must not exceed ttl")
-        return self
-
 
 _SPEC_RULES = (
     rule(
@@ -345,9 +156,9 @@ class PostgresClusterSpec(SpecModel):
         pattern=DNS_SUBDOMAIN_PATTERN,
         description="StorageClass of the data volumes; the cluster's default class when unset. Immutable.",
     )
-    resources: Resources = _nested(Resources, "CPU and memory of each instance.")
-    postgresql: Postgresql = _nested(Postgresql, "PostgreSQL configuration.")
-    affinity: Affinity = _nested(Affinity, "Placement of the instances.")
+    resources: Resources = nested(Resources, "CPU and memory of each instance.")
+    postgresql: Postgresql = nested(Postgresql, "PostgreSQL configuration.")
+    affinity: Affinity = nested(Affinity, "Placement of the instances.")
     node_selector: dict[str, _NodeSelectorValue] = Field(
         default_factory=dict,
         max_length=32,
@@ -363,8 +174,8 @@ class PostgresClusterSpec(SpecModel):
         pattern=DNS_SUBDOMAIN_PATTERN,
         description="PriorityClass of the instance pods, so a database is not the first thing evicted.",
     )
-    synchronous: Synchronous = _nested(Synchronous, "Synchronous replication.")
-    bootstrap: Bootstrap = _nested(
+    synchronous: Synchronous = nested(Synchronous, "Synchronous replication.")
+    bootstrap: Bootstrap = nested(
         Bootstrap,
         "How the cluster's data is created. Applied once, at creation; immutable.",
         **validations(
@@ -375,12 +186,12 @@ class PostgresClusterSpec(SpecModel):
             )
         ),
     )
-    patroni: Patroni = _nested(Patroni, "Patroni timing: how fast a failed primary is replaced.")
-    network_policy: NetworkPolicySpec = _nested(
+    patroni: Patroni = nested(Patroni, "Patroni timing: how fast a failed primary is replaced.")
+    network_policy: NetworkPolicySpec = nested(
         NetworkPolicySpec,
         "Who may reach the instances over the network (a NetworkPolicy, on by default; docs/network.md).",
     )
-    tls: TlsSpec = _nested(
+    tls: TlsSpec = nested(
         TlsSpec,
         "Certificates the user brings (a CA, or the server certificate) instead of the operator's own; "
         "TLS itself is always on (docs/tls.md).",
@@ -405,7 +216,7 @@ class PostgresClusterSpec(SpecModel):
         description="Databases the operator creates and keeps as declared, with extensions and schemas.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
-    removal_policy: RemovalPolicies = _nested(
+    removal_policy: RemovalPolicies = nested(
         RemovalPolicies, "What happens to a role or database removed from spec.roles or spec.databases."
     )
     pooler: PoolerSpec | None = Field(

@@ -12,9 +12,7 @@ VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 KIND: Final = "PostgresCluster"
 PLURAL: Final = "postgresclusters"
-SINGULAR: Final = "postgrescluster"
 SHORT: Final = "pgc"
-CRD_NAME: Final = f"{PLURAL}.{GROUP}"
 
 FIELD_MANAGER: Final = "pg-operator"
 
@@ -30,6 +28,8 @@ SUPERUSER: Final = "postgres"
 REPLICATION_USER: Final = "replicator"
 # Basic-auth user for Patroni's unsafe REST endpoints (switchover, restart, reload, config).
 PATRONI_API_USER: Final = "patroni"
+# The monitoring role every instance creates (instance/session_roles.py) for /metrics and the archive report.
+MONITOR_ROLE: Final = "pgop_monitor"
 
 # Pod contract with the instance entrypoint.
 CONTAINER_NAME: Final = "postgres"
@@ -37,6 +37,9 @@ PG_PORT: Final = 5432
 PG_PORT_NAME: Final = "postgresql"
 PATRONI_PORT: Final = 8008
 PATRONI_PORT_NAME: Final = "patroni"
+# The instance's /metrics (HTTPS), served by the entrypoint (instance/metrics_server.py).
+METRICS_PORT: Final = 9187
+METRICS_PORT_NAME: Final = "metrics"
 # On the instances' pods: their Patroni serves its REST API over HTTPS. Informational only: the operator
 # speaks HTTPS to every pod, verified against the cluster's CA, whatever the pod says (no plain HTTP).
 PATRONI_TLS_ANNOTATION: Final = "db.example.com/patroni-api-tls"

@@ -97,6 +97,11 @@ def _resolve(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict[str,
             if node.get("default", ...) is None:
                 node.pop("default")
 
+    return _keywords(node, defs, path, out)
+
+
+def _keywords(node: dict[str, Any], defs: dict[str, Any], path: str, out: dict[str, Any]) -> dict[str, Any]:
+    """The node's keywords, in their structural form, added to `out`."""
     for key, value in node.items():
         if key == "properties":
             out["properties"] = {name: _convert(sub, defs, f"{path}.{name}") for name, sub in value.items()}

@@ -71,7 +71,7 @@ class InstanceConfig(SpecModel):
     bootstrap: BootstrapSettings
     synchronous: SynchronousSettings
     patroni: PatroniSettings
-    # Archiving and a restore (pg_operator.backup.instance_hook: {archive: …, recovery: …}); absent when the
+    # Archiving and a restore (backup.instance_section: {archive: …, recovery: …}); absent when the
     # cluster has neither. Plain camelCase mappings: their contents are checked by the parsers that read
     # them (instance_hook.apply, when the entrypoint renders Patroni's config), only their shape here.
     backup: dict[str, Any] | None = None

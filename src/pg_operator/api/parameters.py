@@ -13,6 +13,21 @@ from collections.abc import Mapping
 
 from pg_operator.api.schema import rule
 
+# The settings that make an instance follow a recovery (a restore, a standby's archive): set by the
+# operator's restore (backup.recovery), never by the user, and removed from a restored
+# postgresql.auto.conf.
+RECOVERY_SETTINGS: tuple[str, ...] = (
+    "recovery_target",
+    "recovery_target_action",
+    "recovery_target_inclusive",
+    "recovery_target_lsn",
+    "recovery_target_name",
+    "recovery_target_time",
+    "recovery_target_timeline",
+    "recovery_target_xid",
+    "restore_command",
+)
+
 # PostgreSQL settings that Patroni and the operator set themselves; a user value would break replication,
 # failover, archiving or the pod layout. The archiving ones (backup.archiving.ARCHIVING_PARAMETERS) come
 # from spec.backup: archiveTimeout, walMaxKeepSize.
@@ -39,15 +54,7 @@ OPERATOR_OWNED_PARAMETERS: tuple[str, ...] = (
     "primary_slot_name",
     "promote_trigger_file",
     "recovery_end_command",
-    "recovery_target",
-    "recovery_target_action",
-    "recovery_target_inclusive",
-    "recovery_target_lsn",
-    "recovery_target_name",
-    "recovery_target_time",
-    "recovery_target_timeline",
-    "recovery_target_xid",
-    "restore_command",
+    *RECOVERY_SETTINGS,
     # TLS: the operator's certificates, and no protocol older than TLS 1.2 (docs/tls.md).
     "ssl",
     "ssl_min_protocol_version",

@@ -4,52 +4,28 @@ Part of the cluster, not a resource of its own: its TLS, its credentials and the
 switchover are the cluster's, and the reconcile that switches over is the one that pauses. Presence turns
 it on; removing it removes the pooler's children.
 
-Also the names the pooler's pieces share (pod labels, ports), so the instances' NetworkPolicy and the
+Also the pod labels the pooler's pieces share, so the instances' NetworkPolicy and the
 pooler's builders agree without importing each other.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, StringConstraints, WithJsonSchema, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from pg_operator.api.quantity import QUANTITY_PATTERN, parse_quantity
+from pg_operator.api.quantity import Quantity, parse_quantity
 from pg_operator.api.schema import SpecModel, requests_within_limits, rule, validations
 
 # On every pooler pod (never the cluster label: the instances' Services and the cache select on that).
 POOLER_LABEL = "db.example.com/pooler"
 POOLER_SIDE_LABEL = "db.example.com/pooler-side"
 POOLER_APP_NAME = "pgbouncer"
-POOLER_PORT = 5432
-# pgbouncer_exporter's usual port.
-POOLER_METRICS_PORT = 9127
 SIDES = ("rw", "ro")
 
 MAX_INSTANCES = 10
 MAX_POOL_SIZE = 10000
 MAX_CLIENT_CONNECTIONS = 100000
-
-
-def _int_to_str(value: object) -> object:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return value
-
-
-_Quantity = Annotated[
-    str,
-    BeforeValidator(_int_to_str),
-    StringConstraints(pattern=QUANTITY_PATTERN, max_length=32),
-    WithJsonSchema(
-        {
-            "x-kubernetes-int-or-string": True,
-            "anyOf": [{"type": "integer"}, {"type": "string"}],
-            "pattern": QUANTITY_PATTERN,
-            "maxLength": 32,
-        }
-    ),
-]
 
 
 def pooler_pod_labels(cluster_name: str, side: str) -> dict[str, str]:
@@ -63,13 +39,13 @@ def any_pooler_pod(cluster_name: str) -> dict[str, str]:
 
 
 class PoolerRequests(SpecModel):
-    cpu: _Quantity = Field("50m", description="CPU each pooler pod requests.")
-    memory: _Quantity = Field("64Mi", description="Memory each pooler pod requests.")
+    cpu: Quantity = Field("50m", description="CPU each pooler pod requests.")
+    memory: Quantity = Field("64Mi", description="Memory each pooler pod requests.")
 
 
 class PoolerLimits(SpecModel):
-    cpu: _Quantity | None = Field(None, description="CPU limit of each pooler pod (unset by default).")
-    memory: _Quantity | None = Field(
+    cpu: Quantity | None = Field(None, description="CPU limit of each pooler pod (unset by default).")
+    memory: Quantity | None = Field(
         None, description="Memory limit of each pooler pod; defaults to its memory request."
     )
 

@@ -5,10 +5,36 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 from fractions import Fraction
+from typing import Annotated
+
+from pydantic import BeforeValidator, StringConstraints, WithJsonSchema
 
 # Decimal numbers with an optional binary or decimal SI suffix; exponent forms ("1e3") are not accepted.
 QUANTITY_PATTERN = r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 _QUANTITY_RE = re.compile(QUANTITY_PATTERN)
+
+
+def _int_to_str(value: object) -> object:
+    # Kubernetes accepts `cpu: 2` as well as `cpu: "2"`; keep one representation.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+# A quantity field of the API: an integer or a string in the schema, held as the string.
+Quantity = Annotated[
+    str,
+    BeforeValidator(_int_to_str),
+    StringConstraints(pattern=QUANTITY_PATTERN, max_length=32),
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "maxLength": 32,
+        }
+    ),
+]
 
 # Any quantity the API server may render (signs, exponents, n/u suffixes), for comparing what it stored
 # with what we asked for; user input is held to QUANTITY_PATTERN by the schema.

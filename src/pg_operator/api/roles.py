@@ -13,13 +13,12 @@ exist) is reported in the status, never admitted as applied.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from pg_operator.api.constants import PATRONI_API_USER, REPLICATION_USER, SUPERUSER
+from pg_operator.api.constants import MONITOR_ROLE, PATRONI_API_USER, REPLICATION_USER, SUPERUSER
 from pg_operator.api.schema import SpecModel, rule, validations
 
 MAX_ROLES = 32
@@ -42,22 +41,12 @@ LOCALE_PATTERN = r"^[A-Za-z0-9_.@-]{1,64}$"
 SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # noqa: S105
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"  # noqa: S105
 
-# The monitoring role every instance creates (instance/metrics.py; a leaf the API may not import).
-MONITOR_ROLE = "pgop_monitor"
+# Names PostgreSQL gives a meaning of its own in role positions: no role may be created under them.
+SPECIAL_ROLE_NAMES: tuple[str, ...] = ("public", "none", "current_role", "current_user", "session_user",
+                                       "user", "all")  # fmt: skip
 # Roles a declared role may not be, nor be a member of: the operator's own and PostgreSQL's special names.
-RESERVED_ROLE_NAMES: tuple[str, ...] = (
-    SUPERUSER,
-    REPLICATION_USER,
-    MONITOR_ROLE,
-    PATRONI_API_USER,
-    "public",
-    "none",
-    "current_role",
-    "current_user",
-    "session_user",
-    "user",
-    "all",
-)
+RESERVED_ROLE_NAMES: tuple[str, ...] = (SUPERUSER, REPLICATION_USER, MONITOR_ROLE, PATRONI_API_USER,
+                                        *SPECIAL_ROLE_NAMES)  # fmt: skip
 # Predefined roles that read or write the server's files or run programs as its OS user: a member could
 # read the operator's Secrets from the data directory's neighbours. Refused as memberships.
 UNSAFE_MEMBERSHIPS: tuple[str, ...] = (
@@ -393,7 +382,3 @@ def spec_problems(
     if any(s.owner is not None and s.owner not in owners for d in databases for s in d.schemas):
         problems.append("databases: each schema owner must be a role in spec.roles or the application owner")
     return problems
-
-
-def is_role_name(value: str) -> bool:
-    return re.fullmatch(ROLE_NAME_PATTERN, value) is not None

@@ -1,66 +1,18 @@
-"""The two ends of the `backup` section of instance.yaml: the operator renders it from the cluster spec
-(`section`), the instance entrypoint lays it over the Patroni config it rendered (`apply`). Plain
-mappings in camelCase, so the image needs nothing beyond this package.
-
-    backup:
-      archive: {store: {...}, archiveTimeout: 60s, walMaxKeepSize: 10GB}     # this cluster's own archive
-      recovery: {source: {...}, targetTime|targetLSN|backupID, sessionToken}  # only when restoring
-"""
+"""The instance's end of the `backup` section of instance.yaml (`backup.instance_section` is its format,
+which the operator renders): the entrypoint lays it over the Patroni config it rendered (`apply`). Runs in
+the instance pod only; the operator's builders never import it (tests/unit/test_import_layers.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from pg_operator.backup.archive_gate import DEFAULT_GATE_DIR
 from pg_operator.backup.archiving import ArchiveSettings, merge, patroni_fragment
-from pg_operator.backup.barman import DEFAULT_BIN_DIR, ObjectStore
-from pg_operator.backup.recovery import RecoveryTarget, patroni_bootstrap, recovery_conflict
-
-
-@dataclass(frozen=True)
-class RecoveryPlan:
-    source: ObjectStore  # server_name = the source cluster's name
-    target: RecoveryTarget
-    session_token: bool = False  # the source's Secret has a session token key
-
-    def to_mapping(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"source": self.source.to_mapping(), "sessionToken": self.session_token}
-        for key, value in (("targetTime", self.target.time), ("targetLSN", self.target.lsn),
-                           ("backupID", self.target.backup_id)):  # fmt: skip
-            if value is not None:
-                out[key] = value
-        return out
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], *, bin_dir: str = DEFAULT_BIN_DIR) -> RecoveryPlan:
-        source = data.get("source")
-        if not isinstance(source, Mapping):
-            raise ValueError("backup.recovery.source: required mapping")
-        return cls(
-            source=ObjectStore.from_mapping(source, bin_dir=bin_dir),
-            target=RecoveryTarget(
-                time=data.get("targetTime"), lsn=data.get("targetLSN"), backup_id=data.get("backupID")
-            ),
-            session_token=bool(data.get("sessionToken", False)),
-        )
-
-
-def section(archive: ArchiveSettings | None, recovery: RecoveryPlan | None) -> dict[str, Any] | None:
-    """instance.yaml's `backup` value (None: no backups configured and no restore)."""
-    if archive is None and recovery is None:
-        return None
-    if recovery is not None:
-        conflict = recovery_conflict(recovery.source, archive.store if archive else None)
-        if conflict:
-            raise ValueError(conflict)
-    out: dict[str, Any] = {}
-    if archive is not None:
-        out["archive"] = archive.to_mapping()
-    if recovery is not None:
-        out["recovery"] = recovery.to_mapping()
-    return out
+from pg_operator.backup.barman import DEFAULT_BIN_DIR
+from pg_operator.backup.instance_section import RecoveryPlan
+from pg_operator.backup.recovery import patroni_bootstrap
 
 
 def _run_dir(config: Mapping[str, Any]) -> str:

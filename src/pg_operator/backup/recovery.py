@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pg_operator.api.backup import BACKUP_ID_PATTERN, LSN_PATTERN, archive_conflict, parse_rfc3339
+from pg_operator.api.parameters import RECOVERY_SETTINGS
 from pg_operator.backup.barman import (
     ACCESS_KEY_ENV,
     REGION_ENV,
@@ -118,15 +119,7 @@ SOURCE_ONLY_SETTINGS: tuple[str, ...] = (
     "archive_mode",
     "primary_conninfo",
     "primary_slot_name",
-    "recovery_target",
-    "recovery_target_action",
-    "recovery_target_inclusive",
-    "recovery_target_lsn",
-    "recovery_target_name",
-    "recovery_target_time",
-    "recovery_target_timeline",
-    "recovery_target_xid",
-    "restore_command",
+    *RECOVERY_SETTINGS,
 )
 
 

@@ -26,7 +26,7 @@ BACKUP_CREDENTIALS_FIELD = "spec.backup.s3.credentials.secretName"
 RECOVERY_ENDPOINT_FIELD = "spec.bootstrap.recovery.source.s3.endpointURL"
 RECOVERY_CREDENTIALS_FIELD = "spec.bootstrap.recovery.source.s3.credentials.secretName"
 
-# Degraded/ContinuousArchiving reasons (docs/contracts.md).
+# Degraded/ContinuousArchiving reasons (docs/architecture.md).
 INSECURE_ENDPOINT = "BackupEndpointInsecure"
 CREDENTIALS_UNLABELLED = "BackupCredentialUnlabelled"
 STORE_TIMEOUT = "StoreTimeout"

@@ -15,6 +15,7 @@ from typing import Any
 
 from pg_operator import images
 from pg_operator.api.image_policy import AllowedRepositories
+from pg_operator.cli.arguments import duration_between
 from pg_operator.specs.network_policy import DEFAULT_MONITORING_NAMESPACE
 
 
@@ -52,17 +53,7 @@ def _port(value: str) -> int:
     return port
 
 
-def _duration(value: str) -> float:
-    units = {"s": 1, "m": 60, "h": 3600}
-    text = value.strip()
-    number, scale = (text[:-1], units[text[-1]]) if text[-1:] in units else (text, 1)
-    try:
-        seconds = float(number) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration (e.g. 600, 90s, 10m, 1h): {value}") from None
-    if not 1 <= seconds <= 7 * 86400:
-        raise argparse.ArgumentTypeError(f"duration out of range (1 s to 7 days): {value}")
-    return seconds
+_duration = duration_between(1, 7 * 86400)  # 1 s to 7 days
 
 
 def _allowed_repositories(value: str) -> AllowedRepositories:

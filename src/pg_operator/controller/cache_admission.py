@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pg_operator import objects
-from pg_operator.api.cluster import MAX_REPLICAS, PostgresCluster
+from pg_operator.api.cluster import PostgresCluster
+from pg_operator.api.cluster_sections import MAX_REPLICAS
 from pg_operator.api.constants import DATA_VOLUME, GROUP
 from pg_operator.controller.keys import ClusterKey, owning_cluster_name
 from pg_operator.orchestration.instance_pods import controller_reference, foreign_pod_message, may_be_instance

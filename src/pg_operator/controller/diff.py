@@ -104,45 +104,54 @@ def _list_key(items: Sequence[Any]) -> str | None:
 def differences(want: Any, got: Any, path: str = "") -> list[str]:
     """Paths (dotted) where the observed value does not carry the desired one. Empty list: no difference."""
     if isinstance(want, Mapping):
-        if got is None and all(_empty(v) for v in want.values()):
-            return []
-        if not isinstance(got, Mapping):
-            return [path or "."]
-        out: list[str] = []
-        for k, v in want.items():
-            sub = f"{path}.{k}" if path else str(k)
-            if k not in got:
-                if not _empty(v) and not (isinstance(v, Mapping) and not differences(v, None, sub)):
-                    out.append(sub)
-                continue
-            out.extend(differences(v, got[k], sub))
-        return out
+        return _mapping_differences(want, got, path)
     if isinstance(want, list):
-        if got is None and not want:
-            return []
-        if not isinstance(got, list):
-            return [path]
-        key = _list_key(want)
-        if key is not None:
-            by_key = {str(i.get(key)): i for i in got if isinstance(i, Mapping) and i.get(key) is not None}
-            out = []
-            for item in want:
-                ident = str(item[key])
-                sub = f"{path}[{key}={ident}]"
-                if ident not in by_key:
-                    out.append(sub)
-                else:
-                    out.extend(differences(item, by_key[ident], sub))
-            return out
-        if len(want) != len(got):
-            return [path]
-        out = []
-        for i, (a, b) in enumerate(zip(want, got, strict=True)):
-            out.extend(differences(a, b, f"{path}[{i}]"))
-        return out
+        return _list_differences(want, got, path)
     if got is None:
         return [] if _empty(want) else [path]
     return [] if _scalar_equal(want, got) else [path]
+
+
+def _mapping_differences(want: Mapping[str, Any], got: Any, path: str) -> list[str]:
+    if got is None and all(_empty(v) for v in want.values()):
+        return []
+    if not isinstance(got, Mapping):
+        return [path or "."]
+    out: list[str] = []
+    for k, v in want.items():
+        sub = f"{path}.{k}" if path else str(k)
+        if k not in got:
+            if not _empty(v) and not (isinstance(v, Mapping) and not differences(v, None, sub)):
+                out.append(sub)
+            continue
+        out.extend(differences(v, got[k], sub))
+    return out
+
+
+def _list_differences(want: list[Any], got: Any, path: str) -> list[str]:
+    """A list of objects with a key field (containers by name …) is compared item by item on the key;
+    any other list position by position."""
+    if got is None and not want:
+        return []
+    if not isinstance(got, list):
+        return [path]
+    key = _list_key(want)
+    out: list[str] = []
+    if key is not None:
+        by_key = {str(i.get(key)): i for i in got if isinstance(i, Mapping) and i.get(key) is not None}
+        for item in want:
+            ident = str(item[key])
+            sub = f"{path}[{key}={ident}]"
+            if ident not in by_key:
+                out.append(sub)
+            else:
+                out.extend(differences(item, by_key[ident], sub))
+        return out
+    if len(want) != len(got):
+        return [path]
+    for i, (a, b) in enumerate(zip(want, got, strict=True)):
+        out.extend(differences(a, b, f"{path}[{i}]"))
+    return out
 
 
 def object_differences(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) -> list[str]:

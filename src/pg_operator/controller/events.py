@@ -13,6 +13,7 @@ from lightkube import codecs
 
 from pg_operator import objects
 from pg_operator.api.constants import API_VERSION, KIND
+from pg_operator.controller.cluster_memory import ClusterMemory, RemembersClusters
 from pg_operator.controller.kube_api import Api
 
 log = logging.getLogger(__name__)
@@ -83,21 +84,18 @@ class EventRecorder:
         return True
 
 
-class OncePerMessage:
+class OncePerMessage(RemembersClusters):
     """A sub-reconciler's Warning Events: one per distinct message per cluster; the same message again posts
     nothing until it changes or is forgotten (the problem cleared, the cluster gone)."""
 
     def __init__(self, events: EventRecorder) -> None:
         self.events = events
-        self._last: dict[tuple[str, str], str] = {}
+        self._last: ClusterMemory[str] = ClusterMemory()
 
     async def warn(self, cluster: dict[str, Any], reason: str, message: str) -> int:
         """Post the Warning unless it is the one last posted for this cluster; 1 if posted."""
         key = (str(objects.meta(cluster).get("namespace")), str(objects.meta(cluster).get("name")))
         if self._last.get(key) == message:
             return 0
-        self._last[key] = message
+        self._last.set(key, message)
         return int(await self.events.record(cluster, "Warning", reason, message))
-
-    def forget(self, key: tuple[str, str]) -> None:
-        self._last.pop(key, None)

@@ -14,7 +14,7 @@ import contextlib
 import json
 import ssl
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -83,6 +83,70 @@ class PipeResult:
     source: ExecResult
     sinks: dict[str, ExecResult | ExecError]
     bytes: int
+
+
+@dataclass
+class _Sinks:
+    """The sinks of one pipe: those still fed, every socket opened (closed at the end), what each said."""
+
+    namespace: str
+    open: dict[str, aiohttp.ClientWebSocketResponse] = field(default_factory=dict)
+    opened: list[aiohttp.ClientWebSocketResponse] = field(default_factory=list)
+    results: dict[str, ExecResult | ExecError] = field(default_factory=dict)
+    readers: dict[str, asyncio.Task[ExecResult]] = field(default_factory=dict)
+    sent: int = 0
+
+    async def feed(self, payload: bytes) -> None:
+        """The source's stdout into every sink still open; one that broke is dropped with its error."""
+        self.sent += len(payload)
+        for pod in list(self.open):
+            if self.readers[pod].done():
+                self.open.pop(pod)  # it ended early; what it said is its result
+                continue
+            try:
+                await self.open[pod].send_bytes(bytes([STDIN]) + payload)
+            except (aiohttp.ClientError, OSError, ConnectionError) as exc:
+                self.results[pod] = ExecError(f"exec in {self.namespace}/{pod}: stdin broke: {exc}")
+                self.open.pop(pod)
+
+    async def finish(self) -> None:
+        """Close each sink's stdin and collect what it said."""
+        for ws in self.open.values():
+            with contextlib.suppress(aiohttp.ClientError, OSError, ConnectionError):
+                await ws.send_bytes(bytes([CLOSE, STDIN]))
+        for pod, task in self.readers.items():
+            if pod in self.results:
+                task.cancel()
+                continue
+            try:
+                self.results[pod] = await task
+            except ExecError as exc:
+                self.results[pod] = exc
+
+    async def close(self) -> None:
+        for task in self.readers.values():
+            task.cancel()
+        for ws in self.opened:
+            await ws.close()
+
+
+async def _relay(
+    src: aiohttp.ClientWebSocketResponse, fed: _Sinks
+) -> tuple[dict[str, Any] | None, bytearray]:
+    """Stream the source's stdout into the sinks until it ends: its exit status and its stderr."""
+    err = bytearray()
+    status: dict[str, Any] | None = None
+    async for msg in src:
+        channel, payload = _frame(msg)
+        if channel is None:
+            break
+        if channel == STDOUT and payload:
+            await fed.feed(payload)
+        elif channel == STDERR and len(err) < MAX_CAPTURE:
+            err += payload
+        elif channel == STATUS and payload:
+            status = json.loads(payload)
+    return status, err
 
 
 def _frame(msg: aiohttp.WSMessage) -> tuple[int | None, bytes]:
@@ -201,73 +265,41 @@ class PodExec:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         server = self._config.cluster.server
-        open_sinks: dict[str, aiohttp.ClientWebSocketResponse] = {}  # still fed from the source
-        opened: list[aiohttp.ClientWebSocketResponse] = []  # every sink's, closed at the end
-        results: dict[str, ExecResult | ExecError] = {}
-        readers: dict[str, asyncio.Task[ExecResult]] = {}
-        sent = 0
+        fed = _Sinks(namespace)
         try:
             async with asyncio.timeout(seconds):
                 for pod, argv in sinks:
-                    try:
-                        url = exec_url(server, namespace, pod, container, argv, stdin=True)
-                        ws = await self._connect(url)
-                    except ExecError as exc:
-                        results[pod] = exc
-                        continue
-                    if ws.protocol != PROTOCOLS[0]:
-                        await ws.close()
-                        results[pod] = ExecError(f"exec in {namespace}/{pod}: the server cannot close stdin")
-                        continue
-                    opened.append(ws)
-                    open_sinks[pod] = ws
-                    readers[pod] = asyncio.create_task(_collect(ws, f"{namespace}/{pod}"))
+                    await self._open_sink(
+                        fed, pod, exec_url(server, namespace, pod, container, argv, stdin=True)
+                    )
                 src = await self._connect(exec_url(server, namespace, source[0], container, source[1]))
-                err = bytearray()
-                status: dict[str, Any] | None = None
                 async with src:
-                    async for msg in src:
-                        channel, payload = _frame(msg)
-                        if channel is None:
-                            break
-                        if channel == STDOUT and payload:
-                            sent += len(payload)
-                            for pod in list(open_sinks):
-                                if readers[pod].done():
-                                    open_sinks.pop(pod)  # it ended early; what it said is its result
-                                    continue
-                                try:
-                                    await open_sinks[pod].send_bytes(bytes([STDIN]) + payload)
-                                except (aiohttp.ClientError, OSError, ConnectionError) as exc:
-                                    results[pod] = ExecError(f"exec in {namespace}/{pod}: stdin broke: {exc}")
-                                    open_sinks.pop(pod)
-                        elif channel == STDERR and len(err) < MAX_CAPTURE:
-                            err += payload
-                        elif channel == STATUS and payload:
-                            status = json.loads(payload)
-                for ws in open_sinks.values():
-                    with contextlib.suppress(aiohttp.ClientError, OSError, ConnectionError):
-                        await ws.send_bytes(bytes([CLOSE, STDIN]))
-                for pod, task in readers.items():
-                    if pod in results:
-                        task.cancel()
-                        continue
-                    try:
-                        results[pod] = await task
-                    except ExecError as exc:
-                        results[pod] = exc
+                    status, err = await _relay(src, fed)
+                await fed.finish()
         except TimeoutError:
             why = f"streaming from {namespace}/{source[0]} took longer than {seconds:.0f} s"
             raise ExecError(why) from None
         finally:
-            for task in readers.values():
-                task.cancel()
-            for ws in opened:
-                await ws.close()
+            await fed.close()
         if status is None:
             raise ExecError(f"exec in {namespace}/{source[0]} ended without an exit status")
         src_result = ExecResult(exit_status_of(status), "", err.decode(errors="replace"))
-        return PipeResult(src_result, results, sent)
+        return PipeResult(src_result, fed.results, fed.sent)
+
+    async def _open_sink(self, fed: _Sinks, pod: str, url: str) -> None:
+        """Connect a sink (its failure to start is its result) and start reading what it says."""
+        try:
+            ws = await self._connect(url)
+        except ExecError as exc:
+            fed.results[pod] = exc
+            return
+        if ws.protocol != PROTOCOLS[0]:
+            await ws.close()
+            fed.results[pod] = ExecError(f"exec in {fed.namespace}/{pod}: the server cannot close stdin")
+            return
+        fed.opened.append(ws)
+        fed.open[pod] = ws
+        fed.readers[pod] = asyncio.create_task(_collect(ws, f"{fed.namespace}/{pod}"))
 
     async def _connect(self, url: str) -> aiohttp.ClientWebSocketResponse:
         assert self._session is not None

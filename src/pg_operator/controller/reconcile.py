@@ -33,6 +33,7 @@ from pg_operator.api.image_policy import (
     refusal_is_news,
 )
 from pg_operator.controller.cache import ENDPOINT_SLICE_KIND, Cache, Snapshot
+from pg_operator.controller.cluster_memory import ClusterMemory, RemembersClusters
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.failure_report import FailureReporter
 from pg_operator.controller.instance_metrics import InstanceMetrics
@@ -49,7 +50,15 @@ from pg_operator.controller.reconcilers.pooler import PoolerReconciler
 from pg_operator.controller.reconcilers.roles import RolesReconciler
 from pg_operator.controller.reconcilers.storage import StorageReconciler
 from pg_operator.controller.reconcilers.tls import TlsReconciler
-from pg_operator.controller.writes import Applier, Claims, WriteMemo, all_of, canonical, ident_of
+from pg_operator.controller.writes import (
+    Applier,
+    Claims,
+    WriteMemo,
+    all_of,
+    canonical,
+    ident_of,
+    status_patch,
+)
 from pg_operator.controller.writes import delete as delete_owned
 from pg_operator.specs import MANAGED_KINDS, compute_status
 from pg_operator.specs.ca_rotation import TRUST_PERIOD
@@ -84,15 +93,6 @@ FOREIGN_KNOWN_SECONDS = 120.0
 # After a status write lost the race to another writer (the backup reconcilers): the watch event of the
 # newer cluster wakes it anyway; this is the fallback.
 STATUS_CONFLICT_RETRY_SECONDS = 1.0
-
-
-def status_patch(previous: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any]:
-    """A merge patch turning `previous` status into exactly `desired` (removed keys set to null)."""
-    patch: dict[str, Any] = dict(desired)
-    for k in previous or {}:
-        if k not in desired:
-            patch[k] = None
-    return {"status": patch}
 
 
 def namespace_terminating_refusal(status: Mapping[str, Any]) -> bool:
@@ -137,7 +137,7 @@ def undesired_children(
     return out
 
 
-class Reconciler:
+class Reconciler(RemembersClusters):
     def __init__(
         self,
         api: Api,
@@ -180,18 +180,18 @@ class Reconciler:
             RolesReconciler(api, self.memo, events, pod_exec),
             pooler,  # after roles: the databases they create get the pooler's lookup function
         )
-        self._invalid_seen: dict[ClusterKey, int] = {}
+        self._invalid_seen: ClusterMemory[int] = ClusterMemory()
         # Clusters whose namespace refused a write because it is being deleted, by the cluster version
         # (cluster_mark) that was refused: the wake-ups the deletion itself causes (children going one by
         # one) make no more requests until the cluster object changes or goes.
-        self._terminating: dict[ClusterKey, tuple[str, str]] = {}
+        self._terminating: ClusterMemory[tuple[str, str]] = ClusterMemory()
         self.failures = FailureReporter(api, events, cache.cluster)
         # The foreign objects each cluster's Warning Events have named (one Event per object and episode).
-        self._conflicts_told: dict[ClusterKey, set[ObjectId]] = {}
+        self._conflicts_told: ClusterMemory[set[ObjectId]] = ClusterMemory(set)
         # Foreign objects writes met that the cache does not hold (no cluster label), with when they were
         # met: a pass within FOREIGN_KNOWN_SECONDS takes them as known instead of asking again (their
         # removal sends no watch event; a later pass asks anew).
-        self._met: dict[ClusterKey, dict[ObjectId, tuple[dict[str, Any], float]]] = {}
+        self._met: ClusterMemory[dict[ObjectId, tuple[dict[str, Any], float]]] = ClusterMemory()
 
     async def reconcile(self, key: ClusterKey) -> Outcome:
         started = time.perf_counter()
@@ -203,7 +203,7 @@ class Reconciler:
             if namespace_terminating(exc):
                 mark = cluster_mark(self.cache.cluster(key))
                 if mark is not None:
-                    self._terminating[key] = mark
+                    self._terminating.set(key, mark)
             raise
         finally:
             self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
@@ -226,7 +226,11 @@ class Reconciler:
         snapshot = Snapshot(snapshot.cluster, children, snapshot.storage_classes,
                             snapshot.storage_classes_known)  # fmt: skip
         now = time.monotonic()
-        met = {i: seen for i, seen in self._met.pop(key, {}).items() if now - seen[1] < FOREIGN_KNOWN_SECONDS}
+        met = {
+            i: seen
+            for i, seen in (self._met.drop(key) or {}).items()
+            if now - seen[1] < FOREIGN_KNOWN_SECONDS
+        }
         known: dict[ObjectId, Mapping[str, Any]] = {i: b for i, (b, _) in met.items()}
         claims = Claims(cluster.namespace, cluster.uid, {**known, **foreign})
         ctx = ReconcileContext(body, cluster, snapshot, snapshot.find("apps/v1", "StatefulSet", cluster.name),
@@ -241,7 +245,7 @@ class Reconciler:
         ctx.writes += await self._report_conflicts(key, ctx)
         met.update({i: (dict(b), now) for i, b in ctx.claims.met.items()})
         if met:
-            self._met[key] = {i: v for i, v in met.items() if i in ctx.claims.conflicts}
+            self._met.set(key, {i: v for i, v in met.items() if i in ctx.claims.conflicts})
         for reconciler in self.sub_reconcilers:
             ctx.writes += await reconciler.follow_up(ctx)
         outcome = Outcome(problem=ctx.problem, requeue_after=ctx.requeue_after)
@@ -255,20 +259,17 @@ class Reconciler:
         if body is None or objects.deleting(body):
             self.metrics.set_phase(key, None)
             self.instance_metrics.set(key, {}, {})
-            self._invalid_seen.pop(key, None)
-            self._terminating.pop(key, None)
-            self._conflicts_told.pop(key, None)
-            self._met.pop(key, None)
             self.failures.succeeded(key)
-            for reconciler in self.sub_reconcilers:
-                reconciler.forget(key)
+            # What this reconciler and every sub-reconciler remember of the cluster (cluster_memory.py).
+            for holder in (self, *self.sub_reconcilers):
+                holder.forget(key)
             return True
         refused_mark = self._terminating.get(key)
         if refused_mark is None:
             return False
         if refused_mark == cluster_mark(body):
             return True  # its namespace is being deleted; nothing was changed since
-        del self._terminating[key]
+        self._terminating.drop(key)
         return False
 
     async def _parsed_or_refused(self, key: ClusterKey, body: dict[str, Any]) -> PostgresCluster | Outcome:
@@ -280,11 +281,11 @@ class Reconciler:
             generation = objects.generation(body)
             outcome = Outcome(problem=("InvalidSpec", str(exc)), phase="Invalid")
             if self._invalid_seen.get(key) != generation:
-                self._invalid_seen[key] = generation
+                self._invalid_seen.set(key, generation)
                 await self.events.record(body, "Warning", "InvalidSpec", str(exc))
                 outcome.writes += 1
             return outcome
-        self._invalid_seen.pop(key, None)
+        self._invalid_seen.drop(key)
         return cluster
 
     async def _refused(self, ctx: ReconcileContext, refusal: Problem) -> Outcome:
@@ -354,10 +355,10 @@ class Reconciler:
         """Foreign objects the pass would have written: Degraded `Conflict` (it wins over the sub-reconcilers'
         problems: it says what is held back and why) and one Warning Event per object."""
         conflicts = ctx.claims.conflicts
-        told = self._conflicts_told.setdefault(key, set())
+        told = self._conflicts_told.of(key)
         told &= set(conflicts)  # a conflict gone and back later is news again
         if not conflicts:
-            self._conflicts_told.pop(key, None)
+            self._conflicts_told.drop(key)
             return 0
         ctx.problem = (CONFLICT_REASON, conflict_message(conflicts, ctx.claims.held))
         writes = 0

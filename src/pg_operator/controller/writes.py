@@ -46,7 +46,17 @@ async def all_of(writes: Iterable[Awaitable[int]]) -> int:
 
 
 def canonical(value: Any) -> str:
+    """A value's one text form (keys sorted): equal values, equal texts."""
     return json.dumps(value, sort_keys=True, default=str)
+
+
+def status_patch(previous: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge patch turning `previous` status into exactly `desired` (removed keys set to null)."""
+    patch: dict[str, Any] = dict(desired)
+    for k in previous or {}:
+        if k not in desired:
+            patch[k] = None
+    return {"status": patch}
 
 
 class WriteMemo:

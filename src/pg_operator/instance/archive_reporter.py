@@ -28,11 +28,11 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
+from pg_operator.api.constants import MONITOR_ROLE
 from pg_operator.backup import archive_report as r
 from pg_operator.backup.archive_gate import gate_path
 from pg_operator.backup.archive_health import ARCHIVER_QUERY, parse_archiver_line
 from pg_operator.instance import session_roles
-from pg_operator.instance.metrics import MONITOR_ROLE
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 APPLICATION_NAME = "pg-operator-archive-report"

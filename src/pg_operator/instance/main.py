@@ -275,15 +275,16 @@ def run(env: Mapping[str, str]) -> int:
 
 def start_metrics(pod: PodEnvironment, env: Mapping[str, str]) -> None:
     """/metrics on PGOP_METRICS_PORT (default 9187, 0 = off), HTTPS with the server certificate."""
-    from pg_operator.instance import metrics, metrics_server
+    from pg_operator.api.constants import METRICS_PORT, MONITOR_ROLE
+    from pg_operator.instance import metrics_server
 
-    port = int(env.get("PGOP_METRICS_PORT") or metrics.METRICS_PORT)
+    port = int(env.get("PGOP_METRICS_PORT") or METRICS_PORT)
     if port:
         tls = tls_files(pod.run_dir)
         pg_port = int(read_instance_settings(pod.config_file)["postgresql"]["port"])
         # Its own role, through its own peer map (patroni_config.pg_hba), never the superuser.
         metrics_server.start(
-            socket_dir=pod.run_dir, pg_port=pg_port, login_user=metrics.MONITOR_ROLE,
+            socket_dir=pod.run_dir, pg_port=pg_port, login_user=MONITOR_ROLE,
             listen_host=pod.listen_host, port=port, cert=tls.cert, key=tls.key,
         )  # fmt: skip
 

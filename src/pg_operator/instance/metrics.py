@@ -13,10 +13,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-MONITOR_ROLE = "pgop_monitor"
-METRICS_PORT = 9187
-METRICS_PORT_NAME = "metrics"
-
 # Connection states pg_stat_activity reports; each database gets a zero for the ones it has none of, so
 # a rate or a comparison never meets a missing series.
 ACTIVITY_STATES = (

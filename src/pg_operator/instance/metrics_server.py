@@ -23,6 +23,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from pg_operator import tls_server
+from pg_operator.api.constants import MONITOR_ROLE
 from pg_operator.instance import metrics as m
 from pg_operator.privileged_sql import PINNED_SEARCH_PATH
 
@@ -39,7 +40,7 @@ def _log(message: str) -> None:
 class Collector:
     """One connection, reused across scrapes and re-opened after an error; scrapes run one at a time."""
 
-    def __init__(self, *, socket_dir: str, port: int, login_user: str = m.MONITOR_ROLE) -> None:
+    def __init__(self, *, socket_dir: str, port: int, login_user: str = MONITOR_ROLE) -> None:
         self.socket_dir = socket_dir
         self.port = port
         # The monitoring role itself, through its own peer map (session_roles.py): the session holds no

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pg_operator.api import postgresql as api_postgresql
+from pg_operator.api.constants import MONITOR_ROLE
 from pg_operator.backup import instance_hook
 from pg_operator.instance.inputs import Credentials, PodEnvironment, TlsFiles
-from pg_operator.instance.metrics import MONITOR_ROLE
 from pg_operator.orchestration import patroni_settings
 from pg_operator.tls_files import LOADED_TAG
 
@@ -41,9 +41,12 @@ OPERATOR_OWNED_PARAMETERS = frozenset(api_postgresql.OPERATOR_OWNED_PARAMETERS)
 # superuser — Patroni's own connections, `kubectl exec … psql`.
 LOCAL_IDENT_MAP = "pgop_local"
 # The same OS user's map to the monitoring role only, for the entrypoint's own sessions (the archive
-# reporter, /metrics): a map of its own, so neither line lends the other its role.
+# reporter, /metrics) and the operator's read-back of declared databases: a map of its own, so neither
+# line lends the other its role.
 MONITOR_IDENT_MAP = "pgop_monitor_local"
-# The only database that role may log in to; it reads every database's statistics from there.
+# The database the entrypoint's monitoring sessions log in to; they read every database's statistics
+# from there. (The role may enter every database over the socket: the operator's roles read-back reads
+# the declared databases a tenant owns as this role rather than as the superuser.)
 MONITOR_DATABASE = "postgres"
 
 # Patroni's default limit for a replica to stay a failover candidate; /readiness reuses it, so a replica
@@ -146,8 +149,9 @@ def allowed_networks(cidrs: Any) -> list[str]:
 
 
 def pg_hba(*, superuser: str, replication: str, networks: list[str]) -> list[str]:
-    """Unix socket: the superuser through its peer map; the monitoring role through its own, to the
-    `postgres` database only. TCP, TLS only:
+    """Unix socket: the superuser through its peer map; the monitoring role through its own, to every
+    database (the operator reads the declared databases, which tenants own, as this role: specs/role_reads;
+    PostgreSQL still checks its CONNECT privilege there). TCP, TLS only:
     - the replication role by its client certificate only (the cluster's replication CA issued it, the
       only CA PostgreSQL accepts client certificates from, so where it connects from does not matter), for
       replication and for pg_rewind's reads of `postgres`;
@@ -157,7 +161,7 @@ def pg_hba(*, superuser: str, replication: str, networks: list[str]) -> list[str
     A connection without TLS is rejected by name; nothing else matches, so everything else is refused."""
     repl, su, mon = _hba_name(replication), _hba_name(superuser), _hba_name(MONITOR_ROLE)
     lines = [f"local all {su} peer map={LOCAL_IDENT_MAP}",
-             f"local {MONITOR_DATABASE} {mon} peer map={MONITOR_IDENT_MAP}"]  # fmt: skip
+             f"local all {mon} peer map={MONITOR_IDENT_MAP}"]  # fmt: skip
     # `all` does not match replication connections: both kinds are named. Patroni also asks its own
     # PostgreSQL for the timeline over a loopback replication connection (an old primary rejoining).
     lines += [f"hostssl replication {repl} all cert", f"hostssl postgres {repl} all cert",

@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pg_operator.instance.metrics import MONITOR_ROLE
+from pg_operator.api.constants import MONITOR_ROLE
 from pg_operator.instance.patroni_config import MONITOR_DATABASE
 from pg_operator.privileged_sql import PINNED_SEARCH_PATH
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pg_operator import objects
-from pg_operator.api.cluster import MAX_REPLICAS
+from pg_operator.api.cluster_sections import MAX_REPLICAS
 from pg_operator.api.constants import GROUP, KIND
 
 STATEFULSET_GROUP = "apps"

@@ -14,29 +14,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # The standard library only, in every module the pod runs: pydantic alone would double the supervisor's
-# memory (a pooler pod asks for 64Mi). Equal to api/pooler.py's (a unit test keeps them so).
-POOLER_PORT = 5432
-POOLER_METRICS_PORT = 9127
+# memory (a pooler pod asks for 64Mi). The names the Deployment sets are in the contract (a leaf).
+from pg_operator.pooler_contract import (
+    AUTH_FUNCTION,
+    AUTH_USER,
+    DEFAULT_RUN_DIR,
+    DEFAULT_TLS_DIR,
+    ENV_AUTH_PASSWORD_FILE,
+    ENV_AUTH_USER,
+    ENV_CLUSTER,
+    ENV_DEFAULT_POOL_SIZE,
+    ENV_MAX_CLIENT_CONN,
+    ENV_MODE,
+    ENV_RUN_DIR,
+    ENV_SERVER_PORT,
+    ENV_SIDE,
+    ENV_TARGET,
+    ENV_TLS_DIR,
+    POOLER_PORT,
+)
 
-ENV_CLUSTER = "POOLER_CLUSTER"
-ENV_SIDE = "POOLER_SIDE"
-ENV_MODE = "POOLER_MODE"
-ENV_TARGET = "POOLER_TARGET_HOST"  # where a fresh pod points: the cluster's -rw (or -ro) Service
-ENV_DEFAULT_POOL_SIZE = "POOLER_DEFAULT_POOL_SIZE"
-ENV_MAX_CLIENT_CONN = "POOLER_MAX_CLIENT_CONN"
-ENV_AUTH_USER = "POOLER_AUTH_USER"
-ENV_AUTH_PASSWORD_FILE = "POOLER_AUTH_PASSWORD_FILE"  # noqa: S105 - a variable's name
-ENV_TLS_DIR = "POOLER_TLS_DIR"
-ENV_RUN_DIR = "POOLER_RUN_DIR"
-ENV_SERVER_PORT = "POOLER_SERVER_PORT"
-
-AUTH_USER = "pgop_pooler"
-# The schema and function every served database holds (specs/pooler.py creates them).
-AUTH_SCHEMA = "pgop_pooler"
-AUTH_FUNCTION = f"{AUTH_SCHEMA}.user_lookup"
 AUTH_QUERY = f"SELECT usename, passwd FROM {AUTH_FUNCTION}($1)"  # noqa: S608 - constants only
-DEFAULT_RUN_DIR = "/run/pooler"
-DEFAULT_TLS_DIR = "/etc/pg-operator/tls"
 DEFAULT_POOL_SIZE = 20
 DEFAULT_MAX_CLIENT_CONN = 1000
 TARGET_FILE = "target"  # in the run dir: the host the pooler points at now

@@ -28,7 +28,6 @@ from pg_operator.pooler.config import (
     AUTH_FILE,
     INI_FILE,
     PAUSE_DEADLINE_FILE,
-    POOLER_METRICS_PORT,
     TARGET_FILE,
     ConfigError,
     Settings,
@@ -38,6 +37,7 @@ from pg_operator.pooler.config import (
     settings_from_env,
 )
 from pg_operator.pooler.console import Console, ConsoleError
+from pg_operator.pooler_contract import POOLER_METRICS_PORT
 from pg_operator.tls_server import BoundedHttpsServer, Response
 
 PGBOUNCER = os.environ.get("POOLER_PGBOUNCER", "/usr/sbin/pgbouncer")  # another path in tests only

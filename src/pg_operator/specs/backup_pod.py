@@ -28,7 +28,7 @@ from pg_operator.backup.barman import (
     SESSION_TOKEN_ENV,
 )
 from pg_operator.backup.from_spec import archive_settings, recovery_source, recovery_target
-from pg_operator.backup.instance_hook import RecoveryPlan, section
+from pg_operator.backup.instance_section import RecoveryPlan, section
 from pg_operator.backup.recovery import SOURCE_ENV_PREFIX
 from pg_operator.backup.store_policy import (
     BACKUP_CREDENTIALS_FIELD,

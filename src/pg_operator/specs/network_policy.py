@@ -20,13 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pg_operator.api.cluster import PostgresCluster
-from pg_operator.api.constants import PATRONI_PORT, PG_PORT
+from pg_operator.api.constants import METRICS_PORT, PATRONI_PORT, PG_PORT
 from pg_operator.api.network_policy import NetworkPeer
 from pg_operator.api.pooler import any_pooler_pod
 from pg_operator.specs.labels import COMPONENT_INSTANCE, child_metadata, selector_labels
 
-# The instance's Prometheus endpoint (postgres_exporter's usual port); a contract with the instance image.
-METRICS_PORT = 9187
 DEFAULT_OPERATOR_NAMESPACE = "pg-operator-system"  # deploy/operator/namespace.yaml
 # Where the install's Prometheus runs (the operator's --monitoring-namespace; deploy/ and the chart set it).
 DEFAULT_MONITORING_NAMESPACE = "monitoring"

@@ -20,16 +20,9 @@ from typing import Any
 from pg_operator import objects
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import SUPERUSER
-from pg_operator.api.pooler import (
-    POOLER_LABEL,
-    POOLER_METRICS_PORT,
-    POOLER_PORT,
-    POOLER_SIDE_LABEL,
-    any_pooler_pod,
-    pooler_pod_labels,
-)
+from pg_operator.api.pooler import POOLER_LABEL, POOLER_SIDE_LABEL, any_pooler_pod, pooler_pod_labels
 from pg_operator.images import image_pull_secrets, pooler_image
-from pg_operator.pooler.config import (
+from pg_operator.pooler_contract import (
     AUTH_FUNCTION,
     AUTH_SCHEMA,
     AUTH_USER,
@@ -44,6 +37,8 @@ from pg_operator.pooler.config import (
     ENV_SIDE,
     ENV_TARGET,
     ENV_TLS_DIR,
+    POOLER_METRICS_PORT,
+    POOLER_PORT,
 )
 from pg_operator.scram import scram_sha256_verifier
 from pg_operator.specs import names
@@ -83,10 +78,6 @@ def auth_secret_name(cluster: PostgresCluster) -> str:
 
 def policy_name(cluster: PostgresCluster) -> str:
     return f"{cluster.name}-pooler"
-
-
-def service_host(cluster: PostgresCluster, side: str) -> str:
-    return f"{service_name(cluster, side)}.{cluster.namespace}.svc"
 
 
 def pod_host(cluster: PostgresCluster, pod: str) -> str:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pg_operator.api.cluster import MAX_REPLICAS, PostgresCluster
+from pg_operator.api.cluster import PostgresCluster
+from pg_operator.api.cluster_sections import MAX_REPLICAS
 from pg_operator.specs import names
 from pg_operator.specs.labels import COMPONENT_RBAC, child_metadata
 

@@ -17,6 +17,8 @@ from pg_operator.api.constants import (
     DATA_MOUNT,
     DATA_VOLUME,
     GROUP,
+    METRICS_PORT,
+    METRICS_PORT_NAME,
     PATRONI_PORT,
     PATRONI_PORT_NAME,
     PATRONI_TLS_ANNOTATION,
@@ -28,7 +30,6 @@ from pg_operator.api.constants import (
     TLS_MOUNT,
 )
 from pg_operator.images import default_image, image_pull_secrets
-from pg_operator.instance.metrics import METRICS_PORT, METRICS_PORT_NAME
 from pg_operator.specs import names
 from pg_operator.specs.backup_pod import instance_backup_section, pod_env
 from pg_operator.specs.labels import COMPONENT_INSTANCE, child_labels, child_metadata, selector_labels

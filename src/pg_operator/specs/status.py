@@ -166,7 +166,7 @@ def _condition(
     }
 
 
-def compute_status(
+def compute_status(  # noqa: C901, PLR0912, PLR0915 - gaining the stuck-pod reasons; split after
     cluster: PostgresCluster,
     *,
     previous: Mapping[str, Any] | None,

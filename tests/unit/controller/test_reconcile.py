@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 from pg_operator.controller.cache import Snapshot
-from pg_operator.controller.reconcile import status_patch, undesired_children
+from pg_operator.controller.reconcile import undesired_children
 from pg_operator.controller.reconcilers.storage import storage_class_problem
 from pg_operator.controller.wakeups import relevance
-from pg_operator.controller.writes import WriteMemo
+from pg_operator.controller.writes import WriteMemo, status_patch
 
 UID = "c-uid"
 

@@ -15,6 +15,7 @@ from pg_operator.backup.store_policy import StoreLimits
 from pg_operator.controller.backup_reconcilers import store_calls
 from pg_operator.controller.backup_reconcilers.store import StoreAccess, read_object
 from pg_operator.controller.backup_reconcilers.store_calls import Slots, StoreBusy, StoreTimeout
+from pg_operator.controller.store_limits import configure, limits
 
 
 @pytest.fixture
@@ -51,10 +52,10 @@ def dripping_server() -> Iterator[str]:
 
 @pytest.fixture
 def short_deadline() -> Iterator[None]:
-    before = store_calls.limits()
-    store_calls.configure(StoreLimits(call_seconds=2.0, allow_insecure=True))
+    before = limits()
+    configure(StoreLimits(call_seconds=2.0, allow_insecure=True))
     yield
-    store_calls.configure(before)
+    configure(before)
 
 
 def _access(endpoint: str, namespace: str) -> StoreAccess:

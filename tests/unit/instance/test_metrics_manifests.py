@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pg_operator.instance.metrics import METRICS_PORT, METRICS_PORT_NAME
+from pg_operator.api.constants import METRICS_PORT, METRICS_PORT_NAME
 
 ROOT = Path(__file__).resolve().parents[3]
 MONITORING = ROOT / "deploy" / "monitoring"

@@ -176,7 +176,7 @@ def test_pg_hba_tls_only_replication_by_certificate_superuser_not_over_the_netwo
     hba = render(instance)["postgresql"]["pg_hba"]
     assert hba == [
         f'local all "postgres" peer map={pc.LOCAL_IDENT_MAP}',
-        f'local postgres "pgop_monitor" peer map={pc.MONITOR_IDENT_MAP}',
+        f'local all "pgop_monitor" peer map={pc.MONITOR_IDENT_MAP}',
         'hostssl replication "replicator" all cert',
         'hostssl postgres "replicator" all cert',
         'hostssl all "replicator" all reject',
@@ -198,11 +198,12 @@ def test_pg_hba_tls_only_replication_by_certificate_superuser_not_over_the_netwo
         f'{pc.LOCAL_IDENT_MAP} postgres "postgres"',
         f'{pc.MONITOR_IDENT_MAP} postgres "pgop_monitor"',
     ]
-    # Each socket line has its own map, and the monitoring role's reaches one database only.
+    # Each socket line has its own map. The monitoring role's reaches every database over the socket (the
+    # operator's read-back of the tenants' databases logs in as it), and none over TCP.
     local = [line.split() for line in hba if line.startswith("local ")]
     assert [(db, role, method[-1]) for _, db, role, *method in local] == [
         ("all", '"postgres"', f"map={pc.LOCAL_IDENT_MAP}"),
-        ("postgres", '"pgop_monitor"', f"map={pc.MONITOR_IDENT_MAP}"),
+        ("all", '"pgop_monitor"', f"map={pc.MONITOR_IDENT_MAP}"),
     ]
     assert pc.LOCAL_IDENT_MAP != pc.MONITOR_IDENT_MAP
 

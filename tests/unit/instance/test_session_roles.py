@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pg_operator.api.constants import MONITOR_ROLE
 from pg_operator.instance import archive_reporter, session_roles
-from pg_operator.instance.metrics import MONITOR_ROLE
 from pg_operator.privileged_sql import PINNED_OPTIONS, PINNED_SEARCH_PATH
 
 

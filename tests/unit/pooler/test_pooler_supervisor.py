@@ -31,17 +31,20 @@ def test_unknown_commands_and_missing_environment_exit_non_zero(monkeypatch: obj
     assert main(["show"]) == 1  # no POOLER_CLUSTER in the test's environment
 
 
-def test_the_pod_side_imports_no_pydantic_and_agrees_on_ports() -> None:
+def test_the_pod_side_imports_no_pydantic() -> None:
     import ast
     from pathlib import Path
 
-    from pg_operator.api import pooler as api
     from pg_operator.pooler import config
 
-    assert (config.POOLER_PORT, config.POOLER_METRICS_PORT) == (api.POOLER_PORT, api.POOLER_METRICS_PORT)
     package = Path(config.__file__).parent
-    # The pod's modules and the bounded HTTPS server they share with the instances (a leaf).
-    for module in [*package.glob("*.py"), package.parent / "tls_server.py"]:
+    # The pod's modules, the contract with its Deployment and the bounded HTTPS server they share with the
+    # instances (leaves).
+    for module in [
+        *package.glob("*.py"),
+        package.parent / "pooler_contract.py",
+        package.parent / "tls_server.py",
+    ]:
         for node in ast.walk(ast.parse(module.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
                 allowed = (

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from harness.objects import cluster_model as cluster
-from pg_operator.api.pooler import POOLER_METRICS_PORT
+from pg_operator.api.constants import METRICS_PORT
+from pg_operator.pooler_contract import POOLER_METRICS_PORT
 from pg_operator.specs import selector_labels
 from pg_operator.specs.network_policy import (
-    METRICS_PORT,
     OPERATOR_POD_LABELS,
     OperatorPeer,
     host_cidrs,

@@ -258,6 +258,9 @@ def test_observe_script_and_output() -> None:
     assert (
         "ARRAY['orders', 'readers']::pg_catalog.text[]" in sql and "\\connect shop" in sql and "\\gset" in sql
     )
+    # Inside the tenant's database as the read role; as the superuser only where pg_hba does not admit it.
+    assert "\\if :pgop_admitted\n\\connect shop pgop_monitor\n" in sql
+    assert "\\else\n\\connect shop\n" in sql
     lines = [
         json.dumps(
             {
@@ -300,8 +303,16 @@ def test_observe_script_and_output() -> None:
         json.dumps({"part": "extensions", "available": ["pg_trgm"], "trusted": ["pg_trgm"]}),
         json.dumps(
             {
+                "part": "reads",
+                "as": "pgop_monitor",
+                "databases": [{"name": "shop", "read": True, "reason": None}],
+            }
+        ),
+        json.dumps(
+            {
                 "part": "database",
                 "name": "shop",
+                "readAs": "pgop_monitor",
                 "extensions": ["plpgsql"],
                 "schemas": {"sales": "x"},
                 "extensionSchema": ["postgres", True],
@@ -313,6 +324,8 @@ def test_observe_script_and_output() -> None:
     assert seen.databases["shop"].schemas == {"sales": "x"} and seen.available_extensions == {"pg_trgm"}
     assert seen.trusted_extensions == {"pg_trgm"} and seen.roles["orders"].reaches == frozenset()
     assert seen.databases["shop"].extension_schema_owner == ("postgres", True)
+    assert seen.databases["shop"].unread is None and seen.databases_read_as == "pgop_monitor"
+    assert seen.stopped_at is None
     with pytest.raises(ObservationError) as err:
         parse_observed(lines[0])
     assert "SCRAM" not in str(err.value)

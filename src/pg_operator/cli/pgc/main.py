@@ -10,6 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from pg_operator.cli.arguments import duration_between
 from pg_operator.cli.pgc.errors import FAILED, PgcError
 
 EPILOG = (
@@ -18,18 +19,8 @@ EPILOG = (
 )
 
 
-def duration(value: str) -> float:
-    """Seconds, or a number with s, m or h (as kubectl's --timeout and --since)."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    text = value.strip()
-    number, scale = (text[:-1], units[text[-1]]) if text[-1:] in units else (text, 1)
-    try:
-        seconds = float(number) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration (e.g. 90, 90s, 10m, 1h): {value}") from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {value}")
-    return seconds
+# Seconds, or a number with s, m or h; positive.
+duration = duration_between(0)
 
 
 def _positive(value: str) -> int:

@@ -52,8 +52,11 @@ def pick_instance(
     return str(replicas[0]["name"])
 
 
-def psql_argv(conn: Connection, pod: str, dbname: str, extra: Sequence[str], tty: bool) -> list[str]:
-    flags = ["-i", "-t"] if tty else ["-i"]
+def psql_argv(
+    conn: Connection, pod: str, dbname: str, extra: Sequence[str], tty: bool, stdin: bool = True
+) -> list[str]:
+    """kubectl exec of psql as the superuser over the instance's Unix socket."""
+    flags = (["-i"] if stdin else []) + (["-t"] if tty else [])
     return conn.kubectl(
         "exec",
         *flags,
@@ -93,22 +96,8 @@ def reload(conn: Connection, name: str) -> int:
         raise PgcError("no running instance to reload", NOT_READY)
     failed = []
     for pod in pods:
-        argv = conn.kubectl(
-            "exec",
-            objects.name(pod),
-            "-c",
-            CONTAINER_NAME,
-            "--",
-            "psql",
-            "-h",
-            SOCKET_DIR,
-            "-U",
-            SUPERUSER,
-            "-d",
-            "postgres",
-            "-AtX",
-            "-c",
-            RELOAD_SQL,
+        argv = psql_argv(
+            conn, objects.name(pod), "postgres", ["-AtX", "-c", RELOAD_SQL], tty=False, stdin=False
         )
         res = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         if res.returncode == 0 and res.stdout.strip() == "t":

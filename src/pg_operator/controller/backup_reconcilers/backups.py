@@ -31,7 +31,6 @@ from pg_operator.controller.backup_reconcilers.shared import (
     Notices,
     again,
     backup_config,
-    canonical,
     store_of,
     wrote,
 )
@@ -42,6 +41,7 @@ from pg_operator.controller.keys import ClusterKey
 from pg_operator.controller.kube_api import Api
 from pg_operator.controller.loop import Result
 from pg_operator.controller.pod_exec import ExecError, PodExec
+from pg_operator.controller.writes import canonical, status_patch
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class BackupReconciler:
         wanted = {k: v for k, v in wanted.items() if v is not None}
         if canonical(wanted) == canonical(current):
             return
-        patch = {"status": {**{k: None for k in current if k not in wanted}, **wanted}}
+        patch = status_patch(current, wanted)
         await self.api.merge_patch(
             BackupResource, objects.name(body), objects.namespace(body), patch, subresource_status=True
         )

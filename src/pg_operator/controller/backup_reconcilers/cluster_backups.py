@@ -51,11 +51,10 @@ from pg_operator.controller.backup_reconcilers.shared import (
     Notices,
     again,
     backup_config,
-    canonical,
     store_of,
 )
 from pg_operator.controller.backup_reconcilers.store import StoreBusy, StoreError, StoreRefused, StoreTimeout
-from pg_operator.controller.backup_reconcilers.store_calls import BUSY_RETRY_SECONDS, limits, slot
+from pg_operator.controller.backup_reconcilers.store_calls import BUSY_RETRY_SECONDS, slot
 from pg_operator.controller.backup_reconcilers.store_finalizer import StoreFinalizer
 from pg_operator.controller.cache import Cache
 from pg_operator.controller.keys import ClusterKey
@@ -63,6 +62,8 @@ from pg_operator.controller.kube_api import Api
 from pg_operator.controller.loop import Result
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.pod_exec import ExecError, PodExec
+from pg_operator.controller.store_limits import limits
+from pg_operator.controller.writes import canonical
 from pg_operator.specs.backup_status import BACKUP_CONDITION_TYPES, BACKUP_STATUS_KEY
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,22 @@ NOT_ARCHIVED = (
     " WAL is not archived meanwhile: the primary recycles its segments (no point-in-time recovery), "
     "so pg_wal does not grow"
 )
+
+
+def _archiving(
+    halted_by: Failure | None,
+    verdict: Verdict | None,
+    stats: ArchiverStats | None,
+    failure: Failure | None,
+    primary: str | None,
+) -> ArchivingCondition:
+    """ContinuousArchiving: a store halted (refused, out of time) or owned elsewhere says so; otherwise
+    what the primary's archiver shows."""
+    if halted_by is not None:
+        return ArchivingCondition("False", halted_by.reason, halted_by.message)
+    if verdict is not None and not verdict.ours:
+        return ArchivingCondition("False", verdict.reason, verdict.message + "." + NOT_ARCHIVED)
+    return archiving_condition(stats, store_failure=failure, primary=primary)
 
 
 class ClusterBackupReconciler:
@@ -188,14 +205,21 @@ class ClusterBackupReconciler:
         previous = (objects.status(body).get(BACKUP_STATUS_KEY) or {}).get("archiving")
         if stats is not None:
             stats = settled(stats, primary, previous)
-        if halted and owner_failure is not None:
-            archiving = ArchivingCondition("False", owner_failure.reason, owner_failure.message)
-        elif verdict is not None and not verdict.ours:
-            archiving = ArchivingCondition("False", verdict.reason, verdict.message + "." + NOT_ARCHIVED)
-        else:
-            archiving = archiving_condition(
-                stats, store_failure=store_failure or owner_failure, primary=primary
-            )
+        failure = store_failure or owner_failure
+        archiving = _archiving(owner_failure if halted else None, verdict, stats, failure, primary)
+        return await self._report(key, body, store, archiving, gate, stats, primary)
+
+    async def _report(
+        self,
+        key: ClusterKey,
+        body: dict[str, Any],
+        store: ObjectStore,
+        archiving: ArchivingCondition,
+        gate: GateState | None,
+        stats: ArchiverStats | None,
+        primary: str | None,
+    ) -> Result:
+        """The conditions and `status.backup`, the metrics and Events; when to come back."""
         ours: Ours = {"ContinuousArchiving": archiving.as_tuple(), "BackupStoreCleanup": None}
         mine = self.cache.backups(key)
         # After an in-place major upgrade the newest generation needs its own base backup before a

@@ -11,8 +11,9 @@ from lightkube.core.exceptions import ApiError
 
 from pg_operator import objects
 from pg_operator.backup.scheduling import rfc3339
-from pg_operator.controller.backup_reconcilers.shared import LostRace, canonical
+from pg_operator.controller.backup_reconcilers.shared import LostRace
 from pg_operator.controller.kube_api import Api, PostgresClusterResource, is_conflict, is_not_found
+from pg_operator.controller.writes import canonical
 from pg_operator.specs.backup_status import BACKUP_CONDITION_TYPES, BACKUP_STATUS_KEY
 
 # A backup condition as this side sets it: (status, reason, message); None: removed.

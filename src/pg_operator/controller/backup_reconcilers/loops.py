@@ -18,7 +18,6 @@ from pg_operator import objects
 from pg_operator.backup.store_cleanup import FINALIZER
 from pg_operator.backup.store_policy import StoreLimits
 from pg_operator.controller.backoff import Backoff
-from pg_operator.controller.backup_reconcilers import store_calls
 from pg_operator.controller.backup_reconcilers.backups import BackupKey, BackupReconciler, backup_key
 from pg_operator.controller.backup_reconcilers.cluster_backups import ClusterBackupReconciler
 from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership
@@ -31,6 +30,7 @@ from pg_operator.controller.kube_api import Api
 from pg_operator.controller.loop import ReconcileLoop
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.pod_exec import PodExec
+from pg_operator.controller.store_limits import configure as configure_store_limits
 from pg_operator.specs.backup_status import BACKUP_CONDITION_TYPES
 
 # Slower than the clusters' retries: most failures here are a store or a pod that needs time.
@@ -65,7 +65,7 @@ class BackupLoops:
         self.exec = pod_exec
         # One policy for every store call of the process (the sub-reconcilers' too:
         # reconcilers/major_upgrade.py).
-        store_calls.configure(store_limits or StoreLimits())
+        configure_store_limits(store_limits or StoreLimits())
         recorder = EventRecorder(api, identity)
         ownership = StoreOwnership(api, cache, clock)  # one view of who owns which prefix, for both
         cluster_side = ClusterBackupReconciler(

@@ -4,7 +4,6 @@ line they run in the pods."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -28,10 +27,6 @@ SOCKET_DIR, PSQL = pod_exec.SOCKET_DIR, pod_exec.PSQL
 def again(seconds: float | None) -> Result:
     """A pass's outcome: come back after `seconds`, or (None) only when woken."""
     return Result(requeue_after=seconds)
-
-
-def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
 
 
 def backup_config(cluster: Mapping[str, Any] | None) -> BackupConfiguration | None:

@@ -35,9 +35,9 @@ from pg_operator.controller.backup_reconcilers.store_calls import (
     StoreTimeout,
     attach,
     bounded,
-    limits,
 )
 from pg_operator.controller.kube_api import Api
+from pg_operator.controller.store_limits import limits
 
 __all__ = [
     "StoreAccess",

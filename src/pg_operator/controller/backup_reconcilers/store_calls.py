@@ -10,7 +10,7 @@
   store delays only its own namespace's clusters. A call that finds its namespace's slot (or the pool)
   taken fails at once as StoreBusy and the pass comes back shortly, so no reconcile worker waits on
   another tenant's store.
-The limits are the operator's flags (backup.store_policy.StoreLimits), set once at start (configure)."""
+The limits are the operator's flags, set once at start (controller/store_limits.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from pg_operator.backup.store_policy import Deadline, Refusal, StoreLimits
+from pg_operator.backup.store_policy import Deadline, Refusal
+from pg_operator.controller.store_limits import limits
 
 T = TypeVar("T")
 
@@ -54,18 +55,6 @@ class StoreRefused(StoreError):
     def __init__(self, refusal: Refusal) -> None:
         super().__init__(refusal.message)
         self.refusal = refusal
-
-
-_limits = StoreLimits()
-
-
-def configure(limits: StoreLimits) -> None:
-    global _limits
-    _limits = limits
-
-
-def limits() -> StoreLimits:
-    return _limits
 
 
 # --- fairness ---------------------------------------------------------------------------------------------
@@ -111,7 +100,7 @@ def _within(deadline: Deadline) -> Iterator[None]:
 async def bounded(namespace: str, work: Callable[[], T], *, seconds: float | None = None) -> T:
     """Run blocking store work (boto3) on the store pool under the namespace's slot, within `seconds`
     (default: the call deadline). Raises StoreBusy, StoreTimeout or the work's StoreError."""
-    budget = _limits.call_seconds if seconds is None else seconds
+    budget = limits().call_seconds if seconds is None else seconds
     SLOTS.take(namespace)
     deadline = Deadline.after(budget, time.monotonic())
 
@@ -185,7 +174,7 @@ def send(request: Any, **_: Any) -> Any:
     """botocore's before-send hook: send `request` and return its response, within the call's deadline."""
     from botocore.awsrequest import AWSResponse
 
-    limits_now = _limits
+    limits_now = limits()
     deadline: Deadline | None = getattr(_CURRENT, "deadline", None)
     if deadline is None:  # a client call outside bounded(): the call deadline from now
         deadline = Deadline.after(limits_now.call_seconds, time.monotonic())

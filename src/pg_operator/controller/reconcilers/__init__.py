@@ -9,7 +9,8 @@ it reports (a problem for the status and a Warning Event). The cluster reconcile
 and knows no capability by name beyond that list.
 
 May import: `pg_operator.api`, `specs`, `orchestration`, `patroni`, `objects`, and the controller's
-plumbing (`cache`, `kube_api`, `events`, `writes`). Never `controller.reconcile` or `controller.operator`.
+plumbing (`cache`, `kube_api`, `events`, `writes`, `cluster_memory` …). Never `controller.reconcile`,
+`controller.operator` or the backup reconcilers (tests/unit/test_import_layers.py).
 
 A sub-reconciler writes the cluster's objects only through `controller.writes` with the context's
 `claims`: the snapshot it reads holds, at the cluster's names, only the cluster's own objects
@@ -27,6 +28,7 @@ from pg_operator import objects
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import CLUSTER_LABEL, ROLE_PRIMARY
 from pg_operator.controller.cache import Snapshot
+from pg_operator.controller.cluster_memory import ClusterKey, RemembersClusters
 from pg_operator.controller.writes import Claims
 from pg_operator.orchestration.instances import instances_from_pods, patroni_state
 
@@ -66,6 +68,10 @@ class ReconcileContext:
     def name(self) -> str:
         return self.cluster.name
 
+    @property
+    def key(self) -> ClusterKey:
+        return (self.cluster.namespace, self.cluster.name)
+
     def again_in(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
 
@@ -86,10 +92,14 @@ class ReconcileContext:
         return None
 
 
-class SubReconciler:
+class SubReconciler(RemembersClusters):
     """One capability's part of the cluster reconcile. Each hook is optional; a sub-reconciler overrides
     the ones it uses. The reconcile calls them in this order: `act`, `create`, `children` (then the
-    writes, with `postpone` and `applied`), `follow_up`, `status`."""
+    writes, with `postpone` and `applied`), `follow_up`, `status`.
+
+    What it remembers of a cluster between passes it holds in `ClusterMemory` attributes (or in helpers
+    that are `RemembersClusters`): the cluster reconciler drops all of it when the cluster is gone
+    (`forget`, controller/cluster_memory.py); a sub-reconciler never forgets by hand."""
 
     async def act(self, ctx: ReconcileContext) -> None:
         """Data-plane steps on the running cluster, before any child is written."""
@@ -120,6 +130,3 @@ class SubReconciler:
 
     def status(self, ctx: ReconcileContext, status: dict[str, Any]) -> None:
         """The sub-reconciler's own fields and conditions, added to the status the pass computed."""
-
-    def forget(self, key: tuple[str, str]) -> None:
-        """The cluster is gone: drop what the sub-reconciler remembers of it."""

@@ -55,9 +55,6 @@ class CredentialsReconciler(SubReconciler):
         # Warnings already posted, per cluster: one Event per distinct message.
         self._warned = OncePerMessage(events)
 
-    def forget(self, key: tuple[str, str]) -> None:
-        self._warned.forget(key)
-
     async def act(self, ctx: ReconcileContext) -> None:
         secrets = {n: ctx.snapshot.find("v1", "Secret", n) for n in secret_names(ctx.cluster)}
         wanted = plan(ctx.cluster, secrets)

@@ -19,17 +19,16 @@ per reconcile pass.
 - Patroni's own ConfigMaps get an owner reference so deleting the cluster removes them too; never one
   that existed before the cluster or has an owner already (it is not this cluster's Patroni's).
 
+The upkeep of Patroni's own objects and loops (fast failover, waking loops, the ConfigMaps' owner) is in
+patroni_upkeep.py; how Patroni is reached (HTTPS, its CA, its credentials) in patroni_access.py.
+
 Patroni's REST API is asked only when a decision needs its view (a rollout or switchover in
 progress, a promotion or a replica's return), never in steady state: an idle cluster costs no request here.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import logging
-import ssl
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,51 +38,45 @@ import aiohttp
 from lightkube.core.exceptions import ApiError
 
 from pg_operator import objects
-from pg_operator.api.cluster import PostgresCluster
-from pg_operator.api.constants import API_VERSION, CLUSTER_LABEL, KIND, ROLE_PRIMARY
-from pg_operator.controller.cache import Snapshot
+from pg_operator.api.constants import CLUSTER_LABEL, ROLE_PRIMARY
+from pg_operator.controller.cluster_memory import ClusterMemory
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.kube_api import (
     Api,
     PostgresClusterResource,
-    is_conflict,
     is_not_found,
     resource_for,
 )
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
-from pg_operator.controller.reconcilers.settings_changes import SettingsChanges
-from pg_operator.controller.writes import WriteMemo, uid_refused
-from pg_operator.orchestration import requested_restart as restart_request
-from pg_operator.orchestration.failover import (
-    Nudge,
-    leader_configmap_name,
-    plan_lock_release,
-    plan_nudges,
-    sync_configmap_name,
+
+# patroni_auth: also the major upgrade's (it imports it from here).
+from pg_operator.controller.reconcilers.patroni_access import patroni_auth as patroni_auth
+from pg_operator.controller.reconcilers.patroni_access import patroni_endpoint
+from pg_operator.controller.reconcilers.patroni_upkeep import (
+    LoopWaker,
+    adopt_patroni_configmaps,
+    release_dead_leader,
 )
+from pg_operator.controller.reconcilers.settings_changes import SettingsChanges
+from pg_operator.controller.writes import WriteMemo
+from pg_operator.orchestration import requested_restart as restart_request
 from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
 from pg_operator.orchestration.requested_switchover import Asked, answered
 from pg_operator.orchestration.rollout import Action, best_candidate, plan_restart, plan_scale, plan_update
 from pg_operator.patroni.client import (
     Endpoint,
-    PatroniAuth,
     PatroniError,
     TrustStore,
     get_cluster,
-    patch_config,
     restart,
     restart_pending,
     switchover,
 )
 from pg_operator.specs import names
-from pg_operator.specs.ca_rotation import PREVIOUS_CERT_KEY
-from pg_operator.specs.ownership import patroni_may_have_created
-from pg_operator.specs.tls import CA_CERT_KEY
 
 log = logging.getLogger(__name__)
 
-PATRONI_CONFIGMAP_SUFFIXES = ("-leader", "-config", "-sync", "-failover")
 # A planned switchover, asked for on the cluster: `kubectl annotate pgc NAME db.example.com/switchover-to=POD`
 # (or `=auto` for the healthiest replica). Cleared once done, or when it cannot be done.
 SWITCHOVER_ANNOTATION = "db.example.com/switchover-to"
@@ -98,13 +91,6 @@ SWITCHOVER_RETRY_SECONDS = 5.0
 SWITCHOVER_ATTEMPTS = 6
 # While a restart rollout runs, how often it looks again whether the restarted member is back.
 RESTART_RECHECK_SECONDS = 5.0
-# A member's Patroni loop is woken at most this often, and this many times in a row
-# (orchestration.failover.plan_nudges).
-NUDGE_INTERVAL_SECONDS = 1.0
-NUDGES_PER_EPISODE = 10
-# The removal of a key nobody sets: Patroni finds nothing changed, writes nothing, and wakes its loop. Any
-# real key would risk writing back a value the operator's cache holds while a change is under way.
-WAKE_PATCH = {"pg_operator_wake": None}
 
 
 @dataclass
@@ -121,22 +107,23 @@ class StepResult:
     refused: bool = False
 
 
+@dataclass
+class Remembered:
+    """What the sub-reconciler remembers of one cluster from one pass to the next."""
+
+    halt_told: str | None = None  # the RolloutHalted message last posted
+    unverified: str | None = None  # why Patroni could not be asked in this pass
+    unverified_told: str | None = None  # the PatroniUnverified Warning last posted
+    wait_told: str | None = None  # the wait last logged
+    refusals: int = 0  # Patroni's refusals of the requested switchover
+    asked: Asked | None = None  # the requested switchover put to Patroni
+
+
 def _desired_image(statefulset: Mapping[str, Any] | None) -> str | None:
     for c in (objects.spec(statefulset).get("template") or {}).get("spec", {}).get("containers") or ():
         if c.get("name") == "postgres":
             return str(c.get("image"))
     return None
-
-
-def patroni_auth(snapshot: Snapshot, cluster: PostgresCluster) -> PatroniAuth | None:
-    secret = snapshot.find("v1", "Secret", names.patroni_api_secret(cluster))
-    data = (secret or {}).get("data") or {}
-    try:
-        return PatroniAuth(
-            base64.b64decode(data["username"]).decode(), base64.b64decode(data["password"]).decode()
-        )
-    except (KeyError, ValueError):
-        return None
 
 
 class PausedTraffic(Protocol):
@@ -153,15 +140,8 @@ class HighAvailabilityReconciler(SubReconciler):
         self.events = events
         self._session: aiohttp.ClientSession | None = None
         self.settings = SettingsChanges(events, self.session, pod_exec)
-        self._halt_told: dict[tuple[str, str], str] = {}  # the RolloutHalted message last posted
-        # Why Patroni could not be asked in this pass, and the PatroniUnverified Warning last posted.
-        self._unverified: dict[tuple[str, str], str] = {}
-        self._unverified_told: dict[tuple[str, str], str] = {}
-        self._wait_told: dict[tuple[str, str], str] = {}  # the wait last logged
-        self._refusals: dict[tuple[str, str], int] = {}  # of the requested switchover, by cluster
-        self._asked: dict[tuple[str, str], Asked] = {}  # the requested switchover put to Patroni, by cluster
-        # Per cluster and member: when its loop was last woken, and how often in this episode.
-        self._nudged: dict[tuple[str, str], dict[str, tuple[float, int]]] = {}
+        self.memory: ClusterMemory[Remembered] = ClusterMemory(Remembered)
+        self.waker = LoopWaker()
         # Requests answered (annotation cleared) that the cache may still show for a moment: a pass right
         # after must not take a stale `auto` for a new request and switch over again.
         self._cleared = WriteMemo()
@@ -179,16 +159,6 @@ class HighAvailabilityReconciler(SubReconciler):
             self._session = aiohttp.ClientSession()
         return self._session
 
-    def forget(self, key: tuple[str, str]) -> None:
-        self.settings.forget(key)
-        self._halt_told.pop(key, None)
-        self._unverified.pop(key, None)
-        self._unverified_told.pop(key, None)
-        self._wait_told.pop(key, None)
-        self._refusals.pop(key, None)
-        self._asked.pop(key, None)
-        self._nudged.pop(key, None)
-
     async def act(self, ctx: ReconcileContext) -> None:
         if ctx.statefulset is None:
             return  # nothing runs yet: Patroni bootstraps the first instance on its own
@@ -202,21 +172,21 @@ class HighAvailabilityReconciler(SubReconciler):
         ctx.writes += step.writes + await self._tell_unverified(ctx)
         ctx.report(step.problem)
         if step.problem is None or step.problem[0] != "RolloutHalted":
-            self._halt_told.pop((ctx.namespace, ctx.name), None)  # a later halt is news again
+            self.memory.of(ctx.key).halt_told = None  # a later halt is news again
         if step.replicas is not None:
             ctx.replicas = step.replicas
 
     async def _tell_unverified(self, ctx: ReconcileContext) -> int:
         """One Warning Event per message while Patroni cannot be verified (the condition says it on every
         pass); a later failure is news again once it could be asked."""
-        key = (ctx.namespace, ctx.name)
-        message = self._unverified.pop(key, None)
+        memory = self.memory.of(ctx.key)
+        message, memory.unverified = memory.unverified, None
         if message is None:
-            self._unverified_told.pop(key, None)
+            memory.unverified_told = None
             return 0
-        if self._unverified_told.get(key) == message:
+        if memory.unverified_told == message:
             return 0
-        self._unverified_told[key] = message
+        memory.unverified_told = message
         return int(await self.events.record(ctx.body, "Warning", UNVERIFIED_REASON, message))
 
     async def step(self, ctx: ReconcileContext) -> StepResult:
@@ -226,9 +196,10 @@ class HighAvailabilityReconciler(SubReconciler):
             pod for pod in snapshot.of_kind("v1", "Pod") if objects.label(pod, CLUSTER_LABEL) == cluster.name
         ]
         instances = instances_from_pods(pods)
-        result.writes += await self._adopt_patroni_configmaps(ctx)
-        result.writes += await self._fast_failover(ctx, instances)
-        await self._nudge_loops(ctx, instances)
+        result.writes += await adopt_patroni_configmaps(self.api, ctx)
+        result.writes += await release_dead_leader(self.api, self.events, ctx, instances)
+        await self.waker.wake(ctx, instances, self.session(), lambda inst: self.endpoint(ctx, inst),
+                              patroni_auth(snapshot, cluster))  # fmt: skip
         result.writes += await self._ensure_dynamic_config(ctx, instances)
 
         requested = objects.annotation(ctx.body, SWITCHOVER_ANNOTATION)
@@ -286,8 +257,8 @@ class HighAvailabilityReconciler(SubReconciler):
             return 0  # answered a moment ago; the cache has not shown the cleared annotation yet
         instances = instances_from_pods(pods)
         primary = next((i for i in instances if i.role == ROLE_PRIMARY), None)
-        key = (ctx.namespace, ctx.name)
-        done = answered(requested, primary.name if primary else None, self._asked.get(key))
+        memory = self.memory.of(ctx.key)
+        done = answered(requested, primary.name if primary else None, memory.asked)
         if done is not None:
             return await self._clear_request(ctx, "Normal", "SwitchoverDone", done)
         members = await self._members(ctx, instances)
@@ -307,8 +278,8 @@ class HighAvailabilityReconciler(SubReconciler):
             ctx.again_in(SWITCHOVER_RETRY_SECONDS)
             return 0
         action = Action("switchover", target=target.name, reason=f"switchover to {target.name} requested")
-        if primary is not None and (key not in self._asked or self._asked[key].requested != requested):
-            self._asked[key] = Asked(requested, primary.name)
+        if primary is not None and (memory.asked is None or memory.asked.requested != requested):
+            memory.asked = Asked(requested, primary.name)
         writes = await self._act(ctx, instances, action, result)
         if result.credentials_pending:
             ctx.again_in(
@@ -318,11 +289,11 @@ class HighAvailabilityReconciler(SubReconciler):
         if result.refused:
             # A refusal is often a moment's (a candidate whose REST API restarts with new certificates,
             # or still catching up): ask again a few times before answering the request with it.
-            self._refusals[key] = self._refusals.get(key, 0) + 1
-            if self._refusals[key] < SWITCHOVER_ATTEMPTS:
+            memory.refusals += 1
+            if memory.refusals < SWITCHOVER_ATTEMPTS:
                 ctx.again_in(SWITCHOVER_RETRY_SECONDS)
                 return writes
-        self._refusals.pop(key, None)
+        memory.refusals = 0
         # Done, or refused by Patroni every time (its reason is in the SwitchoverRefused Event): either way
         # the request is answered; asking again is the user's call.
         return writes + await self._clear_request(ctx, None, "", "")
@@ -335,8 +306,8 @@ class HighAvailabilityReconciler(SubReconciler):
         message: str,
         annotation: str = SWITCHOVER_ANNOTATION,
     ) -> int:
-        self._refusals.pop((ctx.namespace, ctx.name), None)
-        self._asked.pop((ctx.namespace, ctx.name), None)
+        memory = self.memory.of(ctx.key)
+        memory.refusals, memory.asked = 0, None
         try:
             await self.api.merge_patch(
                 PostgresClusterResource,
@@ -361,35 +332,13 @@ class HighAvailabilityReconciler(SubReconciler):
         the pod's name under the headless Service, never plain HTTP. None without an IP, or without a CA to
         verify with: then Patroni is not asked, and the pass reports why (PatroniUnverified) instead of
         acting on a view it could not check."""
-        if not inst.pod_ip:
+        found = patroni_endpoint(ctx.snapshot, ctx.cluster, inst, self.trust)
+        if isinstance(found, str):
+            log.info("%s/%s: %s", ctx.namespace, ctx.name, found)
+            ctx.report((UNVERIFIED_REASON, found))
+            self.memory.of(ctx.key).unverified = found
             return None
-        ca = (ctx.snapshot.find("v1", "Secret", names.ca_secret(ctx.cluster)) or {}).get("data") or {}
-        served = (ctx.snapshot.find("v1", "Secret", names.server_tls_secret(ctx.cluster)) or {}).get(
-            "data"
-        ) or {}
-        try:
-            # What the instances trust (the user's server CA too, if they bring one), and the cluster's CAs:
-            # during a CA rotation a member may still present the previous CA's certificate.
-            ca_pem = b"".join(
-                base64.b64decode(source[key], validate=True)
-                for source, key in ((served, CA_CERT_KEY), (ca, CA_CERT_KEY), (ca, PREVIOUS_CERT_KEY))
-                if key in source
-            )
-            if not ca_pem.strip():
-                # An empty bundle would leave the context to the system's trust store: not this cluster's.
-                raise ValueError("no CA certificate")
-            context = self.trust.context(ca_pem)
-        except (KeyError, ValueError, ssl.SSLError):
-            message = (
-                f"Patroni on {inst.name} is not asked: no readable CA in Secret "
-                f"{names.ca_secret(ctx.cluster)} to verify its certificate with (never plain HTTP)"
-            )
-            log.info("%s/%s: %s", ctx.namespace, ctx.name, message)
-            ctx.report((UNVERIFIED_REASON, message))
-            self._unverified[(ctx.namespace, ctx.name)] = message
-            return None
-        host = f"{inst.name}.{names.headless_service(ctx.cluster)}.{ctx.namespace}.svc"
-        return Endpoint(inst.pod_ip, context, host)
+        return found
 
     async def _members(self, ctx: ReconcileContext, instances: list[Instance]) -> dict[str, Member]:
         """Patroni's view, asked of the primary first, then any other running instance."""
@@ -410,10 +359,10 @@ class HighAvailabilityReconciler(SubReconciler):
         cluster, body = ctx.cluster, ctx.body
         result.message = action.reason
         if action.kind in ("none", "wait"):
-            key = (ctx.namespace, ctx.name)
-            if action.reason and self._wait_told.get(key) != action.reason:  # once, not every pass
+            memory = self.memory.of(ctx.key)
+            if action.reason and memory.wait_told != action.reason:  # once, not every pass
                 log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
-            self._wait_told[key] = action.reason
+            memory.wait_told = action.reason
             if action.kind == "wait":
                 # Some waits end on Patroni's member state (a replica catching up, streaming), which no
                 # watched object announces: look again soon.
@@ -423,9 +372,10 @@ class HighAvailabilityReconciler(SubReconciler):
             result.problem = ("RolloutHalted", action.reason)
             # The condition may have been Degraded for the instance being down already (no new Event
             # then): say why the rollout stopped once per message.
-            if self._halt_told.get((ctx.namespace, ctx.name)) == action.reason:
+            memory = self.memory.of(ctx.key)
+            if memory.halt_told == action.reason:
                 return 0
-            self._halt_told[(ctx.namespace, ctx.name)] = action.reason
+            memory.halt_told = action.reason
             return int(await self.events.record(body, "Warning", "RolloutHalted", action.reason))
         if action.kind == "delete_pod":
             log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
@@ -502,89 +452,6 @@ class HighAvailabilityReconciler(SubReconciler):
             )
         )
 
-    async def _fast_failover(self, ctx: ReconcileContext, instances: list[Instance]) -> int:
-        cluster, snapshot = ctx.cluster, ctx.snapshot
-        leader = snapshot.find("v1", "ConfigMap", leader_configmap_name(cluster.name))
-        sync = snapshot.find("v1", "ConfigMap", sync_configmap_name(cluster.name))
-        release = plan_lock_release(leader, instances, sync)
-        if release is None:
-            return 0
-        try:
-            await self.api.merge_patch(
-                resource_for("v1", "ConfigMap"),
-                leader_configmap_name(cluster.name),
-                cluster.namespace,
-                release.patch(),
-            )
-        except ApiError as exc:
-            if is_conflict(exc) or is_not_found(exc):
-                return 0  # the holder renewed (so it lives) or the key is gone: nothing to do
-            raise
-        log.warning(
-            "%s/%s: released the leader key of %s: %s",
-            cluster.namespace,
-            cluster.name,
-            release.holder,
-            release.reason,
-        )
-        recorded = await self.events.record(
-            ctx.body,
-            "Warning",
-            "FailoverStarted",
-            f"{release.reason}: released its leader key so a replica takes over without waiting for the ttl",
-        )
-        return 1 + int(recorded)
-
-    async def _nudge_loops(self, ctx: ReconcileContext, instances: list[Instance]) -> None:
-        """Wake the Patroni loops that would sleep out loop_wait (orchestration.failover.plan_nudges) with a
-        PATCH /config that changes nothing: Patroni wakes the loop of the member that receives it and,
-        the configuration being unchanged, writes nothing."""
-        cluster, snapshot = ctx.cluster, ctx.snapshot
-        nudges = plan_nudges(
-            snapshot.find("v1", "ConfigMap", leader_configmap_name(cluster.name)),
-            instances,
-            snapshot.find("v1", "ConfigMap", sync_configmap_name(cluster.name)),
-            datetime.now(UTC),
-        )
-        key = (ctx.namespace, ctx.name)
-        if not nudges:
-            self._nudged.pop(key, None)
-            return
-        # One episode per member: it ends when the member is no longer planned; within one, a member is
-        # woken at most NUDGES_PER_EPISODE times (a condition Patroni does not act on stays Patroni's).
-        episodes = self._nudged[key] = {
-            n.member: self._nudged.get(key, {}).get(n.member, (-1.0, 0)) for n in nudges
-        }
-        now = time.monotonic()
-        due = [
-            n
-            for n in nudges
-            if episodes[n.member][1] < NUDGES_PER_EPISODE
-            and (episodes[n.member][1] == 0 or now - episodes[n.member][0] >= NUDGE_INTERVAL_SECONDS)
-        ]
-        if not due and all(count >= NUDGES_PER_EPISODE for _, count in episodes.values()):
-            return
-        ctx.again_in(NUDGE_INTERVAL_SECONDS)
-        for n in due:
-            episodes[n.member] = (now, episodes[n.member][1] + 1)
-        auth = patroni_auth(snapshot, cluster)
-        by_name = {i.name: i for i in instances}
-
-        async def nudge(n: Nudge) -> None:
-            endpoint = self.endpoint(ctx, by_name[n.member])
-            if endpoint is None:
-                return
-            try:
-                await patch_config(self.session(), endpoint, WAKE_PATCH, auth)
-            except PatroniError as exc:
-                log.info(
-                    "%s/%s: could not wake %s's Patroni loop: %s", ctx.namespace, ctx.name, n.member, exc
-                )
-            else:
-                log.info("%s/%s: woke %s's Patroni loop: %s", ctx.namespace, ctx.name, n.member, n.reason)
-
-        await asyncio.gather(*(nudge(n) for n in due))
-
     async def _ensure_dynamic_config(self, ctx: ReconcileContext, instances: list[Instance]) -> int:
         """Keep Patroni's dynamic configuration as the spec says, sending only values PostgreSQL
         accepts (controller/reconcilers/settings_changes.py). Patroni then reloads every member; what needs
@@ -603,26 +470,3 @@ class HighAvailabilityReconciler(SubReconciler):
         )
         member = self.endpoint(ctx, primary) if primary is not None else None
         return await self.settings.ensure(ctx, primary, member, patroni_auth(ctx.snapshot, ctx.cluster))
-
-    async def _adopt_patroni_configmaps(self, ctx: ReconcileContext) -> int:
-        """Patroni creates its ConfigMaps without an owner; give them one (not as controller: they
-        stay Patroni's) so the garbage collector removes them with the cluster. Only those Patroni of
-        this cluster can have created (specs.ownership.patroni_may_have_created: none older than the
-        cluster, none with an owner), and only as observed: the patch is pinned to the version read, so
-        an object that replaced it meanwhile is refused (409) rather than adopted."""
-        cluster, writes = ctx.cluster, 0
-        wanted = {cluster.name + suffix for suffix in PATRONI_CONFIGMAP_SUFFIXES}
-        for cm in ctx.snapshot.of_kind("v1", "ConfigMap"):
-            if objects.name(cm) not in wanted or not patroni_may_have_created(cm, ctx.body):
-                continue
-            ref = {"apiVersion": API_VERSION, "kind": KIND, "name": cluster.name, "uid": cluster.uid}
-            patch = {"metadata": {"ownerReferences": [ref], "resourceVersion": objects.resource_version(cm),
-                                  "uid": objects.uid(cm)}}  # fmt: skip
-            try:
-                await self.api.merge_patch(resource_for("v1", "ConfigMap"), objects.name(cm),
-                                           cluster.namespace, patch)  # fmt: skip
-            except ApiError as exc:
-                if not (is_not_found(exc) or is_conflict(exc) or uid_refused(exc)):
-                    raise
-            writes += 1
-        return writes

@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from pg_operator import objects
 from pg_operator.api.constants import CLUSTER_LABEL, ROLE_PRIMARY
 from pg_operator.api.pooler import POOLER_LABEL
+from pg_operator.controller.cluster_memory import ClusterMemory
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.kube_api import Api, is_not_found, resource_for
 from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
@@ -147,13 +148,10 @@ class PoolerReconciler(SubReconciler):
         self.exec = pod_exec
         self.image = image or pooler_image()  # the install's --pooler-image-repository/-tag
         self.metrics = PoolerMetrics(registry)
-        self._state: dict[tuple[str, str], _State] = {}
-
-    def forget(self, key: tuple[str, str]) -> None:
-        self._state.pop(key, None)
+        self._state: ClusterMemory[_State] = ClusterMemory(_State)
 
     def _of(self, ctx: ReconcileContext) -> _State:
-        return self._state.setdefault((ctx.namespace, ctx.name), _State())
+        return self._state.of(ctx.key)
 
     # --- children ---------------------------------------------------------------------------------------
 
@@ -183,7 +181,7 @@ class PoolerReconciler(SubReconciler):
 
     async def act(self, ctx: ReconcileContext) -> None:
         if ctx.cluster.spec.pooler is None:
-            self._state.pop((ctx.namespace, ctx.name), None)
+            self._state.drop(ctx.key)
             await self._tear_down_auth(ctx)
             return
         state = self._of(ctx)

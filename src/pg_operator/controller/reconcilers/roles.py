@@ -1,7 +1,8 @@
 """The roles sub-reconciler: `spec.roles` and `spec.databases` kept in the database as declared.
 
 A check reads what the primary holds (one psql over pod exec, read-only, specs/role_reads.py: roles,
-memberships, password verifiers of the declared roles, databases, extensions, schemas), plans the SQL that
+memberships, password verifiers of the declared roles, databases, extensions, schemas; inside the declared
+databases, which tenants own, as the monitoring role rather than the superuser), plans the SQL that
 converges it (specs/role_changes.py) and, only when something differs, runs that SQL in a second exec —
 verifiers, never passwords, on stdin; nothing of it in argv, a log line or an Event. A check runs when
 something that could change the answer changed (the cluster's generation, the primary, a password Secret's
@@ -27,6 +28,7 @@ from lightkube.resources.core_v1 import Secret
 
 from pg_operator import objects
 from pg_operator.api.constants import CLUSTER_LABEL
+from pg_operator.controller.cluster_memory import ClusterMemory
 from pg_operator.controller.events import EventRecorder, OncePerMessage
 from pg_operator.controller.kube_api import Api, is_conflict
 from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
@@ -36,7 +38,7 @@ from pg_operator.controller.writes import create as create_owned
 from pg_operator.controller.writes import patch as patch_owned
 from pg_operator.specs import names
 from pg_operator.specs.role_changes import converge, without_secrets
-from pg_operator.specs.role_reads import ObservationError, observe_sql, parse_observed
+from pg_operator.specs.role_reads import READ_ROLE, ObservationError, Observed, observe_sql, observed_of
 from pg_operator.specs.roles import (
     DATABASES_CONDITION,
     ROLES_CONDITION,
@@ -76,6 +78,9 @@ class _Checked:
     roles: list[Entry] = field(default_factory=list)
     databases: list[Entry] = field(default_factory=list)
     failure: str | None = None  # the check or the apply failed: why (no secret in it)
+    # Declared databases the read could not enter: read last next time, so one that refuses the read
+    # role cannot keep the others from being read.
+    unread: frozenset[str] = frozenset()
 
 
 class RolesReconciler(SubReconciler):
@@ -84,19 +89,18 @@ class RolesReconciler(SubReconciler):
         self.memo = memo
         self.events = events
         self.exec = pod_exec
-        self._checked: dict[tuple[str, str], _Checked] = {}
+        self._checked: ClusterMemory[_Checked] = ClusterMemory()
         self._warned = OncePerMessage(events)
-
-    def forget(self, key: tuple[str, str]) -> None:
-        self._checked.pop(key, None)
-        self._warned.forget(key)
+        # The primaries whose declared databases were read as the superuser (an instance whose pg_hba
+        # does not admit the read role yet), per cluster: said once in the log, not every check.
+        self._read_as_superuser: ClusterMemory[set[str]] = ClusterMemory(set)
 
     # --- data plane -------------------------------------------------------------------------------------
 
     async def act(self, ctx: ReconcileContext) -> None:
         key = (ctx.namespace, ctx.name)
         if not declares_anything(ctx.cluster) and not self._left_to_release(ctx):
-            self._checked.pop(key, None)
+            self._checked.drop(key)
             return
         ctx.writes += await self._refresh_secrets(ctx)
         primary = ctx.running_primary()
@@ -115,8 +119,8 @@ class RolesReconciler(SubReconciler):
             if wait > 0:
                 ctx.again_in(wait)
                 return
-        checked = await self._check(ctx, primary, trigger, secrets)
-        self._checked[key] = checked
+        checked = await self._check(ctx, primary, trigger, secrets, last.unread if last else frozenset())
+        self._checked.set(key, checked)
         ctx.again_in(RETRY_SECONDS if checked.failure else CHECK_SECONDS)
         problems = ([checked.failure] if checked.failure else []) + [
             f"{kind} {e.name}: {e.reason}"
@@ -142,21 +146,26 @@ class RolesReconciler(SubReconciler):
         primary: str,
         trigger: tuple[Any, ...],
         secrets: dict[str, dict[str, Any]],
+        read_last: frozenset[str],
     ) -> _Checked:
         assert self.exec is not None
         checked = _Checked(trigger, time.monotonic())
         try:
-            script = observe_sql(ctx.cluster).encode()
+            script = observe_sql(ctx.cluster, read_last).encode()
             result = await self.exec.run(ctx.namespace, primary, [*PSQL, "-q", "-f", "-"],
                                          stdin=script, seconds=EXEC_SECONDS)  # fmt: skip
-            if result.exit_status != 0:
+            # psql ends where the read role is refused: what it read before counts (the database is
+            # reported); any other failure fails the check.
+            observed = observed_of(result.exit_status, result.stdout, result.stderr)
+            if observed is None:
                 why = without_secrets(result.stderr)[-300:] or f"psql exited {result.exit_status}"
                 checked.failure = f"could not read roles and databases on {primary}: {why}"
                 return checked
-            observed = parse_observed(result.stdout)
         except (ExecError, ObservationError) as exc:
             checked.failure = f"could not read roles and databases on {primary}: {exc}"
             return checked
+        self._log_read(ctx, primary, observed, result.stderr)
+        checked.unread = frozenset(n for n, d in observed.databases.items() if d.unread is not None)
         try:
             plan = converge(ctx.cluster, observed, passwords(ctx.cluster, secrets))
         except ValueError as exc:  # a name the plan refuses to put on a psql line
@@ -184,6 +193,21 @@ class RolesReconciler(SubReconciler):
         log.info("%s/%s: %s", ctx.namespace, ctx.name, what)
         ctx.writes += int(await self.events.record(ctx.body, "Normal", "RolesConverged", what))
         return checked
+
+    def _log_read(self, ctx: ReconcileContext, primary: str, observed: Observed, stderr: str) -> None:
+        read_as_superuser = self._read_as_superuser.of(ctx.key)
+        if observed.databases_read_as != READ_ROLE and primary not in read_as_superuser:
+            read_as_superuser.add(primary)
+            log.info("%s/%s: read the declared databases on %s as %s (pinned), not as %s: the instance's "
+                     "pg_hba does not admit %s to them (an older image; it does once the pod is rolled)",
+                     ctx.namespace, ctx.name, primary, observed.databases_read_as, READ_ROLE,
+                     READ_ROLE)  # fmt: skip
+        elif observed.databases_read_as == READ_ROLE:
+            read_as_superuser.discard(primary)
+        if observed.stopped_at is not None:
+            log.warning("%s/%s: %s was refused in database %s on %s, the read stopped there: %s",
+                        ctx.namespace, ctx.name, observed.databases_read_as, observed.stopped_at, primary,
+                        without_secrets(stderr)[-300:])  # fmt: skip
 
     # --- generated Secrets ------------------------------------------------------------------------------
 

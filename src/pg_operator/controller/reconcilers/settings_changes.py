@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 
 from pg_operator import objects
+from pg_operator.controller.cluster_memory import ClusterMemory, RemembersClusters
 from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.kube_api import load_config
 from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
@@ -80,7 +81,12 @@ class _ClusterMemory:
     reader: asyncio.Task[None] | None = None  # reads the sent values back (nothing else wakes a pass)
 
 
-class SettingsChanges:
+def _stop_reader(key: ClusterKey, memory: _ClusterMemory) -> None:
+    if memory.reader is not None:
+        memory.reader.cancel()
+
+
+class SettingsChanges(RemembersClusters):
     def __init__(
         self,
         events: EventRecorder,
@@ -93,12 +99,7 @@ class SettingsChanges:
         self._exec = pod_exec
         self._own_exec = False  # made here (no shared one given): closed here too
         self.clock = clock
-        self._memory: dict[ClusterKey, _ClusterMemory] = {}
-
-    def forget(self, key: ClusterKey) -> None:
-        memory = self._memory.pop(key, None)
-        if memory is not None and memory.reader is not None:
-            memory.reader.cancel()
+        self._memory: ClusterMemory[_ClusterMemory] = ClusterMemory(_ClusterMemory, on_forget=_stop_reader)
 
     def pod_exec(self) -> PodExec:
         if self._exec is None:
@@ -125,7 +126,7 @@ class SettingsChanges:
     ) -> int:
         """One pass: check, PATCH what is accepted, read back what was sent. Returns the writes made."""
         key = (ctx.namespace, ctx.name)
-        memory = self._memory.setdefault(key, _ClusterMemory())
+        memory = self._memory.of(key)
         writes = 0
         configmap = ctx.snapshot.find("v1", "ConfigMap", config_configmap_name(ctx.name))
         desired = dynamic_settings(ctx.cluster)

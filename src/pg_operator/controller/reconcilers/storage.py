@@ -18,6 +18,7 @@ from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 
 from pg_operator import objects
 from pg_operator.controller.cache import Snapshot
+from pg_operator.controller.cluster_memory import ClusterMemory
 from pg_operator.controller.kube_api import Api, resource_for
 from pg_operator.controller.reconcilers import Problem, ReconcileContext, SubReconciler
 from pg_operator.controller.writes import WriteId, WriteMemo, canonical
@@ -65,17 +66,16 @@ class StorageReconciler(SubReconciler):
         self.memo = memo
         # A refused PVC growth, by claim: (its resourceVersion, the patch, the problem). While the memo
         # holds the patch back, the passes in between keep reporting it instead of flapping to Healthy.
-        self._resize_refused: dict[tuple[str, str], dict[WriteId, tuple[str | None, str, Problem]]] = {}
-
-    def forget(self, key: tuple[str, str]) -> None:
-        self._resize_refused.pop(key, None)
+        self._resize_refused: ClusterMemory[dict[WriteId, tuple[str | None, str, Problem]]] = ClusterMemory(
+            dict
+        )
 
     async def act(self, ctx: ReconcileContext) -> None:
         ctx.report(storage_class_problem(objects.spec(ctx.body), ctx.snapshot))
 
     async def follow_up(self, ctx: ReconcileContext) -> int:
         writes = 0
-        refusals = self._resize_refused.setdefault((ctx.namespace, ctx.name), {})
+        refusals = self._resize_refused.of(ctx.key)
         for pvc_name, patch in pvc_resizes(ctx.cluster, ctx.snapshot.of_kind("v1", "PersistentVolumeClaim")):
             ident = (ctx.namespace, "PersistentVolumeClaim", pvc_name, "resize")
             rv = objects.resource_version(ctx.snapshot.find("v1", "PersistentVolumeClaim", pvc_name))

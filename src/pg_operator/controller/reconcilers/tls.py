@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from pg_operator import objects
 from pg_operator.api.constants import CLUSTER_LABEL, REPLICATION_USER
+from pg_operator.controller.cluster_memory import ClusterMemory, RemembersClusters
 from pg_operator.controller.events import EventRecorder, OncePerMessage
 from pg_operator.controller.kube_api import Api, is_conflict
 from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
@@ -83,7 +84,7 @@ from pg_operator.specs.user_tls import (
 log = logging.getLogger(__name__)
 
 
-class CertificateMetrics:
+class CertificateMetrics(RemembersClusters):
     """`pg_operator_certificate_expiry_timestamp_seconds`: when each certificate a cluster uses ends (Unix
     time), so an alert can fire well before; a cluster's series go with it."""
 
@@ -94,19 +95,23 @@ class CertificateMetrics:
             ["namespace", "cluster", "certificate", "secret"],
             registry=registry,
         )
-        self._series: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        # The series each cluster has, removed when it is gone.
+        self._series: ClusterMemory[set[tuple[str, str]]] = ClusterMemory(on_forget=self._remove)
+
+    def _remove(self, key: tuple[str, str], series: set[tuple[str, str]]) -> None:
+        for role, secret in series:
+            self.expiry.remove(key[0], key[1], role, secret)
 
     def set(self, key: tuple[str, str], ends: dict[str, tuple[str, dt.datetime]]) -> None:
-        """`ends`: role → (Secret, expiry); empty when the cluster is gone."""
+        """`ends`: role → (Secret, expiry)."""
         series = {(role, secret) for role, (secret, _) in ends.items()}
-        for role, secret in self._series.pop(key, set()) - series:
-            self.expiry.remove(key[0], key[1], role, secret)
+        self._remove(key, (self._series.drop(key) or set()) - series)
         for role, (secret, end) in ends.items():
             self.expiry.labels(namespace=key[0], cluster=key[1], certificate=role, secret=secret).set(
                 end.timestamp()
             )
         if series:
-            self._series[key] = series
+            self._series.set(key, series)
 
 
 class TlsReconciler(SubReconciler):
@@ -121,12 +126,7 @@ class TlsReconciler(SubReconciler):
         self.clock = clock
         self.metrics = CertificateMetrics(registry)
         self._warned = OncePerMessage(events)  # CertificateExpiring
-        self._refused: dict[tuple[str, str], str] = {}  # the TlsSecretInvalid message last posted
-
-    def forget(self, key: tuple[str, str]) -> None:
-        self.metrics.set(key, {})
-        self._warned.forget(key)
-        self._refused.pop(key, None)
+        self._refused: ClusterMemory[str] = ClusterMemory()  # the TlsSecretInvalid message last posted
 
     async def follow_up(self, ctx: ReconcileContext) -> int:
         """Report what the cache shows in use: the expiry gauge, and a certificate near its end that was
@@ -258,10 +258,10 @@ class TlsReconciler(SubReconciler):
             message = "; ".join(problems)
             ctx.report(("TlsSecretInvalid", message))
             if self._refused.get(key) != message:
-                self._refused[key] = message
+                self._refused.set(key, message)
                 await self.events.record(ctx.body, "Warning", "TlsSecretInvalid", message)
         else:
-            self._refused.pop(key, None)
+            self._refused.drop(key)
         return (ca if isinstance(ca, KeyPair) else None,
                 server if isinstance(server, UserServer) else None)  # fmt: skip
 
@@ -398,6 +398,15 @@ class TlsReconciler(SubReconciler):
                         behind,
                     )
                     return 0
+        return await self._write_server(ctx, observed, desired, why)
+
+    async def _write_server(
+        self, ctx: ReconcileContext, observed: Mapping[str, Any] | None, desired: dict[str, Any], why: str
+    ) -> int:
+        """Create or patch Secret <name>-server-tls (pinned to the version read) and say why."""
+        name = names.server_tls_secret(ctx.cluster)
+        ident = (ctx.namespace, "Secret", name, "issue")
+        rv = objects.resource_version(observed)
         if observed is None:
             if not await self._create(ctx, desired):
                 return 1

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from reconciler_fakes import RecordedEvents
 
 from pg_operator.controller.reconcilers import instances
 
@@ -42,15 +43,6 @@ def test_instance_host_ips_prefers_host_ips_and_skips_pending_pods() -> None:
         {},
     ]
     assert instances.instance_host_ips(pods) == ["10.0.0.1", "fd00::1", "10.0.0.2"]
-
-
-class RecordedEvents:
-    def __init__(self) -> None:
-        self.posted: list[tuple[str, str, str]] = []
-
-    async def record(self, _obj: Any, kind: str, reason: str, message: str) -> bool:
-        self.posted.append((kind, reason, message))
-        return True
 
 
 def test_a_tenants_look_alike_pods_are_named_in_one_warning_posted_once_per_set() -> None:
