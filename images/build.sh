@@ -12,7 +12,9 @@
 #   BASE       auto (default): the Dockerfile's FROM (debian:bookworm-slim by digest) when the registry
 #              answers, else a Debian bookworm minbase of our own; dockerfile: always the FROM;
 #              debootstrap: always our own (debootstrap from the Debian mirror, checked by apt's keys)
-#   DEBIAN_MIRROR  the mirror debootstrap uses (default: the host's apt mirror for bookworm)
+#   DEBIAN_MIRROR  the mirror debootstrap uses (default: the host's apt mirror for bookworm); the base
+#              follows bookworm, bookworm-updates and bookworm-security (DEBIAN_SECURITY_MIRROR, default
+#              the mirror's debian-security) and is upgraded when it is made
 #   BUILD_CA   a CA bundle pip needs behind a TLS-intercepting proxy, passed as the build secret
 #              `build-ca` (never in a layer); default: $PIP_CERT when set
 #
@@ -64,11 +66,17 @@ own_base() {
   trap 'rm -rf "$root" "$root.tar"' EXIT
   echo "base: debootstrap --variant=minbase bookworm from ${DEBIAN_MIRROR:-$(host_mirror)}" >&2
   debootstrap --variant=minbase bookworm "$root" "${DEBIAN_MIRROR:-$(host_mirror)}" >/dev/null
+  local mirror=${DEBIAN_MIRROR:-$(host_mirror)}
+  # The suites the slim image follows too: the point release, its updates and the security archive.
+  printf 'deb %s bookworm main\ndeb %s bookworm-updates main\ndeb %s bookworm-security main\n' \
+    "$mirror" "$mirror" "${DEBIAN_SECURITY_MIRROR:-${mirror%/debian}/debian-security}" > "$root/etc/apt/sources.list"
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/var/log/*.log
   : > "$root/etc/resolv.conf"  # the runtime mounts its own
   tar -C "$root" -cf "$root.tar" .
   ctr=$(buildah from scratch)
   buildah add --quiet "$ctr" "$root.tar" / >/dev/null  # an archive is unpacked
+  buildah run --network=host "$ctr" -- sh -c 'export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get upgrade -y -qq >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/*' >&2
   buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --cmd /bin/bash \
     --label org.opencontainers.image.title="Debian bookworm minbase (images/build.sh)" "$ctr"
   buildah commit --quiet --rm "$ctr" "$OWN_BASE" >/dev/null
@@ -88,7 +96,7 @@ base_args() {
 
 build() {  # build DIR REFERENCE [--build-arg …]
   local dir=$1 ref=$2; shift 2
-  local args=(--layers --network=host --format=oci -f "$dir/Dockerfile" --ignorefile "$dir/Dockerfile.dockerignore")
+  local args=(--layers --force-rm --network=host --format=oci -f "$dir/Dockerfile" --ignorefile "$dir/Dockerfile.dockerignore")
   local base
   base=$(base_args "$dir/Dockerfile")
   [ -z "$base" ] || args+=("$base")
