@@ -240,7 +240,8 @@ def replication_attempt(host: str, cert: Path, key: Path, database: str | None) 
                              autocommit=True, **extra) as conn:  # fmt: skip
             if database is None:
                 result = conn.pgconn.exec_(b"IDENTIFY_SYSTEM")
-                return f"accepted: {result.status.name} {result.error_message.decode()}".strip()
+                answer = psycopg.pq.ExecStatus(result.status).name
+                return f"accepted: {answer} {result.error_message.decode()}".strip()
             return f"accepted: {conn.execute('SELECT current_user').fetchone()}"
     except psycopg.OperationalError as exc:
         return f"refused: {exc}"
