@@ -29,6 +29,7 @@ RECOVERY_CREDENTIALS_FIELD = "spec.bootstrap.recovery.source.s3.credentials.secr
 # Degraded/ContinuousArchiving reasons (docs/architecture.md).
 INSECURE_ENDPOINT = "BackupEndpointInsecure"
 CREDENTIALS_UNLABELLED = "BackupCredentialUnlabelled"
+CREDENTIALS_MISSING = "BackupCredentialMissing"
 STORE_TIMEOUT = "StoreTimeout"
 
 
@@ -103,6 +104,19 @@ def credential_refusal(
         f"Secret {secret} ({field}) exists without the label {CLUSTER_LABEL}={cluster}: the operator uses "
         "backup credentials only from Secrets labelled for this cluster, and sends nothing meanwhile; "
         "label it to have it used",
+    )
+
+
+def credential_missing(namespace: str, *, cluster: str, secret: str, field: str) -> Refusal:
+    """The named Secret is not in the cluster's namespace, the only one it is read from (a Secret of that
+    name in another namespace is never looked at): said as a refusal naming the field, not as a failed
+    store call, since nothing was sent."""
+    return Refusal(
+        CREDENTIALS_MISSING,
+        field,
+        f"Secret {secret} ({field}) does not exist in namespace {namespace}: backup credentials are read "
+        f"only from a Secret of the cluster's own namespace labelled {CLUSTER_LABEL}={cluster}, and nothing "
+        "is sent meanwhile",
     )
 
 

@@ -25,6 +25,7 @@ from pg_operator.backup.store_policy import (
     RECOVERY_CREDENTIALS_FIELD,
     RECOVERY_ENDPOINT_FIELD,
     after_page,
+    credential_missing,
     credential_refusal,
     endpoint_refusal,
 )
@@ -88,6 +89,9 @@ async def s3_access(
     try:
         secret = await api.get(Secret, creds.secret_name, namespace)
     except ApiError as exc:
+        if exc.status.code == 404:
+            raise StoreRefused(credential_missing(namespace, cluster=cluster, secret=creds.secret_name,
+                                                  field=credentials_field)) from None  # fmt: skip
         raise StoreError(f"credentials Secret {creds.secret_name}: {exc.status.message}") from None
     labels = (secret.metadata.labels if secret.metadata is not None else None) or {}
     refused = credential_refusal(labels, cluster=cluster, secret=creds.secret_name, field=credentials_field)
