@@ -17,8 +17,8 @@ from typing import Any
 from pg_operator import objects
 from pg_operator.backup.store_cleanup import FINALIZER
 from pg_operator.backup.store_policy import StoreLimits
+from pg_operator.controller import store_calls
 from pg_operator.controller.backoff import Backoff
-from pg_operator.controller.backup_reconcilers import store_calls
 from pg_operator.controller.backup_reconcilers.backups import BackupKey, BackupReconciler, backup_key
 from pg_operator.controller.backup_reconcilers.cluster_backups import ClusterBackupReconciler
 from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership

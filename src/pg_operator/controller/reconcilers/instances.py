@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from pg_operator import objects
-from pg_operator.controller.backup_reconcilers.store_calls import limits as store_limits
 from pg_operator.controller.events import EventRecorder, OncePerMessage
 from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
+from pg_operator.controller.store_calls import limits as store_limits
 from pg_operator.orchestration.instance_pods import foreign_pod_message
 from pg_operator.specs import desired_children
 from pg_operator.specs.backup_pod import recovery_refusals, wired_for_pods

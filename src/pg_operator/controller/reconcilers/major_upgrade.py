@@ -43,19 +43,19 @@ from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import PGDATA, ROLE_PRIMARY
 from pg_operator.backup import generations
 from pg_operator.backup.from_spec import archive_settings, recovery_source
-from pg_operator.controller.backup_reconcilers import resources as _backup_kinds
-from pg_operator.controller.backup_reconcilers.store import (
+from pg_operator.controller import backup_kinds as _backup_kinds
+from pg_operator.controller.events import EventRecorder
+from pg_operator.controller.kube_api import Api, PostgresClusterResource
+from pg_operator.controller.pod_exec import PSQL_ARGV, ExecError, PodExec
+from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
+from pg_operator.controller.reconcilers.high_availability import HighAvailabilityReconciler, patroni_auth
+from pg_operator.controller.store_client import (
     StoreError,
     put_object,
     read_object,
     s3_access,
     store_access,
 )
-from pg_operator.controller.events import EventRecorder
-from pg_operator.controller.kube_api import Api, PostgresClusterResource
-from pg_operator.controller.pod_exec import PSQL_ARGV, ExecError, PodExec
-from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
-from pg_operator.controller.reconcilers.high_availability import HighAvailabilityReconciler, patroni_auth
 from pg_operator.images import BUILT_VERSIONS, default_image
 from pg_operator.orchestration import major_upgrade as mu
 from pg_operator.orchestration import major_upgrade_replicas as mur
