@@ -108,6 +108,11 @@ class UpgradePlane:
         if event is not None:
             await self.record(ctx, *event)
 
+    def note(self, ctx: ReconcileContext, state: mus.UpgradeState) -> None:
+        """Remember a step's progress without recording it: a pass that stops half-way (an error, a wait)
+        takes up from there, as long as this operator runs (after a restart, from the last saved state)."""
+        self.remembered(ctx).state = state
+
     async def record(self, ctx: ReconcileContext, event_type: str, reason: str, message: str) -> None:
         ctx.writes += int(await self.events.record(ctx.body, event_type, reason, message))
 

@@ -154,7 +154,9 @@ async def archive_before_stop(
     script = mu.archive_current_script(" ".join(PSQL_ARGV), ARCHIVE_WAIT_SECONDS)
     res = await plane.exec(ctx, primary.name, script, ARCHIVE_WAIT_SECONDS + 30)
     if res is not None and res[0] == 0:
-        return state.with_(archived=time.time())
+        archived = state.with_(archived=time.time())
+        plane.note(ctx, archived)
+        return archived
     why = (res[1].strip() if res is not None else "") or "the primary could not be asked"
     refused = state.moved(Outcome.REFUSED, message=why[-600:], checked=time.time())
     await plane.save(ctx, refused, ("Warning", "MajorUpgradeArchiveBehind",
@@ -195,9 +197,11 @@ async def stop_and_upgrade(
     replicas = [i for i in plane.instances(ctx) if i.name != primary.name]
     layout, old, new = layout_of(state), state.old_major, state.new_major
     state = state.with_(stop_requested=state.stop_requested or time.time())
+    plane.note(ctx, state)  # a retried pass counts the outage from the first stop
     stopped = await plane.exec(ctx, primary.name, mur.stop_primary_script(layout, old), 180)
     checkpoint = mur.checkpoint_of(stopped[1]) if stopped is not None else None
     state = state.with_(writes_stopped=time.time(), checkpoint=checkpoint)
+    plane.note(ctx, state)
     script = mu.upgrade_script(layout, old, new, require_archived=ctx.cluster.spec.backup is not None)
     replica_stop = mur.stop_replica_script(layout, old, new, checkpoint, " ".join(PSQL_ARGV),
                                            REPLICA_CATCH_UP_SECONDS)  # fmt: skip
@@ -269,6 +273,7 @@ async def starting(plane: UpgradePlane, ctx: ReconcileContext, state: UpgradeSta
         ctx.again_in(OUTAGE_POLL_SECONDS)
         return
     state = state.with_(primary=leader.name)
+    plane.note(ctx, state)
     if ctx.cluster.spec.backup is not None and not state.base_backup:
         state = state.with_(base_backup=await base_backup(plane, ctx, state))
     state = state.moved(Outcome.PASSED, writable=time.time())
