@@ -7,13 +7,17 @@ version does not know are kept as they were.
 
 A phase moves only through `next_phase(phase, outcome)`, which reads `TRANSITIONS`:
 
-  Checking --passed--> Upgrading --passed--> Starting --passed--> ReplicasCatchingUp --passed--> Analyzing
-           --failed--> CheckFailed --retry--> Checking            --passed--> Done
-  Upgrading --refused--> CheckFailed (the old major's WAL not archived: nothing was stopped)
-  Upgrading --failed--> RolledBack (the upgrade script restored the old data; Patroni resumes on it)
+  Checking            passed → Upgrading; failed → CheckFailed
+  CheckFailed         retry (after CHECK_RETRY_SECONDS) → Checking
+  Upgrading           passed → Starting; refused → CheckFailed (the old major's WAL not archived: nothing
+                      was stopped); failed → RolledBack (the script restored the old data, Patroni resumes)
+  Starting            passed → ReplicasCatchingUp (the new major's first start: no way back from here)
+  ReplicasCatchingUp  passed → Analyzing
+  Analyzing           passed → Done
 
-CheckFailed, RolledBack and Done are left only when the user removes the annotation or changes
-`spec.version` (or, before writes stop, `spec.image`).
+Besides the table, a new upgrade begins (at Checking) when the user raises `spec.version` again, removes
+the annotation of a settled upgrade (CheckFailed, RolledBack, Done), or changes `spec.image` before
+writes stopped (`plan_pass`).
 
 Pure: may import `api`, `images`, `objects` and `orchestration`; never `specs` or `controller`.
 """
