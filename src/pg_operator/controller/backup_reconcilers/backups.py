@@ -23,8 +23,8 @@ from pg_operator.backup.failures import classify
 from pg_operator.backup.lifecycle import after_poll, before_start
 from pg_operator.backup.placement import choose_instance, primary_pod
 from pg_operator.backup.scheduling import rfc3339
+from pg_operator.controller.backup_kinds import BackupResource
 from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership
-from pg_operator.controller.backup_reconcilers.resources import BackupResource
 from pg_operator.controller.backup_reconcilers.shared import (
     PSQL,
     SOCKET_DIR,
@@ -34,13 +34,13 @@ from pg_operator.controller.backup_reconcilers.shared import (
     store_of,
     wrote,
 )
-from pg_operator.controller.backup_reconcilers.store import StoreBusy, StoreError
-from pg_operator.controller.backup_reconcilers.store_calls import BUSY_RETRY_SECONDS
 from pg_operator.controller.cache import Cache
 from pg_operator.controller.keys import ClusterKey
 from pg_operator.controller.kube_api import Api
 from pg_operator.controller.loop import Result
 from pg_operator.controller.pod_exec import ExecError, PodExec
+from pg_operator.controller.store_calls import BUSY_RETRY_SECONDS
+from pg_operator.controller.store_client import StoreBusy, StoreError
 from pg_operator.controller.writes import canonical, status_patch
 
 log = logging.getLogger(__name__)

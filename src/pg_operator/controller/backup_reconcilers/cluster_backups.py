@@ -53,8 +53,6 @@ from pg_operator.controller.backup_reconcilers.shared import (
     backup_config,
     store_of,
 )
-from pg_operator.controller.backup_reconcilers.store import StoreBusy, StoreError, StoreRefused, StoreTimeout
-from pg_operator.controller.backup_reconcilers.store_calls import BUSY_RETRY_SECONDS, slot
 from pg_operator.controller.backup_reconcilers.store_finalizer import StoreFinalizer
 from pg_operator.controller.cache import Cache
 from pg_operator.controller.keys import ClusterKey
@@ -62,6 +60,8 @@ from pg_operator.controller.kube_api import Api
 from pg_operator.controller.loop import Result
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.pod_exec import ExecError, PodExec
+from pg_operator.controller.store_calls import BUSY_RETRY_SECONDS, slot
+from pg_operator.controller.store_client import StoreBusy, StoreError, StoreRefused, StoreTimeout
 from pg_operator.controller.store_limits import limits
 from pg_operator.controller.writes import canonical
 from pg_operator.specs.backup_status import BACKUP_CONDITION_TYPES, BACKUP_STATUS_KEY

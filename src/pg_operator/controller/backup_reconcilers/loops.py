@@ -64,7 +64,7 @@ class BackupLoops:
     ) -> None:
         self.exec = pod_exec
         # One policy for every store call of the process (the sub-reconcilers' too:
-        # reconcilers/major_upgrade.py).
+        # reconcilers/major_upgrade_backups.py).
         configure_store_limits(store_limits or StoreLimits())
         recorder = EventRecorder(api, identity)
         ownership = StoreOwnership(api, cache, clock)  # one view of who owns which prefix, for both

@@ -46,15 +46,15 @@ from pg_operator.backup.store_policy import (
     store_identity,
     trusts_record,
 )
-from pg_operator.controller.backup_reconcilers.store import (
+from pg_operator.controller.cache import Cache
+from pg_operator.controller.keys import ClusterKey
+from pg_operator.controller.kube_api import Api
+from pg_operator.controller.store_client import (
     StoreError,
     inspect_prefix,
     put_if_absent,
     store_access,
 )
-from pg_operator.controller.cache import Cache
-from pg_operator.controller.keys import ClusterKey
-from pg_operator.controller.kube_api import Api
 
 log = logging.getLogger(__name__)
 

@@ -19,15 +19,15 @@ from pg_operator.controller.backoff import Backoff
 from pg_operator.controller.backup_reconcilers.cluster_status import ClusterWrites
 from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership
 from pg_operator.controller.backup_reconcilers.shared import Notices, backup_config, stores_of
-from pg_operator.controller.backup_reconcilers.store import (
+from pg_operator.controller.keys import ClusterKey
+from pg_operator.controller.kube_api import Api, is_not_found
+from pg_operator.controller.store_calls import BUSY_RETRY_SECONDS
+from pg_operator.controller.store_client import (
     StoreBusy,
     StoreError,
     delete_prefix,
     store_access,
 )
-from pg_operator.controller.backup_reconcilers.store_calls import BUSY_RETRY_SECONDS
-from pg_operator.controller.keys import ClusterKey
-from pg_operator.controller.kube_api import Api, is_not_found
 
 log = logging.getLogger(__name__)
 

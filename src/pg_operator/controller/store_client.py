@@ -1,6 +1,8 @@
-"""Deleting a cluster's objects in its S3-compatible store, from the operator process itself (boto3), so
-it works when the cluster's pods are broken or gone. The credentials are read from the user's Secret
-for the call and never logged; errors are reported with the store's own error code.
+"""The operator's own client of tenants' S3-compatible stores (boto3): deleting a cluster's objects,
+the ownership marker, and small documents of the operator's own (backup generations), from the operator
+process itself, so it works when the cluster's pods are broken or gone. Plumbing below the backup
+reconcilers and the cluster's sub-reconcilers, which both call it. The credentials are read from the
+user's Secret for the call and never logged; errors are reported with the store's own error code.
 
 Before anything is read or sent, the store is checked against the install's policy
 (backup.store_policy): https unless plain HTTP is allowed, and a credentials Secret labelled for the
@@ -29,7 +31,8 @@ from pg_operator.backup.store_policy import (
     credential_refusal,
     endpoint_refusal,
 )
-from pg_operator.controller.backup_reconcilers.store_calls import (
+from pg_operator.controller.kube_api import Api
+from pg_operator.controller.store_calls import (
     StoreBusy,
     StoreError,
     StoreRefused,
@@ -37,7 +40,6 @@ from pg_operator.controller.backup_reconcilers.store_calls import (
     attach,
     bounded,
 )
-from pg_operator.controller.kube_api import Api
 from pg_operator.controller.store_limits import limits
 
 __all__ = [
