@@ -31,6 +31,7 @@ from pg_operator.controller.keys import (
 from pg_operator.controller.loop import ReconcileLoop
 from pg_operator.controller.secret_reads import Read, SecretReader
 from pg_operator.orchestration.instances import loaded_tls, pending_restart_settings
+from pg_operator.orchestration.stuck_pods import stuck_signature
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,9 @@ def relevance(body: Mapping[str, Any]) -> tuple[Any, ...]:
         pending_restart_settings(objects.meta(body)),
         # The TLS files the instance says it loaded: a CA rotation waits on it (specs/ca_rotation.py).
         loaded_tls(objects.meta(body)),
+        # A container the kubelet reports failing (image pull, crash loop), a pod the scheduler refuses:
+        # the status says why the pod is stuck (orchestration/stuck_pods.py).
+        stuck_signature(body),
     )
 
 
