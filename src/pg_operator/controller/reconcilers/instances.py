@@ -11,6 +11,8 @@ sub-reconciler has acted, and its precedence is:
   that failed, a foreign object in the way), often the very reason the pod is stuck.
 - One exception: a halted rollout (the high-availability sub-reconciler's `RolloutHalted`) only says an
   instance did not become ready; the stuck pod says why, so it takes its place.
+- It wins over what the status would say of its own (`NoPrimary`, `InstancesNotReady`, `Progressing`
+  `Creating` with Degraded False): those only say an instance is not ready.
 - Either way each distinct cause (pod, container, reason, image or claim) gets one Warning Event when it
   is first seen, whether or not it won the condition, and again only after it went away and came back.
 """
