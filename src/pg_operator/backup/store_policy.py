@@ -38,7 +38,7 @@ class StoreLimits:
     """The operator's flags for store calls (cli/main.py). `call_seconds` bounds one call from the
     first connect to the last byte of its last request (retries included); `listing_seconds` one
     listing (the finalizer's, barman-cloud-backup-list in a pod); `listing_pages` how many pages
-    (≤ 1000 keys each) one listing reads before it stops and the pass comes back."""
+    (≤ 1000 keys each) one listing reads before it stops and the reconcile comes back."""
 
     call_seconds: float = 30.0
     listing_seconds: float = 120.0
@@ -200,7 +200,7 @@ PageStep = Literal["next", "done", "cut"]
 
 def after_page(pages_read: int, truncated: bool, limit: int) -> PageStep:
     """After a listing's page: read the next one, done (the store has no more), or cut at the limit (the
-    caller comes back on a later pass rather than reading an unbounded listing in one call)."""
+    caller comes back on a later reconcile rather than reading an unbounded listing in one call)."""
     if not truncated:
         return "done"
     return "next" if pages_read < limit else "cut"

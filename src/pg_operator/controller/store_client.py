@@ -177,7 +177,7 @@ def _client(access: StoreAccess) -> Any:
 @dataclass(frozen=True)
 class Deleted:
     count: int
-    complete: bool  # False: the listing stopped at the page limit; the next pass deletes the rest
+    complete: bool  # False: the listing stopped at the page limit; the next reconcile deletes the rest
 
 
 def _delete_prefix(access: StoreAccess, page_limit: int) -> Deleted:

@@ -118,7 +118,7 @@ class Wakeups:
         key = cluster_key_of_cluster(body)
         unread = self.cache.take_unread(key)
         if unread and self.secret_reader is not None:
-            # The pass comes once the Secrets the spec now names are in (or known missing): woken at
+            # The reconcile comes once the Secrets the spec now names are in (or known missing): woken at
             # once, it would report a Secret the cluster names as not there, then take it back.
             self.secret_reader.read(key, unread, then=lambda: self.controller.wake(key))
         else:
@@ -134,7 +134,8 @@ class Wakeups:
         kind = body.get("kind")
         if not held:
             # A labelled object no reconcile reads (cache_admission.py) wakes nobody: a tenant's junk costs
-            # no pass. A pod or PVC the cache held before (its controller changed) wakes its cluster once.
+            # no reconcile. A pod or PVC the cache held before (its controller changed) wakes its cluster
+            # once.
             was_held = self._seen.pop(objects.uid(body), None) is not None
             if kind in ("Pod", "PersistentVolumeClaim") and was_held:
                 self.controller.wake_soon(key)

@@ -185,7 +185,7 @@ def _pending_restart(state: Mapping[str, Any]) -> tuple[str, ...] | None:
 
 def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | None = None) -> Instance:
     meta = objects.meta(pod)
-    published = patroni_state(meta)  # parsed once: every pass reads every pod
+    published = patroni_state(meta)  # parsed once: every reconcile reads every pod
     name = objects.name(pod)
     role = pod_role(pod)
     status = _container(pod, "status")

@@ -21,7 +21,7 @@ The point of no return is the new major's first start: until then the old data d
 (with --link, pg_upgrade renames `global/pg_control` to `pg_control.old` only once linking begins, and
 renaming it back restores the old cluster), so any failure before it rolls back to the old major.
 Afterwards the old data's files are shared with the new cluster and only a restore of the old major's
-backups can go back. The phases, their one transition table and the state kept between passes are in
+backups can go back. The phases, their one transition table and the state kept between reconciles are in
 `orchestration/major_upgrade_state.py`.
 
 May import `api`, `objects`; never `specs` or `controller`.

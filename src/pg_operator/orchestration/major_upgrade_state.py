@@ -82,7 +82,7 @@ DATA_ON_NEW_MAJOR: Final = frozenset(
 # Phases a user's new `spec.image` restarts the upgrade from (writes were never stopped, or the old
 # major serves again).
 IMAGE_RESTARTS: Final = frozenset({Phase.CHECKING, Phase.CHECK_FAILED, Phase.ROLLED_BACK})
-# Phases the user ends by removing the annotation: the next pass starts again from the check.
+# Phases the user ends by removing the annotation: the next reconcile starts again from the check.
 SETTLED: Final = frozenset({Phase.CHECK_FAILED, Phase.ROLLED_BACK, Phase.DONE})
 
 
@@ -202,7 +202,7 @@ def _parse(key: str, kind: str, value: Any) -> Any:
 
 
 def current(saved: UpgradeState | None, remembered: UpgradeState | None) -> UpgradeState | None:
-    """The state a pass acts on: the one this operator last saved (the watch cache may not show it yet),
+    """The state a reconcile acts on: the one this operator last saved (the watch cache may not show it yet),
     else the annotation's. None when the user removed the annotation of a settled upgrade: try again."""
     if remembered is None:
         return saved
@@ -211,7 +211,7 @@ def current(saved: UpgradeState | None, remembered: UpgradeState | None) -> Upgr
     return remembered
 
 
-# --- what a pass does ---------------------------------------------------------------------------------
+# --- what a reconcile does ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,7 @@ class PassPlan:
 def plan_pass(
     state: UpgradeState | None, running: str | None, wanted: str, spec_image: str | None, now: float
 ) -> PassPlan | None:
-    """The upgrade this pass works on, or None: nothing to upgrade (a new cluster, the data already on
+    """The upgrade this reconcile works on, or None: nothing to upgrade (a new cluster, the data already on
     `wanted`, or `wanted` back at the running major). A new one begins when `spec.version` differs from
     the upgrade's target, or when `spec.image` changed before writes stopped. ValueError: `wanted` is
     lower than what runs."""

@@ -1,7 +1,7 @@
 """The cluster as the other sub-reconcilers must build it while a major upgrade runs (docs/major-upgrades.md).
 
 The data runs the major in the StatefulSet's `PGOP_PG_MAJOR`; until the upgrade has moved the data, the
-pass's cluster is replaced by one at the running major and image, so no pod is ever started with a newer
+reconcile's cluster is replaced by one at the running major and image, so no pod is ever started with a newer
 major's binaries on older data; from the new major's start on, by one at the new major and the image the
 upgrade checked. Backups follow the generation the held major archives to.
 

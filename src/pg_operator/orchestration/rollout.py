@@ -1,6 +1,6 @@
 """Rollout order for image changes and scale-down: the on-call engineer's rules as pure functions.
 
-One action per reconcile pass; the controller acts and the next pass re-plans from what it observes,
+One action per reconcile; the controller acts and the next reconcile re-plans from what it observes,
 so a crash of the operator mid-rollout loses nothing.
 
 Rules:

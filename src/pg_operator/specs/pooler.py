@@ -58,7 +58,7 @@ TLS_DIR = "/etc/pg-operator/tls"
 AUTH_DIR = "/etc/pg-operator/pooler-auth"
 PASSWORD_KEY = "password"  # noqa: S105 - a key's name
 POOLER_UID = 999
-# The operator writes this on a pooler pod after it pointed the pod's PgBouncer at a host, so a pass
+# The operator writes this on a pooler pod after it pointed the pod's PgBouncer at a host, so a reconcile
 # where nothing moved execs nothing.
 POINTS_TO_ANNOTATION = "db.example.com/pooler-points-to"
 CONDITION = "Pooler"

@@ -55,7 +55,7 @@ def backup_key(body: Mapping[str, Any]) -> BackupKey:
 
 class BackupReconciler:
     """`cluster_news(cluster_key)`: a Backup of that cluster ended (or failed); `backup_completed`: one
-    completed, so retention runs on the cluster's next pass."""
+    completed, so retention runs on the cluster's next reconcile."""
 
     def __init__(
         self,
@@ -165,7 +165,7 @@ class BackupReconciler:
         try:
             verdict = await self.ownership.check(cluster, config, store, fresh=True)
         except StoreBusy:
-            raise  # not a failure of the backup: its pass comes back shortly
+            raise  # not a failure of the backup: its reconcile comes back shortly
         except StoreError as exc:
             failure = classify(1, str(exc))
             return failure.reason, failure.message

@@ -3,7 +3,7 @@
 A loop per kind rather than one loop over tagged keys: a Backup poll (an exec of up to two minutes)
 or a retention run (deletes of up to ten) then never delays a ScheduledBackup's creation or another
 kind's pass, and none of them shares workers or a queue with the clusters' own reconcile. No loop
-resyncs: each pass says when its key is due again (a job to poll, the next schedule, the next archive
+resyncs: each reconcile says when its key is due again (a job to poll, the next schedule, the next archive
 check), and watch events wake the rest.
 """
 

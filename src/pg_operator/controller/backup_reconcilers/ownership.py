@@ -13,7 +13,7 @@ doubt it, so a steady cluster costs no request at all (bench/results-backup-stea
 A verdict is also recorded in the cluster's status (`status.backup.storeOwnership`: a digest of what it
 holds for, the verdict, when), so a restarted operator trusts a recorded "owned" for an unchanged
 `spec.backup` instead of asking every store at once. A marker taken away by hand is noticed at the
-next of these. Any verdict other than "ours" is asked again on the next pass."""
+next of these. Any verdict other than "ours" is asked again on the next reconcile."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 (docs/major-upgrades.md), with the image `spec.image` names when it is set.
 
 The data runs the major in the StatefulSet's `PGOP_PG_MAJOR`; until the upgrade has moved the data, every
-other sub-reconciler builds the cluster at that major and the image that runs it (the pass's cluster is
+other sub-reconciler builds the cluster at that major and the image that runs it (the reconcile's cluster is
 replaced, `orchestration/major_upgrade_views.py`), so no pod is ever started with a newer major's binaries
 on older data. The upgrade moves one phase per pass, through the one transition table of
 `orchestration/major_upgrade_state.py`, its state kept in the cluster's `db.example.com/major-upgrade`

@@ -84,7 +84,7 @@ async def base_backup(plane: UpgradePlane, ctx: ReconcileContext, state: Upgrade
 
 async def store_generations(plane: UpgradePlane, ctx: ReconcileContext, state: UpgradeState) -> UpgradeState:
     """The generations file in the first generation's prefix, for restores that find the cluster gone
-    (written once per upgrade; a failing store is reported and asked again on the next pass)."""
+    (written once per upgrade; a failing store is reported and asked again on the next reconcile)."""
     config = ctx.cluster.spec.backup
     if config is None or state.generations_stored == state.new_major:
         return state

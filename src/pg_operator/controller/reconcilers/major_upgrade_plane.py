@@ -43,9 +43,9 @@ SEED_SECONDS = 600
 
 @dataclass
 class UpgradeMemory:
-    """What the sub-reconciler remembers of one cluster between passes."""
+    """What the sub-reconciler remembers of one cluster between reconciles."""
 
-    # The state the upgrade was last saved with: a pass may come before the watch cache shows the
+    # The state the upgrade was last saved with: a reconcile may come before the watch cache shows the
     # annotation written by the previous one, and must not redo a step.
     state: mus.UpgradeState | None = None
     # The generation of its source's backups a restored cluster reads (decided once).
@@ -81,7 +81,7 @@ class UpgradePlane(RemembersClusters):
         return self.memory.of((ctx.namespace, ctx.name))
 
     def state(self, ctx: ReconcileContext) -> mus.UpgradeState | None:
-        """The state the pass acts on (ValueError: the annotation's is unreadable)."""
+        """The state the reconcile acts on (ValueError: the annotation's is unreadable)."""
         memory = self.remembered(ctx)
         state = mus.current(mus.UpgradeState.from_annotation(ctx.body), memory.state)
         if state is None:
@@ -97,7 +97,7 @@ class UpgradePlane(RemembersClusters):
         annotations: Mapping[str, str] | None = None,
     ) -> None:
         """Record `state` in the cluster's annotation (with `annotations`), then the Event (type, reason,
-        message). A failed write raises: the pass fails and is retried, the step not taken as done."""
+        message). A failed write raises: the reconcile fails and is retried, the step not taken as done."""
         patch = {"metadata": {"annotations": {**(annotations or {}), mus.ANNOTATION: state.to_annotation()}}}
         try:
             await self.api.merge_patch(PostgresClusterResource, ctx.name, ctx.namespace, patch)
@@ -110,7 +110,7 @@ class UpgradePlane(RemembersClusters):
             await self.record(ctx, *event)
 
     def note(self, ctx: ReconcileContext, state: mus.UpgradeState) -> None:
-        """Remember a step's progress without recording it: a pass that stops half-way (an error, a wait)
+        """Remember a step's progress without recording it: a reconcile that stops half-way (an error, a wait)
         takes up from there, as long as this operator runs (after a restart, from the last saved state)."""
         self.remembered(ctx).state = state
 
@@ -179,9 +179,9 @@ class UpgradePlane(RemembersClusters):
         return True
 
     async def paused_everywhere(self, ctx: ReconcileContext, instances: list[Instance], until: float) -> bool:
-        """Poll the members' data (fresh from the API, not the pass's snapshot) until every member took
+        """Poll the members' data (fresh from the API, not the reconcile's snapshot) until every member took
         the pause; True then, or once `until` has passed (a member whose Patroni does not run publishes
-        nothing, but cannot start PostgreSQL either). False: ask again on the next pass."""
+        nothing, but cannot start PostgreSQL either). False: ask again on the next reconcile."""
         while True:
             members: list[Mapping[str, Any]] = []
             for inst in instances:

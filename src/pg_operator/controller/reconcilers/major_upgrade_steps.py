@@ -1,6 +1,6 @@
 """The major upgrade's steps, one per phase (docs/major-upgrades.md). A pass runs the step of the phase the
 upgrade is in; a step either waits (asks to be run again soon) or saves the state the transition table
-(`orchestration/major_upgrade_state.py`) gives for what it found. Every step may run again after a pass
+(`orchestration/major_upgrade_state.py`) gives for what it found. Every step may run again after a reconcile
 that failed half-way: each call below is safe to repeat.
 
   Checking            the new major's tree staged on the primary's volume (an ephemeral container of the
@@ -52,7 +52,7 @@ from pg_operator.orchestration.major_upgrade_state import (
 from pg_operator.orchestration.major_upgrade_views import at_major
 
 POLL_SECONDS = 3.0
-# While writes are stopped every second counts: the passes waiting on the instances poll faster.
+# While writes are stopped every second counts: the reconciles waiting on the instances poll faster.
 OUTAGE_POLL_SECONDS = 1.0
 PAUSE_POLL_SECONDS = 0.5
 OLD_BIN = "/usr/lib/postgresql/current/bin"
@@ -129,7 +129,7 @@ async def rolled_back(plane: UpgradePlane, ctx: ReconcileContext, state: Upgrade
 
 
 async def upgrading(plane: UpgradePlane, ctx: ReconcileContext, state: UpgradeState) -> None:
-    # The primary the check ran on (its role label may change once PostgreSQL is stopped, and a pass
+    # The primary the check ran on (its role label may change once PostgreSQL is stopped, and a reconcile
     # that failed half-way comes back here: every step below may run again).
     primary = plane.named(ctx, state.primary)
     if primary is None or primary.container_down:
@@ -170,7 +170,7 @@ async def archive_before_stop(
 async def pause_writes(
     plane: UpgradePlane, ctx: ReconcileContext, state: UpgradeState, primary: Instance
 ) -> UpgradeState | None:
-    """Patroni paused, and taken by every member; None: ask again on a later pass."""
+    """Patroni paused, and taken by every member; None: ask again on a later reconcile."""
     if not await plane.pause(ctx, primary, True):
         ctx.again_in(POLL_SECONDS)
         return None

@@ -5,7 +5,7 @@ planned switchovers (docs/pooler.md).
   the auth role's Secret `<name>-pooler-auth` (CSPRNG, create-only).
 - Auth: the role `pgop_pooler` (password from that Secret, sent as a verifier on stdin) and the lookup
   function in every database and template1, set up by one psql over pod exec on the primary when the
-  primary, the Secret or the declared databases change — not on a pass where nothing did.
+  primary, the Secret or the declared databases change — not on a reconcile where nothing did.
 - Pointing (level-triggered): each pooler pod carries the host the operator last pointed it at (an
   annotation written after the exec succeeded); a pod whose host is not the current primary's pod name
   is pointed again (`pg-operator-pooler point HOST` in it). A pass where the Deployments and the primary
@@ -430,7 +430,7 @@ class PoolerReconciler(SubReconciler):
         log.info("%s/%s: pooler resumed after %.3fs%s", ctx.namespace, ctx.name, took,
                  f", pointing at {host}" if host else "")  # fmt: skip
         state = self._of(ctx)
-        state.pointed = None  # look again on the next pass
+        state.pointed = None  # look again on the next reconcile
         if new_primary:
             state.hold = (new_primary, time.monotonic() + HOLD_SECONDS)
 
@@ -463,7 +463,8 @@ class PoolerReconciler(SubReconciler):
         path = f"/api/v1/namespaces/{ctx.namespace}/pods"
         try:
             page = await self.api.list_page(path, {"labelSelector": f"{POOLER_LABEL}={ctx.name}"})
-        except (HttpStatusError, OSError) as exc:  # a failed look must not fail the pass; the recheck retries
+        except (HttpStatusError, OSError) as exc:
+            # A failed look must not fail the reconcile; the recheck retries.
             log.info("%s/%s: pooler pods not listed: %s", ctx.namespace, ctx.name, exc)
             return
         prefixes = tuple(f"{deployment_name(ctx.cluster, side)}-" for side in ("rw", "ro"))
