@@ -50,8 +50,9 @@ app.kubernetes.io/component: operator
 
 {{/*
 What the operator may do where it acts: in every namespace (the ClusterRole) or in each watched one
-(a Role). The storageclasses rule is cluster-scoped, so only the ClusterRole has it; the namespaced
-operator skips the StorageClass check (docs/install.md). The rules, in the order of
+(a Role). The storageclasses, nodes and persistentvolumes rules are cluster-scoped, so only the
+ClusterRole has them; the namespaced operator skips the StorageClass check and the node-loss handling
+(docs/install.md). The rules, in the order of
 deploy/operator/rbac.yaml, where each verb is explained.
 */}}
 {{- define "pg-operator.rules" -}}
@@ -93,7 +94,7 @@ deploy/operator/rbac.yaml, where each verb is explained.
   verbs: [get, list, watch, patch, delete]
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
-  verbs: [list, watch, patch]
+  verbs: [list, watch, patch, delete]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
@@ -113,6 +114,12 @@ deploy/operator/rbac.yaml, where each verb is explained.
 - apiGroups: [storage.k8s.io]
   resources: [storageclasses]
   verbs: [list, watch]
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [list, watch]
+- apiGroups: [""]
+  resources: [persistentvolumes]
+  verbs: [get]
 {{- end }}
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
