@@ -35,13 +35,16 @@ def rw_addresses(kube: Kube, namespace: str, cluster: str) -> list[str]:
 
 class EndpointWriter(Writer):
     """The Writer (harness/pgcluster.py), connecting to the -rw Service's ready endpoints in turn, as a
-    client inside the cluster reaches them through kube-proxy; keeps one connection (`persistent`)."""
+    client inside the cluster reaches them through kube-proxy; by default keeps one connection
+    (`persistent`), as an application's pool does."""
 
-    def __init__(self, kube: Kube, namespace: str, cluster: str, table: str) -> None:
+    def __init__(
+        self, kube: Kube, namespace: str, cluster: str, table: str, *, persistent: bool = True
+    ) -> None:
         self._addresses: list[str] = []
         self._read_at = 0.0
         self._kube_for_endpoints, self._ns, self._name = kube, namespace, cluster
-        super().__init__(kube, namespace, cluster, table, persistent=True)
+        super().__init__(kube, namespace, cluster, table, persistent=persistent)
 
     def _connect(self) -> psycopg.Connection[Any]:
         if not self._addresses or time.monotonic() - self._read_at > ENDPOINTS_FRESH_S:

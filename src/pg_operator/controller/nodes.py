@@ -70,7 +70,9 @@ class NodeDirectory:
         self._uids: dict[str, str] = {}  # uid -> name, for a listing's pruning
 
     def observe(self, body: Mapping[str, Any], event_type: str | None) -> NodeHealth | None:
-        """One watch event or listed object: the node whose readiness changed (appeared, went), or None."""
+        """One watch event or listed object: the node if what the clusters on it see changed — it went,
+        its readiness changed, or it appeared lost — else None (a heartbeat; a new node that is Ready, as
+        every node of a first listing is: waking every cluster for those would cost a scan per node)."""
         name = objects.name(body)
         before = self._nodes.get(name)
         if event_type == "DELETED":
@@ -80,7 +82,9 @@ class NodeDirectory:
         health = node_health(body)
         self._nodes[name] = health
         self._uids[objects.uid(body)] = name
-        return health if before is None or before.readiness is not health.readiness else None
+        if before is None:
+            return health if health.lost else None
+        return health if before.readiness is not health.readiness else None
 
     def prune(self, uids: set[str]) -> list[str]:
         """A complete listing held these uids: the nodes gone meanwhile."""

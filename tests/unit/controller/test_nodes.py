@@ -41,11 +41,12 @@ def test_readiness_comes_from_the_ready_condition() -> None:
 
 def test_the_directory_knows_only_after_a_listing_and_prunes_what_it_lacked() -> None:
     nodes = NodeDirectory()
-    assert nodes.observe(node("n1", "True"), "ADDED") is not None
+    assert nodes.observe(node("n1", "True"), "ADDED") is None  # a new Ready node changes nothing
+    assert nodes.observe(node("n0", "Unknown"), None) is not None  # one listed lost does
     assert not nodes.known()  # absence means nothing before a complete listing
     assert nodes.observe(node("n1", "True", rv="2"), "MODIFIED") is None  # a heartbeat: no change
     nodes.observe(node("n2", "True"), None)
-    assert nodes.prune({"uid-n1"}) == ["n2"]
+    assert sorted(nodes.prune({"uid-n1"})) == ["n0", "n2"]
     assert nodes.known() and nodes.health("n2") is None and nodes.health("n1") is not None
     assert not NodeDirectory(readable=False).known()
 
