@@ -8,9 +8,9 @@
   writes resumed on the new primary. Timed: the new leader and the old primary back as a replica on the
   new timeline after the heal.
 
-The writers go where kube-proxy would send them (the -rw Service's ready endpoints): the host of a
-multi-node profile runs no kube-proxy (harness/rw_endpoints.py). The cluster admits the host by address
-(`spec_additions`).
+Each trial starts with one instance per node (`_spread`). The writers go where kube-proxy would send
+them (the -rw Service's ready endpoints): the host of a multi-node profile runs no kube-proxy
+(harness/rw_endpoints.py). The cluster admits the host by address (`spec_additions`).
 """
 
 from __future__ import annotations
@@ -90,9 +90,39 @@ def _node_lost(kube: Kube, ns: str, name: str) -> bool:
     return any(c["type"] == "Degraded" and c.get("reason") == "NodeLost" for c in conditions)
 
 
+def _spread(kube: Kube, ns: str, name: str) -> bool:
+    """One instance per node again, as the first trial found them: after a `node_poweroff` trial the
+    replacement shares a node with another instance (two nodes were left), and losing that node would
+    take the primary and its only quorum partner at once (Patroni then promotes nobody). A replica on a
+    shared node is rebuilt — claim and pod deleted, as a person would — so the scheduler (preferred
+    anti-affinity) puts it on the empty node. Whether it had to."""
+    pods = _pods(kube, ns, name)
+    nodes = [n["metadata"]["name"] for n in get_json(kube, "nodes")["items"]]
+    placed: dict[str, list[str]] = {}
+    for pod_name, pod in sorted(pods.items()):
+        placed.setdefault(str(pod["spec"].get("nodeName")), []).append(pod_name)
+    if len(placed) >= min(len(nodes), len(pods)):
+        return False
+    leader = _annotations(kube, ns, f"{name}-leader").get("leader")
+    shared = next(members for members in placed.values() if len(members) > 1)
+    victim = next(m for m in shared if m != leader)
+    uid = pods[victim]["metadata"]["uid"]
+    kube.kubectl("delete", "pvc", f"data-{victim}", "-n", ns, "--wait=false")
+    kube.kubectl("delete", "pod", victim, "-n", ns, "--wait=false")
+
+    def rebuilt() -> bool:
+        pod = _pods(kube, ns, name).get(victim)
+        return pod is not None and pod["metadata"]["uid"] != uid and _ready(pod)
+
+    wait_until(f"{victim} rebuilt on the empty node", rebuilt, 600, 2)
+    return True
+
+
 def node_trial(kube: Kube, ns: str, name: str, how: str, table: str, load: float) -> dict[str, Any]:
     """One trial of a node kind: the row bench_failover.py summarises (its writers' outages and losses)
     plus this kind's timings."""
+    wait_until("a steady cluster on every node", lambda: _steady(kube, ns, name), 900, 2)
+    spread = _spread(kube, ns, name)
     st = wait_until("a steady cluster on every node", lambda: _steady(kube, ns, name), 900, 2)
     old = st["currentPrimary"]
     before = _pods(kube, ns, name)
@@ -153,7 +183,8 @@ def node_trial(kube: Kube, ns: str, name: str, how: str, table: str, load: float
             timings["rejoined_after_heal_s"] = since(healed)
         for w in writers.values():
             w.wait_for_writes(10, 120)
-    row: dict[str, Any] = {"promoted": new != old, "node": node, "load_1m": [round(load, 2)], **timings}
+    row: dict[str, Any] = {"promoted": new != old, "node": node, "load_1m": [round(load, 2)], **timings,
+                           "respread_first": spread}  # fmt: skip
     for label, w in writers.items():
         row[label] = {"outage_s": round(w.longest_outage, 2), "lost": len(w.missing())}
     print(json.dumps({"kind": how, **row}), file=sys.stderr, flush=True)
