@@ -176,8 +176,12 @@ def node_trial(kube: Kube, ns: str, name: str, how: str, table: str, load: float
             healed = time.monotonic()
 
             def rejoined() -> bool:
+                """The old primary reports itself a replica on the new leader's timeline (its pod's role
+                label and Patroni's member data, published anew once it reaches the API server)."""
                 st = _steady(kube, ns, name)
-                return st is not None and st["currentPrimary"] == new
+                instances = {i["name"]: i for i in (st or {}).get("instances") or []}
+                return (st is not None and st["currentPrimary"] == new and instances[old]["role"] == "replica"
+                        and instances[old].get("timeline") == instances[new].get("timeline"))  # fmt: skip
 
             wait_until("the old primary to rejoin", rejoined, 600, 1)
             timings["rejoined_after_heal_s"] = since(healed)
