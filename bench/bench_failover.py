@@ -36,6 +36,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO)]
 
+from failover_nodes import NODE_KINDS, node_summary, node_trial, spec_additions  # noqa: E402
 from failover_watch import Watch  # noqa: E402  (bench/, the script's own directory)
 from localkube.common import Context  # noqa: E402
 
@@ -92,6 +93,8 @@ def scale_operator(kube: Kube, replicas: int) -> None:
 
 
 def trial(kube: Kube, how: str, table: str, evidence: Evidence | None = None) -> dict[str, Any]:
+    if how in NODE_KINDS:  # three nodes (bench/failover_nodes.py)
+        return node_trial(kube, NS, NAME, how, table, os.getloadavg()[0])
     if how == "sigkill_patroni_only":
         try:
             return _trial(kube, how, table, evidence, scale_down=True)
@@ -306,7 +309,8 @@ def main() -> int:
     parser.add_argument(
         "--kinds",
         default=",".join(KINDS),
-        help=f"comma-separated scenarios to run, of {','.join(KINDS)} (default: all)",
+        help=f"comma-separated scenarios to run, of {','.join(KINDS + NODE_KINDS)} (default: all but the "
+        f"node kinds, which need PGOP_FULL_NODES=3)",
     )
     parser.add_argument(
         "--installed",
@@ -320,9 +324,9 @@ def main() -> int:
     )
     parser.add_argument("--evidence-over", type=float, default=4.0, help="seconds (default 4)")
     args = parser.parse_args()
-    unknown = sorted(set(args.kinds.split(",")) - set(KINDS))
+    unknown = sorted(set(args.kinds.split(",")) - set(KINDS) - set(NODE_KINDS))
     if unknown:
-        parser.error(f"--kinds: unknown {', '.join(unknown)} (choose from {', '.join(KINDS)})")
+        parser.error(f"--kinds: unknown {', '.join(unknown)} (choose from {', '.join(KINDS + NODE_KINDS)})")
     ctx = Context()
     kube = Kube(profile="full", kubeconfig=str(ctx.admin_kubeconfig), ctx=ctx)
     if not args.installed:
@@ -345,6 +349,7 @@ def main() -> int:
             "storage": "1Gi",
             "resources": SMALL,
             "synchronous": {"number": 1, "dataDurability": "required"},
+            **spec_additions(args.kinds.split(",")),
         },
     }
     started = time.monotonic()
@@ -392,6 +397,8 @@ def main() -> int:
                 "lost": sum(r[label]["lost"] for r in rows),
             }
         per_kind["load_1m"] = [r["load_1m"] for r in rows]
+        if how in NODE_KINDS:
+            per_kind.update(node_summary(rows))
         out[how] = per_kind
     out["acknowledged_writes_lost"] = sum(
         r[label]["lost"] for rows in results.values() for r in rows for label in WRITERS

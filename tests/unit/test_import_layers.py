@@ -67,6 +67,7 @@ PLUMBING = {
         "loop",  # the generic work loop both kinds of reconciler run on; it imports no reconciler
         "cluster_memory",
         "metrics",
+        "nodes",  # the Nodes' readiness, from their informer (node loss; drains)
         "pod_exec",
         "secret_reads",
         "store_limits",

@@ -71,8 +71,9 @@ full name), or an existing one, which must then be named.
 
 {{/*
 What the operator may do where it acts: in every namespace (the ClusterRole) or in each watched one
-(a Role). The storageclasses rule is cluster-scoped, so only the ClusterRole has it; the namespaced
-operator skips the StorageClass check (docs/install.md). The rules, in the order of
+(a Role). The storageclasses, nodes and persistentvolumes rules are cluster-scoped, so only the
+ClusterRole has them; the namespaced operator skips the StorageClass check and the node-loss handling
+(docs/install.md). The rules, in the order of
 deploy/operator/rbac.yaml, where each verb is explained.
 */}}
 {{- define "pg-operator.rules" -}}
@@ -114,7 +115,7 @@ deploy/operator/rbac.yaml, where each verb is explained.
   verbs: [get, list, watch, patch, delete]
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
-  verbs: [list, watch, patch]
+  verbs: [list, watch, patch, delete]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
@@ -134,6 +135,12 @@ deploy/operator/rbac.yaml, where each verb is explained.
 - apiGroups: [storage.k8s.io]
   resources: [storageclasses]
   verbs: [list, watch]
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [list, watch]
+- apiGroups: [""]
+  resources: [persistentvolumes]
+  verbs: [get]
 {{- end }}
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]

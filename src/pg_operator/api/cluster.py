@@ -44,6 +44,7 @@ from pg_operator.api.cluster_status import PostgresClusterStatus
 from pg_operator.api.constants import KIND, PLURAL, SHORT
 from pg_operator.api.crd import CustomResource
 from pg_operator.api.network_policy import NetworkPolicySpec
+from pg_operator.api.node_loss import NodeLoss
 from pg_operator.api.placement import (
     MAX_LABEL_VALUE_LENGTH,
     NODE_SELECTOR_KEY_RULE,
@@ -187,6 +188,11 @@ class PostgresClusterSpec(SpecModel):
         ),
     )
     patroni: Patroni = nested(Patroni, "Patroni timing: how fast a failed primary is replaced.")
+    node_loss: NodeLoss = nested(
+        NodeLoss,
+        "What happens to an instance whose node is lost: always reported; replaced on another node when "
+        "allowed (docs/high-availability.md).",
+    )
     network_policy: NetworkPolicySpec = nested(
         NetworkPolicySpec,
         "Who may reach the instances over the network (a NetworkPolicy, on by default; docs/network.md).",

@@ -283,19 +283,25 @@ class Api:
             )
 
     async def delete(self, api_version: str, kind: str, name: str, namespace: str | None, *,
-                     uid: str | None = None) -> None:  # fmt: skip
+                     uid: str | None = None, grace_period_seconds: int | None = None) -> None:  # fmt: skip
         """Delete in the background. `uid`: a precondition (DeleteOptions), so an object that replaced the
-        one meant is refused with 409 instead of deleted."""
+        one meant is refused with 409 instead of deleted. `grace_period_seconds` 0: a pod removed from the
+        API at once, without its kubelet's confirmation (one on a lost node, reconcilers/node_loss.py)."""
         res = resource_for(api_version, kind)
         self._count("delete")
         async with self._slots:
-            if uid is None:
+            if uid is None and grace_period_seconds is None:
                 await self.client.delete(res, name, namespace=namespace, cascade=CascadeType.BACKGROUND)
                 return
             # lightkube's delete sends no DeleteOptions body: the request is built the same way, with one.
             generic: Any = self.client._client
             request = generic.prepare_request("delete", res, name=name, namespace=namespace)
-            request.data = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid},
-                            "propagationPolicy": CascadeType.BACKGROUND.value}  # fmt: skip
+            options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions",
+                                       "propagationPolicy": CascadeType.BACKGROUND.value}  # fmt: skip
+            if uid is not None:
+                options["preconditions"] = {"uid": uid}
+            if grace_period_seconds is not None:
+                options["gracePeriodSeconds"] = grace_period_seconds
+            request.data = options
             response = await generic.send(generic.build_adapter_request(request))
             generic.handle_response("delete", response, request)

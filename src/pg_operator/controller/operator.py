@@ -34,6 +34,7 @@ from pg_operator.controller.kube_api import SERVICE_ACCOUNT_DIR, Api, load_confi
 from pg_operator.controller.lease import LeaseConfig, LeaseElector, LeaseLost
 from pg_operator.controller.loop import ReconcileLoop
 from pg_operator.controller.metrics import Metrics
+from pg_operator.controller.nodes import NodeDirectory, may_read_nodes
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcile import Reconciler, namespace_terminating
 from pg_operator.controller.reconcilers.storage import STORAGE_CLASSES_UNREADABLE, storage_classes_readable
@@ -173,6 +174,10 @@ async def run(opts: Options) -> int:
         if not done:
             return 0
         storage_classes = bool(readable)
+        done, node_reads = await unless_stopped(may_read_nodes(api), stop)
+        if not done:
+            return 0
+        nodes = NodeDirectory(readable=bool(node_reads))
         state.role = "candidate"
         log.info("candidate %s for lease %s/%s", opts.identity, opts.lease_namespace, opts.lease_name)
         done, _ = await unless_stopped(elector.acquire(), stop)
@@ -182,7 +187,7 @@ async def run(opts: Options) -> int:
         metrics.leader.set(1)
         log.info("leading as %s; starting the controller", opts.identity)
         return await _lead(opts, api, elector, metrics, stop, state, kinds, gate,
-                           storage_classes=storage_classes)  # fmt: skip
+                           storage_classes=storage_classes, nodes=nodes)  # fmt: skip
     finally:
         metrics.leader.set(0)
         state.role = "stopping"
@@ -208,6 +213,7 @@ async def _lead(
     gate: cache_sync.SyncGate,
     *,
     storage_classes: bool = True,
+    nodes: NodeDirectory | None = None,
 ) -> int:
     cache = Cache(kinds, gate)
     cache.storage_classes_readable = storage_classes
@@ -215,14 +221,14 @@ async def _lead(
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity), pod_exec,
                             ca_trust_period=dt.timedelta(seconds=opts.ca_trust_period_seconds),
                             allowed_images=opts.allowed_image_repositories,
-                            monitoring_namespace=opts.monitoring_namespace)  # fmt: skip
+                            monitoring_namespace=opts.monitoring_namespace, nodes=nodes)  # fmt: skip
     controller = ReconcileLoop(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds,
                                gives_up=namespace_being_deleted,
                                on_failure=reconciler.report_failure)  # fmt: skip
     backups = BackupLoops(api, cache, metrics, pod_exec, opts.identity,
                           retention_seconds=opts.backup_retention_seconds,
                           store_limits=opts.store_limits)  # fmt: skip
-    wakeups = Wakeups(controller, cache, backups, api_reader(api))
+    wakeups = Wakeups(controller, cache, backups, api_reader(api), nodes)
     # A client of its own: the watches' streams never wait behind the reconciles' writes.
     watch_api = Api(metrics, for_watches=True)
     informers = Informers(watch_api, feeds(wakeups, kinds, storage_classes=storage_classes), opts.namespaces,

@@ -40,12 +40,14 @@ from pg_operator.controller.instance_metrics import InstanceMetrics
 from pg_operator.controller.keys import ClusterKey, is_owned_by
 from pg_operator.controller.kube_api import Api, PostgresClusterResource, is_conflict, is_not_found
 from pg_operator.controller.metrics import Metrics
+from pg_operator.controller.nodes import NodeDirectory
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcilers import ObjectId, Problem, ReconcileContext, SubReconciler
 from pg_operator.controller.reconcilers.credentials import CredentialsReconciler
 from pg_operator.controller.reconcilers.high_availability import HighAvailabilityReconciler
 from pg_operator.controller.reconcilers.instances import InstancesReconciler
 from pg_operator.controller.reconcilers.major_upgrade import MajorUpgradeReconciler
+from pg_operator.controller.reconcilers.node_loss import NodeLossReconciler
 from pg_operator.controller.reconcilers.pooler import PoolerReconciler
 from pg_operator.controller.reconcilers.roles import RolesReconciler
 from pg_operator.controller.reconcilers.storage import StorageReconciler
@@ -148,6 +150,7 @@ class Reconciler(RemembersClusters):
         ca_trust_period: timedelta = TRUST_PERIOD,
         allowed_images: AllowedRepositories = DEFAULT_ALLOWED_REPOSITORIES,
         monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE,
+        nodes: NodeDirectory | None = None,
     ) -> None:
         self.api = api
         self.allowed_images = allowed_images
@@ -173,6 +176,8 @@ class Reconciler(RemembersClusters):
             # one.
             MajorUpgradeReconciler(api, events, pod_exec, self.high_availability),
             StorageReconciler(api, self.memo),
+            # Before the others' problems: an instance on a lost node is what a person must hear first.
+            NodeLossReconciler(api, events, nodes),
             self.high_availability,
             InstancesReconciler(events, monitoring_namespace=monitoring_namespace),
             CredentialsReconciler(api, self.memo, events, pod_exec),

@@ -29,6 +29,7 @@ from pg_operator.controller.keys import (
     owning_cluster_name,
 )
 from pg_operator.controller.loop import ReconcileLoop
+from pg_operator.controller.nodes import NODE_KIND, NODES, NodeDirectory, NodeFeed, pods_on
 from pg_operator.controller.secret_reads import Read, SecretReader
 from pg_operator.orchestration.instances import loaded_tls, pending_restart_settings
 from pg_operator.orchestration.stuck_pods import stuck_signature
@@ -87,6 +88,7 @@ class Wakeups:
         cache: Cache,
         backups: BackupLoops | None = None,
         read_secret: Read | None = None,
+        nodes: NodeDirectory | None = None,
     ) -> None:
         self.controller = controller
         self.cache = cache
@@ -98,12 +100,16 @@ class Wakeups:
         # kept for the life of the process (an equal hash for a changed fingerprint would only defer the
         # wake-up to the next event or resync).
         self._seen: dict[str, int] = {}
+        # The Nodes' readiness (controller/nodes.py), when the operator may read them.
+        self.node_feed = NodeFeed(nodes, self.on_node) if nodes is not None and nodes.readable else None
 
     def listed(self, feed: Feed, namespace: str | None, uids: set[str], first: bool) -> None:
         """A complete listing of a kind: what the cache holds of it beyond that listing is gone (deleted
         while no watch was there to say so), and the clusters it belonged to are woken; the first
         listing of each kind is what the sync gate waits for."""
         kind = feed.kind.key
+        if kind == NODE_KIND and self.node_feed is not None:
+            self.node_feed.listed(uids)
         woken = self.cache.prune(kind, uids, namespace)
         if woken:
             log.info("cache: %s of %d cluster(s) gone while the watch was down; waking them",
@@ -184,6 +190,12 @@ class Wakeups:
             self._seen[uid] = fingerprint
         self.controller.wake_soon(key)
 
+    def on_node(self, node: str) -> None:
+        """A node's readiness changed (or it went): the clusters with an instance on it are woken."""
+        for key in self.cache.cluster_keys():
+            if pods_on(self.cache.pods_held(key), node):
+                self.controller.wake(key)
+
     def on_backup(self, body: Mapping[str, Any], event_type: str | None) -> None:
         self.cache.observe(body, event_type)
         if self.backups is not None:
@@ -206,13 +218,16 @@ class Wakeups:
 def feeds(wakeups: Wakeups, kinds: list[WatchedKind], *, storage_classes: bool = True) -> list[Feed]:
     """Every kind the informers list and watch: the clusters, their children (those carrying the cluster
     label), the StorageClasses (`storage_classes`: False when the operator may not read them,
-    reconcilers/storage.py) and, for the backup reconcilers, Backups and ScheduledBackups, whose CRDs may be
-    missing: the sync gate does not wait for those."""
+    reconcilers/storage.py), the Nodes (when the wake-ups were given a readable directory,
+    controller/nodes.py) and, for the backup reconcilers, Backups and ScheduledBackups, whose CRDs may
+    be missing: the sync gate does not wait for those."""
     out = [Feed(CLUSTERS, wakeups.on_cluster)]
     out += [Feed(kind, wakeups.on_child, after=CLUSTERS.key if kind.key == SECRET_KIND else None)
             for kind in child_kinds(kinds, CLUSTER_LABEL)]  # fmt: skip
     if storage_classes:
         out.append(Feed(STORAGE_CLASSES, wakeups.on_storage_class))
+    if wakeups.node_feed is not None:
+        out.append(Feed(NODES, wakeups.node_feed.deliver))
     if wakeups.backups is not None:
         out.append(Feed(BACKUPS, wakeups.on_backup, awaited=False))
         out.append(Feed(SCHEDULED_BACKUPS, wakeups.on_scheduled_backup, awaited=False))
