@@ -5,7 +5,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 LOCALKUBE := python3 localkube/cluster.py
 
-.PHONY: demo test test-unit lint manifests venv cluster-up cluster-down cluster-status cluster-kubeconfig cluster-reset binaries
+.PHONY: demo test test-unit lint manifests venv cluster-up cluster-down cluster-status cluster-kubeconfig cluster-reset binaries images
+# What `make binaries` builds (localkube/build-binaries.sh): components or profiles (kwok, full, all).
+BINARIES ?= all
+# `make images`: where the images are named and whether they are pushed (images/build.sh, docs/install.md).
+REGISTRY ?=
+PUSH ?= 0
+IMAGES ?= all
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -20,7 +26,12 @@ demo: venv
 	hack/demo.sh
 
 binaries:
-	localkube/build-binaries.sh
+	localkube/build-binaries.sh $(BINARIES)
+
+# Every image from its Dockerfile with buildah: `make images REGISTRY=registry.example.com/pg PUSH=1`.
+images:
+	@command -v buildah >/dev/null || apt-get install -y -qq --no-install-recommends buildah runc debootstrap >/dev/null
+	REGISTRY=$(REGISTRY) PUSH=$(PUSH) images/build.sh $(IMAGES)
 
 cluster-up:
 	@$(LOCALKUBE) up $(PROFILE)
@@ -53,5 +64,6 @@ test-unit: venv
 # start the profile each tier needs and stop what they started.
 test: venv binaries
 	@command -v promtool >/dev/null || apt-get install -y -qq --no-install-recommends prometheus >/dev/null  # rule tests, e2e monitoring
+	@command -v buildah >/dev/null || apt-get install -y -qq --no-install-recommends buildah runc debootstrap >/dev/null  # the image build test
 	$(MAKE) -s lint
 	$(PY) -m pytest

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
 step "local Kubernetes (full profile)"
+# Only the binaries the full profile runs: not kwok's fake nodes nor helm, which only the tests use.
+export PGOP_BINARIES=${PGOP_BINARIES:-full}
 python3 localkube/cluster.py up full
 export KUBECONFIG
 KUBECONFIG=$(python3 localkube/cluster.py kubeconfig)

@@ -6,6 +6,35 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/versions.env"
 cache=${PGOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pg-operator}
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+# What to build: component names (kubernetes etcd kwok coredns kube-router helm), profiles (kwok: what
+# the kwok profile runs; full: what the full profile runs; all: everything, the tests' helm included), or
+# a mix, as arguments or in PGOP_BINARIES (space-separated; the arguments win). Default: all.
+#   localkube/build-binaries.sh full              # what `make demo` needs, no helm and no kwok
+#   PGOP_BINARIES=full python3 localkube/cluster.py up full
+#   localkube/build-binaries.sh --print full      # only print what would be built
+print_only=0
+if [ "${1:-}" = --print ]; then print_only=1; shift; fi
+profile_components() {
+  case "$1" in
+    all) echo kubernetes etcd kwok coredns kube-router helm ;;
+    kwok) echo kubernetes etcd kwok ;;
+    full) echo kubernetes etcd coredns kube-router ;;
+    kubernetes|etcd|coredns|kube-router|helm) echo "$1" ;;
+    *) echo "build-binaries.sh: unknown component or profile '$1' (kubernetes, etcd, kwok, coredns," \
+         "kube-router, helm; profiles kwok, full, all)" >&2; return 1 ;;
+  esac
+}
+[ $# -gt 0 ] || set -- ${PGOP_BINARIES:-all}
+wanted=" "
+for w in "$@"; do
+  # "kwok" alone names the profile, which includes the kwok binary.
+  wanted+="$(profile_components "$w") "
+done
+wants() { [[ "$wanted" == *" $1 "* ]]; }
+if [ "$print_only" = 1 ]; then
+  printf '%s\n' $wanted | awk '!seen[$0]++' | paste -sd' '
+  exit 0
+fi
 # One build at a time per cache: a second run started meanwhile (another checkout's tests, say) would
 # otherwise clear the first one's half-built directory; it waits, then finds the cache warm.
 mkdir -p "$cache"
@@ -37,8 +66,7 @@ build_group() {  # build_group NAME VERSION MODULE_DIR LDFLAGS PKG...
   rm -f "$cache/current/server"
 }
 
-want=${1:-all}
-if [ "$want" = all ] || [ "$want" = kubernetes ]; then
+if wants kubernetes; then
   major=${KUBE_VERSION#v}; major=${major%%.*}
   minor=${KUBE_VERSION#v*.}; minor=${minor%%.*}
   ld="-s -w"
@@ -52,18 +80,18 @@ if [ "$want" = all ] || [ "$want" = kubernetes ]; then
   done
   build_group kubernetes "$KUBE_VERSION" "$here/modules/kubernetes" "$ld" "${pkgs[@]}"
 fi
-if [ "$want" = all ] || [ "$want" = etcd ]; then
+if wants etcd; then
   build_group etcd "$ETCD_VERSION" "$here/modules/etcd" "-s -w" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3
 fi
-if [ "$want" = all ] || [ "$want" = kwok ]; then
+if wants kwok; then
   build_group kwok "$KWOK_VERSION" "$here/modules/kwok" "-s -w" sigs.k8s.io/kwok/cmd/kwok
 fi
-if [ "$want" = all ] || [ "$want" = coredns ]; then
+if wants coredns; then
   # Cluster DNS for the full profile; the version is the one localkube/modules/coredns/go.mod pins.
   coredns_version=$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" {print $3}' "$here/modules/coredns/go.mod")
   build_group coredns "$coredns_version" "$here/modules/coredns" "-s -w" .
 fi
-if [ "$want" = all ] || [ "$want" = kube-router ]; then
+if wants kube-router; then
   # NetworkPolicy enforcement for the full profile (only kube-router's firewall controller runs; see
   # localkube/netpol.py); the version is the one localkube/modules/kube-router/go.mod pins.
   kr_version=$(awk '$1 == "github.com/cloudnativelabs/kube-router/v2" {print $2}' "$here/modules/kube-router/go.mod")
@@ -71,7 +99,7 @@ if [ "$want" = all ] || [ "$want" = kube-router ]; then
     "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$kr_version" \
     github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
 fi
-if [ "$want" = all ] || [ "$want" = helm ]; then
+if wants helm; then
   # The Helm chart's tests (charts/pg-operator) and the e2e tier's install; the version is the one
   # localkube/modules/helm/go.mod pins. The ldflags give `helm version` its release and tell `helm lint`
   # which Kubernetes minor to check API deprecations against (the client-go minor Helm is built with).

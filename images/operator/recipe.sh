@@ -29,7 +29,11 @@ path-exclude=/usr/share/lintian/*
 CFG
 # See images/postgres/recipe.sh: a builder-supplied CA bundle is kept for pip during the build.
 BUILD_CA=/run/pg-operator-build-ca.crt
-if [ -s /etc/ssl/certs/ca-certificates.crt ] && [ -z "${PIP_CERT:-}" ]; then
+# An OCI builder passes it as the build secret `build-ca` (images/build.sh; `--secret id=build-ca,src=…`),
+# mounted for the RUN step only, so no layer holds it.
+if [ -s /run/secrets/build-ca ] && [ -z "${PIP_CERT:-}" ]; then
+  export PIP_CERT=/run/secrets/build-ca
+elif [ -s /etc/ssl/certs/ca-certificates.crt ] && [ -z "${PIP_CERT:-}" ]; then
   mkdir -p /run && cp /etc/ssl/certs/ca-certificates.crt "$BUILD_CA" && export PIP_CERT="$BUILD_CA"
 fi
 apt-get update -qq

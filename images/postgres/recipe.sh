@@ -56,7 +56,11 @@ libgssapi-krb5-2 liblz4-1 libzstd1 zlib1g liblzma5 libreadline8 libossp-uuid16"
 # The builder may supply a CA bundle (e.g. an egress proxy's CA) for pip; installing ca-certificates
 # regenerates /etc/ssl/certs/ca-certificates.crt without it, so keep a copy for this build only.
 BUILD_CA=/run/pg-operator-build-ca.crt
-if [ -s /etc/ssl/certs/ca-certificates.crt ] && [ -z "${PIP_CERT:-}" ]; then
+# An OCI builder passes it as the build secret `build-ca` (images/build.sh; `--secret id=build-ca,src=…`),
+# mounted for the RUN step only, so no layer holds it.
+if [ -s /run/secrets/build-ca ] && [ -z "${PIP_CERT:-}" ]; then
+  export PIP_CERT=/run/secrets/build-ca
+elif [ -s /etc/ssl/certs/ca-certificates.crt ] && [ -z "${PIP_CERT:-}" ]; then
   mkdir -p /run && cp /etc/ssl/certs/ca-certificates.crt "$BUILD_CA" && export PIP_CERT="$BUILD_CA"
 fi
 

@@ -1,10 +1,12 @@
 """Attacks a tenant can make from inside a database it owns, each as the tenant would make it, on the shared
 example cluster (orders-db in shop). The tenant acts through a ServiceAccount of its namespace that may
-only read and change PostgresClusters and read Secrets there (its spec edits and Secret reads below go
-through it), and in the database as a declared role that owns a declared database, logging in with its
-generated Secret; every test asserts the secure outcome and that the cluster keeps serving. What the
-module adds is removed at its end. (A user's CA shared with others is attacked in test_cluster_basics'
-server-certificate test, which has that certificate in place.)
+only manage PostgresClusters and read and create Secrets there, with a kubeconfig holding that account's
+token alone (harness/tenant.py: its spec edits, Secret reads and clusters below go through it), and in
+the database as a declared role that owns a declared database, logging in with its generated Secret;
+every test asserts the secure outcome and that the cluster keeps serving. What the module adds is
+removed at its end. (A user's CA shared with others is attacked in test_cluster_basics'
+server-certificate test, which has that certificate in place; the attacks through the Kubernetes API
+alone are test_tenant_attacks_objects.)
 
 The operator's converging SQL runs as the superuser inside databases the tenant owns, and so did its
 read-back on images before the read role was admitted there (it now reads as `pgop_monitor`:
@@ -27,7 +29,9 @@ from harness.deployed_operator import EXAMPLE, EXAMPLE_NAMESPACE
 from harness.e2e_backup import superuser_sql
 from harness.kube import get_json
 from harness.local_cluster import Kube
-from harness.pgcluster import service_ip, status, wait_serving
+from harness.objects import cluster
+from harness.pgcluster import SMALL, service_ip, status, wait_serving
+from harness.tenant import Tenant, grant, parked, revoke
 from harness.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -79,32 +83,12 @@ EXTENSION_OWNER = "SELECT pg_catalog.pg_get_userbyid(e.extowner) || '|' || n.nsp
 EXTENSION_SCHEMA = "SELECT n.nspname || '|' || pg_catalog.pg_get_userbyid(n.nspowner) " + _EXTENSION
 
 
-TENANT_ACCOUNT = f"system:serviceaccount:{NS}:e2e-tenant"
-# What a tenant team is given: its own clusters and Secrets, nothing else.
-TENANT_RBAC = [
-    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "e2e-tenant", "namespace": NS}},
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-     "metadata": {"name": "e2e-tenant", "namespace": NS},
-     "rules": [{"apiGroups": ["db.example.com"], "resources": ["postgresclusters"],
-                "verbs": ["get", "list", "watch", "create", "patch", "update"]},
-               {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]},
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-     "metadata": {"name": "e2e-tenant", "namespace": NS},
-     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "e2e-tenant"},
-     "subjects": [{"kind": "ServiceAccount", "name": "e2e-tenant", "namespace": NS}]},
-]  # fmt: skip
+def patch_spec(account: Tenant, spec: dict[str, Any]) -> None:
+    account.kubectl("patch", "pgc", NAME, "--type=merge", "-p", json.dumps({"spec": spec}))
 
 
-def as_tenant(kube: Kube, *args: str) -> Any:
-    return kube.kubectl(f"--as={TENANT_ACCOUNT}", *args)
-
-
-def patch_spec(kube: Kube, spec: dict[str, Any]) -> None:
-    as_tenant(kube, "patch", "pgc", NAME, "-n", NS, "--type=merge", "-p", json.dumps({"spec": spec}))
-
-
-def tenant_secret(kube: Kube, name: str) -> dict[str, str]:
-    data = json.loads(as_tenant(kube, "get", "secret", name, "-n", NS, "-o", "json").stdout)["data"]
+def tenant_secret(account: Tenant, name: str) -> dict[str, str]:
+    data = json.loads(account.kubectl("get", "secret", name, "-o", "json").stdout)["data"]
     return {k: base64.b64decode(v).decode() for k, v in data.items()}
 
 
@@ -118,9 +102,9 @@ def entries(kube: Kube) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in [*(st.get("roles") or ()), *(st.get("databases") or ())]}
 
 
-def tenant_connection(kube: Kube, tmp_path: Path) -> psycopg.Connection[Any]:
+def tenant_connection(kube: Kube, account: Tenant, tmp_path: Path) -> psycopg.Connection[Any]:
     """What the tenant has: its generated Secret, verify-full through -rw, into the database it owns."""
-    values = tenant_secret(kube, f"{NAME}-{TENANT.replace('_', '-')}")
+    values = tenant_secret(account, f"{NAME}-{TENANT.replace('_', '-')}")
     ca = tmp_path / "tenant-ca.crt"
     ca.write_text(values["ca.crt"])
     return psycopg.connect(host=values["host"], hostaddr=service_ip(kube, NS, f"{NAME}-rw"),
@@ -134,43 +118,45 @@ def superusers(kube: Kube) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def tenant(example: Kube) -> Iterator[Kube]:
-    """A tenant role owning a tenant database on the example cluster; removed (dropped) at the end."""
+def account(example: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenant]:
+    """The tenant's ServiceAccount in the example's namespace and a kubeconfig with its token alone: every
+    spec edit, Secret read and cluster the tenant creates below goes through it."""
     wait_serving(example, NS, NAME, 3, 300)
-    rbac = {"apiVersion": "v1", "kind": "List", "items": TENANT_RBAC}
-    example.kubectl("apply", "-f", "-", input=json.dumps(rbac))
-    # The account is a tenant's, no more: it may not exec into pods.
-    denied = example.kubectl(f"--as={TENANT_ACCOUNT}", "auth", "can-i", "create", "pods/exec", "-n", NS,
-                             check=False)  # fmt: skip
-    assert denied.stdout.strip() == "no", denied.stdout
-    patch_spec(example, {"roles": ROLES, "databases": DATABASES})
+    try:
+        yield grant(example, NS, tmp_path_factory.mktemp("tenant"))
+    finally:
+        revoke(example, NS)
+
+
+@pytest.fixture(scope="module")
+def tenant(example: Kube, account: Tenant) -> Iterator[Kube]:
+    """A tenant role owning a tenant database on the example cluster; removed (dropped) at the end."""
+    patch_spec(account, {"roles": ROLES, "databases": DATABASES})
     wait_until("the tenant's role and database applied",
                lambda: all(entries(example).get(n, {}).get("applied") for n in (TENANT, TENANT_DB)),
                CHECK_TIMEOUT, 2)  # fmt: skip
     try:
         yield example
     finally:
-        patch_spec(example, {"removalPolicy": {"roles": "delete", "databases": "delete"}})
-        patch_spec(example, {"roles": None, "databases": None})
+        patch_spec(account, {"removalPolicy": {"roles": "delete", "databases": "delete"}})
+        patch_spec(account, {"roles": None, "databases": None})
         on_primary(example, f"DROP ROLE IF EXISTS {ESCALATED}")
         on_primary(example, f"DROP ROLE IF EXISTS {HELPER}")
         wait_until("the tenant's role and database dropped",
                    lambda: on_primary(example, TENANT_ROLES) == "0"
                    and not status(example, NS, NAME).get("roles"), CHECK_TIMEOUT, 2)  # fmt: skip
-        patch_spec(example, {"removalPolicy": None})
-        example.kubectl("delete", "rolebinding,role,serviceaccount", "e2e-tenant", "-n", NS,
-                        "--ignore-not-found")  # fmt: skip
+        patch_spec(account, {"removalPolicy": None})
         wait_serving(example, NS, NAME, 3, 120)
 
 
 def test_a_search_path_the_tenant_sets_never_runs_its_code_as_the_superuser(
-    tenant: Kube, tmp_path: Path
+    tenant: Kube, account: Tenant, tmp_path: Path
 ) -> None:
     before = superusers(tenant)
-    with tenant_connection(tenant, tmp_path) as conn:
+    with tenant_connection(tenant, account, tmp_path) as conn:
         conn.execute(TRAP)
         # The trap works: a session that resolves names through the database's search path runs it.
-        with tenant_connection(tenant, tmp_path) as probe:
+        with tenant_connection(tenant, account, tmp_path) as probe:
             probe.execute("SELECT count(*) FROM pg_extension")
         assert conn.execute("SELECT count(*), bool_or(super) FROM public.calls").fetchone() == (1, False)
         conn.execute("TRUNCATE public.calls")
@@ -178,12 +164,12 @@ def test_a_search_path_the_tenant_sets_never_runs_its_code_as_the_superuser(
     # extension (trusted: created as the database's owner) and a new owner for the declared schema.
     databases = [{"name": TENANT_DB, "owner": TENANT, "extensions": ["pg_trgm"],
                   "schemas": [{"name": "app"}, {"name": "reports"}]}]  # fmt: skip
-    patch_spec(tenant, {"databases": databases})
+    patch_spec(account, {"databases": databases})
     wait_until("the new schema and the extension created in the tenant's database",
                lambda: on_primary(tenant, REPORTS_SCHEMA, TENANT_DB) == "1"
                and entries(tenant).get(TENANT_DB, {}).get("applied"), CHECK_TIMEOUT, 2)  # fmt: skip
     # One more periodic read-back, after the converging one.
-    patch_spec(tenant, {"databases": [{**databases[0], "schemas": [{"name": "app"}]}]})
+    patch_spec(account, {"databases": [{**databases[0], "schemas": [{"name": "app"}]}]})
     wait_until(
         "a further check of the tenant's database",
         lambda: entries(tenant).get(TENANT_DB, {}).get("applied"),
@@ -200,29 +186,32 @@ def test_a_search_path_the_tenant_sets_never_runs_its_code_as_the_superuser(
 
 
 def test_an_untrusted_extension_goes_into_a_schema_the_tenant_cannot_write(
-    tenant: Kube, tmp_path: Path
+    tenant: Kube, account: Tenant, tmp_path: Path
 ) -> None:
     """pg_buffercache is not trusted: only the superuser can create it, so its script runs as the superuser
     with the target schema first in its search path. Installed into the tenant's `public`, anything the
     tenant planted there would run; it goes into `extensions`, owned by the superuser, instead."""
     databases = [{"name": TENANT_DB, "owner": TENANT, "extensions": ["pg_buffercache"],
                   "schemas": [{"name": "app"}]}]  # fmt: skip
-    patch_spec(tenant, {"databases": databases})
+    patch_spec(account, {"databases": databases})
     wait_until("pg_buffercache created",
                lambda: on_primary(tenant, EXTENSION_SCHEMA.format("pg_buffercache"), TENANT_DB) != "",
                CHECK_TIMEOUT, 2)  # fmt: skip
     row = on_primary(tenant, EXTENSION_SCHEMA.format("pg_buffercache"), TENANT_DB)
     assert row == "extensions|postgres", row
-    with tenant_connection(tenant, tmp_path) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+    with (
+        tenant_connection(tenant, account, tmp_path) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
         conn.execute("CREATE FUNCTION extensions.planted() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$")
 
 
-def test_a_membership_that_reaches_server_programs_is_refused(tenant: Kube) -> None:
+def test_a_membership_that_reaches_server_programs_is_refused(tenant: Kube, account: Tenant) -> None:
     """A role that can run server programs (as a CREATEROLE role on PostgreSQL 15 could make one): declaring
     a membership in it is refused, reported, and never granted, whatever the path to the predefined role."""
     on_primary(tenant, f"CREATE ROLE {HELPER} NOLOGIN")
     on_primary(tenant, f"GRANT pg_execute_server_program TO {HELPER}")
-    patch_spec(tenant, {"roles": [{"name": TENANT, "inRoles": [HELPER]}]})
+    patch_spec(account, {"roles": [{"name": TENANT, "inRoles": [HELPER]}]})
 
     def refused() -> dict[str, Any] | None:
         entry = entries(tenant).get(TENANT, {})
@@ -233,4 +222,60 @@ def test_a_membership_that_reaches_server_programs_is_refused(tenant: Kube) -> N
     assert on_primary(tenant, f"SELECT pg_has_role('{TENANT}', 'pg_execute_server_program', 'MEMBER')") == "f"
     warnings = get_json(tenant, "events", "-n", NS, "--field-selector", "reason=RolesNotApplied")["items"]
     assert any(HELPER in w["message"] for w in warnings), warnings
-    patch_spec(tenant, {"roles": ROLES})
+    patch_spec(account, {"roles": ROLES})
+
+
+# --- replication certificates -------------------------------------------------------------------------
+
+FORGER = "e2e-forger"
+
+
+def replication_attempt(host: str, cert: Path, key: Path, database: str | None) -> str:
+    """Log in as the replication role with a client certificate: a replication connection (database
+    None: IDENTIFY_SYSTEM) or a session in `database` (what pg_rewind opens). What the server said."""
+    extra: dict[str, Any] = {"replication": "database"} if database is None else {}
+    try:
+        with psycopg.connect(host=host, port=5432, user="replicator", dbname=database or "postgres",
+                             sslmode="require", sslcert=str(cert), sslkey=str(key), connect_timeout=5,
+                             autocommit=True, **extra) as conn:  # fmt: skip
+            if database is None:
+                result = conn.pgconn.exec_(b"IDENTIFY_SYSTEM")
+                answer = psycopg.pq.ExecStatus(result.status).name
+                return f"accepted: {answer} {result.error_message.decode()}".strip()
+            return f"accepted: {conn.execute('SELECT current_user').fetchone()}"
+    except psycopg.OperationalError as exc:
+        return f"refused: {exc}"
+
+
+def test_another_clusters_replication_certificate_is_refused_by_this_clusters_primary(
+    example: Kube, account: Tenant, tmp_path: Path
+) -> None:
+    """Every cluster's replication certificate says CN=replicator, and the tenant may read each one in its
+    namespace. It creates a second cluster there (one whose pods have no node to run on: its certificates
+    are made all the same) and presents that cluster's replication certificate to the example's primary:
+    refused, for replication and for the `postgres` database alike, while the example's own is taken.
+    (A certificate from a user's issuer shared by many clusters is test_cluster_basics' server-certificate
+    test.)"""
+    account.create(cluster(FORGER, NS, replicas=1, resources=SMALL, **parked()))
+    try:
+        forged = wait_until("the second cluster's replication certificate",
+                            lambda: tenant_secret(account, f"{FORGER}-server-tls"), 60, 1)  # fmt: skip
+        own = tenant_secret(account, f"{NAME}-server-tls")
+        assert forged["replication.crt"] != own["replication.crt"]
+        primary = str(status(example, NS, NAME)["currentPrimary"])
+        host = str(get_json(example, "pod", primary, "-n", NS)["status"]["podIP"])
+        outcome: dict[str, str] = {}
+        for who, values in (("other cluster's", forged), ("own", own)):
+            cert, key = tmp_path / f"{len(outcome)}.crt", tmp_path / f"{len(outcome)}.key"
+            cert.write_text(values["replication.crt"])
+            key.write_text(values["replication.key"])
+            key.chmod(0o600)
+            outcome[f"{who} certificate, replication"] = replication_attempt(host, cert, key, None)
+            outcome[f"{who} certificate, postgres"] = replication_attempt(host, cert, key, "postgres")
+        print(json.dumps(outcome, indent=1), flush=True)
+        assert outcome["own certificate, replication"].startswith("accepted: TUPLES_OK"), outcome
+        assert outcome["own certificate, postgres"] == "accepted: ('replicator',)", outcome
+        assert outcome["other cluster's certificate, replication"].startswith("refused"), outcome
+        assert outcome["other cluster's certificate, postgres"].startswith("refused"), outcome
+    finally:
+        account.kubectl("delete", "pgc", FORGER, "--ignore-not-found")

@@ -16,7 +16,7 @@ import pytest
 from harness.s3 import REGION, S3Server, s3_server
 from pg_operator.backup.barman import ObjectStore
 from pg_operator.backup.store_ownership import Owner, decide, marker_body, marker_key, parse_marker
-from pg_operator.controller.backup_reconcilers.store import (
+from pg_operator.controller.store_client import (
     Deleted,
     StoreAccess,
     StoreBusy,

@@ -114,7 +114,15 @@ def test_chart_only_args_are_the_operators_defaults() -> None:
 
 
 def test_lint_is_clean_in_both_modes() -> None:
-    for values in ([], [*watching(["shop", "billing"]), *MONITORING]):
+    own_account = [
+        "--set",
+        "serviceAccount.create=false",
+        "--set",
+        "serviceAccount.name=ops",
+        "--set",
+        "rbac.create=false",
+    ]
+    for values in ([], [*watching(["shop", "billing"]), *MONITORING], [*REGISTRY_VALUES, *own_account]):
         out = helm_local("lint", "--strict", str(CHART), *values)
         assert "0 chart(s) failed" in out, out
         assert "[WARNING]" not in out and "[ERROR]" not in out, out
@@ -345,3 +353,113 @@ def test_namespaced_install_and_uninstall(kube: Kube, namespaces: dict[str, str]
         assert get_or_none(kube, "crd", f"{crd}.db.example.com") is not None
     for namespace in watched:
         assert get_or_none(kube, "namespace", namespace) is not None
+
+
+# --- Images from a registry of one's own, the chart's ServiceAccount and RBAC switches ----------------
+
+REGISTRY = "registry.example.com/pg"
+REGISTRY_VALUES = [
+    "--set", f"image.repository={REGISTRY}/operator",
+    "--set", f"images.postgres.repository={REGISTRY}/postgres",
+    "--set", "imagePullSecrets[0].name=regcred",
+]  # fmt: skip
+
+
+def env_of(deployment: dict[str, Any]) -> dict[str, str]:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", "") for e in container["env"] if "valueFrom" not in e}
+
+
+def image_settings(deployment: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """What the operator of this Deployment runs with: its arguments, with its environment."""
+    from pg_operator.cli.main import image_options
+
+    for name, value in env_of(deployment).items():
+        if name.startswith("PG_OPERATOR_"):  # not its HOME
+            monkeypatch.setenv(name, value)
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return image_options(build_parser().parse_args(["run", *container["args"]]))
+
+
+def test_the_registry_values_reach_the_operator_and_the_pods_it_makes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pg_operator.images import ImageSettings
+
+    ours = find(render(*REGISTRY_VALUES), "Deployment", "pg-operator", OPERATOR_NAMESPACE)
+    pod = ours["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["containers"][0]["image"] == f"{REGISTRY}/operator:0.1.0"
+    settings, allowed = image_settings(ours, monkeypatch)
+    # The pooler's image follows the operator's unless images.pooler says otherwise.
+    assert settings == ImageSettings(f"{REGISTRY}/postgres", f"{REGISTRY}/operator", "0.1.0", ("regcred",))
+    assert allowed.entries == (f"{REGISTRY}/postgres",)
+
+    pinned = render(*REGISTRY_VALUES, "--set", "images.pooler.repository=other.example.com/bouncer",
+                    "--set", "images.pooler.tag=1.2",
+                    "--set", "allowedImageRepositories={other.example.com/}")  # fmt: skip
+    settings, allowed = image_settings(
+        find(pinned, "Deployment", "pg-operator", OPERATOR_NAMESPACE), monkeypatch
+    )
+    assert settings.pooler_image == "other.example.com/bouncer:1.2"
+    assert allowed.entries == ("other.example.com/",)
+
+
+def test_the_registry_overlay_is_the_charts_registry_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """deploy/registry (kustomize) and the chart with the same registry give the same Deployment."""
+    rendered = LocalKubectl().kubectl("kustomize", str(DEPLOY / "registry")).stdout
+    overlay = [d for d in yaml.safe_load_all(rendered) if d]
+    theirs = find(overlay, "Deployment", "pg-operator", OPERATOR_NAMESPACE)
+    ours = comparable_deployment(
+        find(render(*REGISTRY_VALUES), "Deployment", "pg-operator", OPERATOR_NAMESPACE)
+    )
+    assert env_of({"spec": ours}) == env_of(theirs)  # kustomize puts the patched variables first
+    for spec in (ours, theirs["spec"]):
+        spec["template"]["spec"]["containers"][0].pop("env")
+    assert ours == theirs["spec"]
+    # Everything else is deploy/'s.
+    assert identities(overlay) - identities(yaml_docs(DEPLOY / "operator" / "deployment.yaml")) == identities(
+        [d for path in (DEPLOY / "operator").glob("*.yaml") if path.name not in ("kustomization.yaml",
+         "deployment.yaml") for d in yaml_docs(path)])  # fmt: skip
+
+
+def test_service_account_and_rbac_switches() -> None:
+    existing = render("--set", "serviceAccount.create=false", "--set", "serviceAccount.name=platform-ops")
+    assert not [o for o in existing if o["kind"] == "ServiceAccount"]
+    deployment = find(existing, "Deployment", "pg-operator", OPERATOR_NAMESPACE)
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "platform-ops"
+    for binding in (o for o in existing if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "platform-ops",
+                                        "namespace": OPERATOR_NAMESPACE}]  # fmt: skip
+    for policy in (o for o in existing if o["kind"] == "ValidatingAdmissionPolicy"):
+        (match,) = policy["spec"]["matchConditions"]
+        assert match["expression"].endswith(f"'system:serviceaccount:{OPERATOR_NAMESPACE}:platform-ops'")
+
+    named = render("--set", "serviceAccount.name=pgop", "--set", "serviceAccount.annotations.team=db")
+    (account,) = [o for o in named if o["kind"] == "ServiceAccount"]
+    assert account["metadata"]["name"] == "pgop" and account["metadata"]["annotations"] == {"team": "db"}
+
+    for values in ([], watching(["shop"])):
+        without = render("--set", "rbac.create=false", *values)
+        kinds = {o["kind"] for o in without}
+        assert not kinds & {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}, kinds
+        assert {"Deployment", "ServiceAccount", "ValidatingAdmissionPolicy"} <= kinds
+
+
+def test_chart_conventions_are_enforced() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == ">=1.30.0-0"
+    for values, needle in (
+        (["--kube-version", "1.29.0"], "chart requires kubeVersion: >=1.30.0-0"),
+        (
+            ["--set", "serviceAccount.create=false"],
+            "serviceAccount.name: the name of an existing ServiceAccount",
+        ),
+        (["--set", "images.postgres.repository=reg.example.com/pg:16"], "/images/postgres/repository"),
+        (["--set", "imagePullSecrets[0].name=Reg_Cred"], "/imagePullSecrets/0/name"),
+        (["--set", "images.pooler.tag=:1"], "/images/pooler/tag"),
+        (["--set", "rbac.enabled=true"], "enabled"),
+    ):
+        res = subprocess.run([Context().binary("helm"), "template", RELEASE, str(CHART), *values],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert res.returncode != 0 and needle in res.stderr, (values, res.stderr)

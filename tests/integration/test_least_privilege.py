@@ -113,9 +113,9 @@ def exec_as_operator(kube: Any, ns: str, pod: str, container: str) -> str:
 
 
 def staging_body(name: str) -> dict[str, Any]:
-    from pg_operator.controller.reconcilers.major_upgrade import staging_container
+    from pg_operator.orchestration.major_upgrade_state import Phase, UpgradeState, staging, staging_container
 
-    return staging_container(name, "17.11")
+    return {**staging_container(staging(UpgradeState("16", "17", Phase.CHECKING))), "name": name}
 
 
 def add_ephemeral(kube: Any, ns: str, pod: str, container: dict[str, Any]) -> Any:

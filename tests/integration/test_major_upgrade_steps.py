@@ -1,7 +1,8 @@
 """The major upgrade's data-plane steps on real PostgreSQL 16 and 17 servers (the binaries the images
 ship, run on this host as an unprivileged user), exactly as the pods run them: the live
 `pg_upgrade --check` passes on a clean cluster (keeping its new cluster, which the upgrade then takes)
-and fails with pg_upgrade's own reason on a reg* column, leaving the running server untouched;
+and fails with pg_upgrade's own reason on a reg* column, leaving the running server untouched; binaries
+of another major than the target (an image that does not hold it) are refused before pg_upgrade runs;
 `pg_upgrade --link` moves the data to the new major (rows kept, a new system identifier, a second run
 changes nothing); and an upgrade broken on purpose after linking rolls back so the old major starts on
 intact data.
@@ -85,7 +86,7 @@ def test_live_check_passes_then_fails_on_a_reg_column_without_touching_the_serve
     old: Postgres, homes: tuple[Path, Path]
 ) -> None:
     steps = layout(old, homes[1])
-    ok = run_script(old, mu.check_script(steps))
+    ok = run_script(old, mu.check_script(steps, "17"))
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "Clusters are compatible" in ok.stdout
     # The checked new cluster is kept for the upgrade (its initdb then costs no downtime).
@@ -93,7 +94,7 @@ def test_live_check_passes_then_fails_on_a_reg_column_without_touching_the_serve
 
     old.query("CREATE TABLE lookups (r regproc)")
     old.query("INSERT INTO lookups VALUES ('now')")
-    bad = run_script(old, mu.check_script(steps))
+    bad = run_script(old, mu.check_script(steps, "17"))
     assert bad.returncode != 0
     reason = mu.check_failure_reason(bad.stdout + "\n" + bad.stderr)
     assert "reg*" in reason, reason
@@ -103,6 +104,20 @@ def test_live_check_passes_then_fails_on_a_reg_column_without_touching_the_serve
     assert old.query("SELECT count(*), current_setting('server_version') FROM items") == [(ROWS + 1, OLD)]
     assert (old.pgdata / "PG_VERSION").read_text().strip() == "16"
     assert not Path(steps.check_pgdata).exists() and not Path(steps.prepared_pgdata).exists()
+
+
+def test_the_check_refuses_an_image_of_another_major_naming_what_it_holds(
+    old: Postgres, homes: tuple[Path, Path]
+) -> None:
+    # spec.image left at (or set to) an image of the old major while spec.version asks for 17.
+    steps = layout(old, homes[0])
+    bad = run_script(old, mu.check_script(steps, "17"))
+    assert bad.returncode != 0
+    reason = mu.check_failure_reason(bad.stdout + "\n" + bad.stderr)
+    assert reason == f"fatal: the new image holds PostgreSQL {OLD}, not 17", reason
+    # Nothing was prepared and the server still serves.
+    assert not Path(steps.check_pgdata).exists() and not Path(steps.prepared_pgdata).exists()
+    assert old.query("SELECT count(*) FROM items") == [(ROWS,)]
 
 
 def test_upgrade_links_the_data_into_the_new_major_and_is_idempotent(
@@ -135,7 +150,7 @@ def test_the_upgrade_takes_the_new_cluster_the_check_prepared(
     old: Postgres, homes: tuple[Path, Path]
 ) -> None:
     steps = layout(old, homes[1])
-    checked = run_script(old, mu.check_script(steps))
+    checked = run_script(old, mu.check_script(steps, "17"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     old.stop()
     done = run_script(old, mu.upgrade_script(steps, "16", "17"))

@@ -37,9 +37,9 @@ from harness import local_postgres, patroni_instance
 from harness.net import free_port
 from harness.waiting import wait_until
 from pg_operator.api.cluster import PostgresCluster
+from pg_operator.api.constants import MONITOR_ROLE
 from pg_operator.controller.pod_exec import PSQL, SOCKET_DIR
 from pg_operator.instance import patroni_config, session_roles
-from pg_operator.instance.metrics import MONITOR_ROLE
 from pg_operator.specs import role_reads
 from pg_operator.specs.role_changes import converge
 from pg_operator.specs.roles import Passwords

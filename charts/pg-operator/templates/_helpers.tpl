@@ -33,9 +33,30 @@ app.kubernetes.io/name: pg-operator
 app.kubernetes.io/component: operator
 {{- end -}}
 
+{{/*
+The operator's ServiceAccount: the chart's own (serviceAccount.create, named serviceAccount.name or the
+full name), or an existing one, which must then be named.
+*/}}
+{{- define "pg-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "pg-operator.fullname" .) -}}
+{{- else -}}
+{{- required "serviceAccount.name: the name of an existing ServiceAccount is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The user name the API server gives the operator's ServiceAccount (what the admission policies match). */}}
 {{- define "pg-operator.serviceAccountUser" -}}
-{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "pg-operator.fullname" .) -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "pg-operator.serviceAccountName" .) -}}
+{{- end -}}
+
+{{/* The names of imagePullSecrets, comma-separated (the operator's --image-pull-secrets). */}}
+{{- define "pg-operator.pullSecretNames" -}}
+{{- $names := list -}}
+{{- range .Values.imagePullSecrets -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- join "," $names -}}
 {{- end -}}
 
 {{/* The namespaced install: a list of watched namespaces was given. */}}

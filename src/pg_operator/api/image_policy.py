@@ -90,7 +90,7 @@ def image_refusal(image: str | None, allowed: AllowedRepositories) -> tuple[str,
 
 def refusal_is_news(previous_status: Mapping[str, Any] | None, refusal: tuple[str, str]) -> bool:
     """Whether the status does not yet say this refusal (Degraded=True with its reason and message): its
-    Warning Event is posted once, not on every pass that refuses the same image again."""
+    Warning Event is posted once, not on every reconcile that refuses the same image again."""
     degraded = objects.condition(previous_status, "Degraded") or {}
     said = (degraded.get("status"), degraded.get("reason"), degraded.get("message"))
     return said != ("True", *refusal)

@@ -13,7 +13,7 @@ cluster, a restarted container or a new primary starts closed again):
   serving; failing instead would fill the volume and stop the primary, for segments that have nowhere
   to go.
 - anything else (no file yet, or a token of another store after `spec.backup.s3` changed): exit 1.
-  PostgreSQL keeps the segment and retries; the operator writes the gate within one pass (30 s) once the
+  PostgreSQL keeps the segment and retries; the operator writes the gate within one reconcile (30 s) once the
   store answers, so this wait is short, and while the store does not answer it is the same backlog as
   any failing store (reported, as before).
 

@@ -109,7 +109,7 @@ def archiving_condition(
 
 
 def archiving_summary(stats: ArchiverStats | None, primary: str | None) -> dict[str, Any]:
-    """status.backup.archiving: the figures behind the condition (stable between passes that see the same
+    """status.backup.archiving: the figures behind the condition (stable between reconciles that see the same
     numbers, so no write when nothing moved)."""
     if stats is None:
         return {}

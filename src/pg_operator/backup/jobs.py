@@ -2,7 +2,7 @@
 
 A base backup takes minutes; the operator does not hold a connection or a worker for it. It starts the
 command in a new session (setsid), writing its output and, when it ends, its exit status to files on the
-data volume next to PGDATA. Later passes read those files. The files survive an operator restart (it
+data volume next to PGDATA. Later reconciles read those files. The files survive an operator restart (it
 resumes watching) and a container restart (the process is gone, there is no exit file: the job is
 reported lost rather than waited for forever). Starting is idempotent: a job whose pid file exists is
 not started a second time.

@@ -113,11 +113,11 @@ def retired_backup_objects(
 ) -> list[str]:
     """Names of the Completed Backup objects whose base backup retention has removed from the store.
 
-    `remaining` is the store's catalog after this pass's deletions. A Backup object is retired when it
+    `remaining` is the store's catalog after this reconcile's deletions. A Backup object is retired when it
     names this cluster, was written to this very store (serverName and destinationPath: a Backup of an
     earlier store configuration says nothing about this one), its backupID is no longer in the store,
     and it ended before the oldest completed backup still there: retention removes the oldest first, so
-    only such a backup can be one it removed (also one removed by a pass that stopped before it could
+    only such a backup can be one it removed (also one removed by a reconcile that stopped before it could
     retire the object). A Backup that completed after the listing was read is newer than all of it and
     stays. With nothing completed left in the store nothing is retired: an empty listing says more
     about the store than about retention.

@@ -38,7 +38,7 @@ def backup_name(scheduled_backup: str, scheduled_for: dt.datetime) -> str:
 @dataclass(frozen=True)
 class SchedulePass:
     backup: dict[str, Any] | None  # the Backup to create now, if any
-    status: dict[str, Any]  # the ScheduledBackup's whole .status after this pass
+    status: dict[str, Any]  # the ScheduledBackup's whole .status after this reconcile
     requeue: float  # seconds until the next look
 
 

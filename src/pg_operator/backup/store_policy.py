@@ -29,6 +29,7 @@ RECOVERY_CREDENTIALS_FIELD = "spec.bootstrap.recovery.source.s3.credentials.secr
 # Degraded/ContinuousArchiving reasons (docs/architecture.md).
 INSECURE_ENDPOINT = "BackupEndpointInsecure"
 CREDENTIALS_UNLABELLED = "BackupCredentialUnlabelled"
+CREDENTIALS_MISSING = "BackupCredentialMissing"
 STORE_TIMEOUT = "StoreTimeout"
 
 
@@ -37,7 +38,7 @@ class StoreLimits:
     """The operator's flags for store calls (cli/main.py). `call_seconds` bounds one call from the
     first connect to the last byte of its last request (retries included); `listing_seconds` one
     listing (the finalizer's, barman-cloud-backup-list in a pod); `listing_pages` how many pages
-    (≤ 1000 keys each) one listing reads before it stops and the pass comes back."""
+    (≤ 1000 keys each) one listing reads before it stops and the reconcile comes back."""
 
     call_seconds: float = 30.0
     listing_seconds: float = 120.0
@@ -103,6 +104,19 @@ def credential_refusal(
         f"Secret {secret} ({field}) exists without the label {CLUSTER_LABEL}={cluster}: the operator uses "
         "backup credentials only from Secrets labelled for this cluster, and sends nothing meanwhile; "
         "label it to have it used",
+    )
+
+
+def credential_missing(namespace: str, *, cluster: str, secret: str, field: str) -> Refusal:
+    """The named Secret is not in the cluster's namespace, the only one it is read from (a Secret of that
+    name in another namespace is never looked at): said as a refusal naming the field, not as a failed
+    store call, since nothing was sent."""
+    return Refusal(
+        CREDENTIALS_MISSING,
+        field,
+        f"Secret {secret} ({field}) does not exist in namespace {namespace}: backup credentials are read "
+        f"only from a Secret of the cluster's own namespace labelled {CLUSTER_LABEL}={cluster}, and nothing "
+        "is sent meanwhile",
     )
 
 
@@ -186,7 +200,7 @@ PageStep = Literal["next", "done", "cut"]
 
 def after_page(pages_read: int, truncated: bool, limit: int) -> PageStep:
     """After a listing's page: read the next one, done (the store has no more), or cut at the limit (the
-    caller comes back on a later pass rather than reading an unbounded listing in one call)."""
+    caller comes back on a later reconcile rather than reading an unbounded listing in one call)."""
     if not truncated:
         return "done"
     return "next" if pages_read < limit else "cut"

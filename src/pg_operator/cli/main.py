@@ -6,14 +6,16 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
+from pg_operator import images
 from pg_operator.api.image_policy import AllowedRepositories
 from pg_operator.cli.arguments import duration_between
-from pg_operator.images import IMAGE_REPOSITORY
 from pg_operator.specs.network_policy import DEFAULT_MONITORING_NAMESPACE
 
 
@@ -59,6 +61,76 @@ def _allowed_repositories(value: str) -> AllowedRepositories:
         return AllowedRepositories.parse(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _checked(check: Callable[[str, str], Any], flag: str) -> Callable[[str], Any]:
+    """An argparse type from a checker of pg_operator.images: its ValueError becomes the flag's error."""
+
+    def parse(value: str) -> Any:
+        try:
+            return check(value, flag)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+# Environment variables the image flags fall back to (a Deployment may set either).
+ENV_POSTGRES_REPOSITORY = "PG_OPERATOR_POSTGRES_IMAGE_REPOSITORY"
+ENV_POOLER_REPOSITORY = "PG_OPERATOR_POOLER_IMAGE_REPOSITORY"
+ENV_POOLER_TAG = "PG_OPERATOR_POOLER_IMAGE_TAG"
+ENV_PULL_SECRETS = "PG_OPERATOR_IMAGE_PULL_SECRETS"
+
+
+def _add_image_flags(run: argparse.ArgumentParser) -> None:
+    """Where the pods' images come from (pg_operator/images.py, docs/install.md)."""
+    run.add_argument(
+        "--postgres-image-repository",
+        type=_checked(images.check_repository, "--postgres-image-repository"),
+        default=os.environ.get(ENV_POSTGRES_REPOSITORY) or images.DEFAULT_POSTGRES_REPOSITORY,
+        metavar="REPO",
+        help="repository of the PostgreSQL images, tagged with the exact PostgreSQL version "
+        f"(<REPO>:16.15); a cluster without spec.image runs these, and major upgrades move to them "
+        f"(env {ENV_POSTGRES_REPOSITORY}; default {images.DEFAULT_POSTGRES_REPOSITORY})",
+    )
+    run.add_argument(
+        "--pooler-image-repository",
+        type=_checked(images.check_repository, "--pooler-image-repository"),
+        default=os.environ.get(ENV_POOLER_REPOSITORY) or images.DEFAULT_POOLER_REPOSITORY,
+        metavar="REPO",
+        help="repository of the pooler's image, the operator's own image, which holds PgBouncer "
+        f"(env {ENV_POOLER_REPOSITORY}; default {images.DEFAULT_POOLER_REPOSITORY})",
+    )
+    run.add_argument(
+        "--pooler-image-tag",
+        type=_checked(images.check_tag, "--pooler-image-tag"),
+        default=os.environ.get(ENV_POOLER_TAG) or images.DEFAULT_POOLER_TAG,
+        metavar="TAG",
+        help=f"tag of the pooler's image (env {ENV_POOLER_TAG}; default {images.DEFAULT_POOLER_TAG}, "
+        "this operator's version)",
+    )
+    run.add_argument(
+        "--image-pull-secrets",
+        type=_checked(images.parse_pull_secrets, "--image-pull-secrets"),
+        default=os.environ.get(ENV_PULL_SECRETS, ""),  # a string default goes through `type` too
+        metavar="NAMES",
+        help="comma-separated names of Secrets (kubernetes.io/dockerconfigjson) put in the "
+        "imagePullSecrets of every pod the operator makes; each must exist in every cluster's namespace "
+        f"(env {ENV_PULL_SECRETS}; default none)",
+    )
+
+
+def image_options(args: argparse.Namespace) -> tuple[images.ImageSettings, AllowedRepositories]:
+    """The image settings of `run`'s flags, and what spec.image may name: the flag's list, else the
+    install's own PostgreSQL repository (so pinning one of its versions is never refused)."""
+    settings = images.ImageSettings(
+        postgres_repository=args.postgres_image_repository,
+        pooler_repository=args.pooler_image_repository,
+        pooler_tag=args.pooler_image_tag,
+        pull_secrets=args.image_pull_secrets,
+    )
+    allowed = args.allowed_image_repositories or AllowedRepositories((settings.postgres_repository,))
+    return settings, allowed
 
 
 NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -138,14 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="let spec.backup endpoints be plain http:// (tests, on-premises stores); by default only "
         "https:// endpoints are called or given to the instances",
     )  # fmt: skip
+    _add_image_flags(run)
     run.add_argument(
         "--allowed-image-repositories",
         type=_allowed_repositories,
-        default=AllowedRepositories(),
+        default=None,
         metavar="REPOS",
         help="comma-separated image repositories a cluster's spec.image may name; an entry ending in '/' "
-        "admits every repository under it; a cluster naming another is refused (default: "
-        f"{IMAGE_REPOSITORY}, the operator's own PostgreSQL images)",
+        "admits every repository under it; a cluster naming another is refused (default: the "
+        "--postgres-image-repository, the operator's own PostgreSQL images)",
     )
     run.add_argument(
         "--monitoring-namespace",
@@ -180,6 +253,7 @@ def _run(args: argparse.Namespace) -> int:
     if not 2 <= args.lease_duration <= 15:
         raise SystemExit("--lease-duration must be between 2 and 15 seconds")
     setup_logging(args.log_format, args.log_level)
+    image_settings, allowed = image_options(args)
     opts = Options(
         namespaces=list(dict.fromkeys(args.namespaces)),
         lease_namespace=args.lease_namespace or default_lease_namespace(),
@@ -192,7 +266,8 @@ def _run(args: argparse.Namespace) -> int:
         workers=args.workers,
         resync_seconds=args.resync_seconds,
         backup_retention_seconds=args.backup_retention_retry,
-        allowed_image_repositories=args.allowed_image_repositories,
+        allowed_image_repositories=allowed,
+        images=image_settings,
         ca_trust_period_seconds=args.ca_trust_period,
         monitoring_namespace=args.monitoring_namespace,
         store_limits=StoreLimits(

@@ -50,7 +50,7 @@ def event_body(
 
 
 # How long a Warning a sub-reconciler posted stands for the same reason's Degraded transition Warning (both
-# come from one pass; a later transition deserves its own Event).
+# come from one reconcile; a later transition deserves its own Event).
 RECENT_SECONDS = 60.0
 RECENT_KEPT = 4096
 

@@ -1,5 +1,6 @@
 """A cluster whose reconcile keeps failing says so: `Degraded=True` (reason `ReconcileFailed`) on its
-status and a Warning Event, for any exception a pass raises, not only the causes the sub-reconcilers handle.
+status and a Warning Event, for any exception a reconcile raises, not only the causes the sub-reconcilers
+handle.
 
 When a failure is reported:
 - at once when the API server refused the request (a 4xx other than 404 Not Found, 409 Conflict and

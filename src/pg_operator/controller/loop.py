@@ -26,7 +26,7 @@ K_contra = TypeVar("K_contra", bound=Hashable, contravariant=True)
 
 
 class Outcome(Protocol):
-    """What one pass says about its key (read-only; reconcile.Outcome and `Result` are two)."""
+    """What one reconcile says about its key (read-only; reconcile.Outcome and `Result` are two)."""
 
     @property
     def writes(self) -> int:
@@ -45,12 +45,12 @@ class Outcome(Protocol):
 
     @property
     def requeue_after(self) -> float | None:
-        """Seconds until the next pass the key needs (a job to poll, a schedule), or None."""
+        """Seconds until the next reconcile the key needs (a job to poll, a schedule), or None."""
         ...
 
     @property
     def phase(self) -> str | None:
-        """A word for the log line of a pass that wrote, or None."""
+        """A word for the log line of a reconcile that wrote, or None."""
         ...
 
 
@@ -99,7 +99,7 @@ def status_fold(delay: float, queued: int, workers: int) -> float:
 class ReconcileLoop(Generic[K]):
     """`name` starts the retry log line ("reconcile of ns/db failed …"). `gives_up(exc)` names why a
     failure is final (the key is then dropped, counted "gone", not retried) or returns None. With
-    `metrics` the passes are counted in pg_operator_reconcile_total{result} and the queue depth is kept;
+    `metrics` the reconciles are counted in pg_operator_reconcile_total{result} and the queue depth is kept;
     `resync_seconds` None: no periodic pass, only wake-ups and the outcomes' requeue_after.
     `on_failure(key, exc, failures_in_a_row)` is awaited after each failed pass that will be retried
     (the cluster loop reports it on the cluster: controller/failure_report.py); what it raises is logged."""
@@ -146,11 +146,11 @@ class ReconcileLoop(Generic[K]):
 
     def wake_soon(self, key: K) -> None:
         """For status-only news (pods, StatefulSet status): a burst of such events, e.g. instances
-        becoming ready one by one, is folded into one pass and one status write."""
+        becoming ready one by one, is folded into one reconcile and one status write."""
         self.queue.add_after(key, status_fold(self.status_delay, len(self.queue), self.workers))
 
     async def handle(self, key: K) -> Lane:
-        """One pass; the work queue's lane for the key's next pass: "settled" when it found nothing to do
+        """One pass; the work queue's lane for the key's next reconcile: "settled" when it found nothing to do
         (no write, no problem, nothing to come back for), "underway" when it acted on the key without
         converging or failed, "new" when the key is gone (the queue's module doc says why)."""
         self._depth()

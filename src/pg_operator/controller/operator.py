@@ -40,6 +40,7 @@ from pg_operator.controller.reconcile import Reconciler, namespace_terminating
 from pg_operator.controller.reconcilers.storage import STORAGE_CLASSES_UNREADABLE, storage_classes_readable
 from pg_operator.controller.secret_reads import api_reader
 from pg_operator.controller.wakeups import Wakeups, feeds
+from pg_operator.images import ImageSettings, configure
 from pg_operator.specs import MANAGED_KINDS
 from pg_operator.specs.network_policy import DEFAULT_MONITORING_NAMESPACE
 
@@ -88,6 +89,8 @@ class Options:
     # What spec.image may name (api/image_policy.py); a cluster naming another image is refused.
     allowed_image_repositories: AllowedRepositories = field(default_factory=AllowedRepositories)
     store_limits: StoreLimits = field(default_factory=StoreLimits)  # calls to tenants' object stores
+    # Where the pods' images come from and the Secrets to pull them with (images.py).
+    images: ImageSettings = field(default_factory=ImageSettings)
 
 
 async def unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> tuple[bool, T | None]:
@@ -126,6 +129,8 @@ async def may_read_storage_classes(api: Api, opts: Options) -> bool:
 
 
 async def run(opts: Options) -> int:
+    # Before anything builds a pod: the builders read the image settings as a constant.
+    configure(opts.images)
     metrics = Metrics()
     api = Api(metrics)
     # A client of its own: a renewal never waits for a connection behind a burst of reconcile writes.

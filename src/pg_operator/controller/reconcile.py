@@ -76,7 +76,7 @@ from pg_operator.specs.status import CONFLICT_REASON, replication_lag
 
 log = logging.getLogger(__name__)
 
-# Kinds written after every other child of the same pass (see Reconciler._apply_children).
+# Kinds written after every other child of the same reconcile (see Reconciler._apply_children).
 SECOND_WAVE = frozenset({"RoleBinding", "StatefulSet", "Deployment"})
 
 
@@ -89,7 +89,7 @@ class Outcome:
     requeue_after: float | None = None  # the loop's Outcome protocol (loop.py); resyncs suffice here
 
 
-# How long a foreign object a write met (and the cache does not show) is taken as known by later passes.
+# How long a foreign object a write met (and the cache does not show) is taken as known by later reconciles.
 FOREIGN_KNOWN_SECONDS = 120.0
 
 # After a status write lost the race to another writer (the backup reconcilers): the watch event of the
@@ -194,8 +194,8 @@ class Reconciler(RemembersClusters):
         # The foreign objects each cluster's Warning Events have named (one Event per object and episode).
         self._conflicts_told: ClusterMemory[set[ObjectId]] = ClusterMemory(set)
         # Foreign objects writes met that the cache does not hold (no cluster label), with when they were
-        # met: a pass within FOREIGN_KNOWN_SECONDS takes them as known instead of asking again (their
-        # removal sends no watch event; a later pass asks anew).
+        # met: a reconcile within FOREIGN_KNOWN_SECONDS takes them as known instead of asking again (their
+        # removal sends no watch event; a later reconcile asks anew).
         self._met: ClusterMemory[dict[ObjectId, tuple[dict[str, Any], float]]] = ClusterMemory()
 
     async def reconcile(self, key: ClusterKey) -> Outcome:
@@ -357,7 +357,8 @@ class Reconciler(RemembersClusters):
             ctx.writes += 1
 
     async def _report_conflicts(self, key: ClusterKey, ctx: ReconcileContext) -> int:
-        """Foreign objects the pass would have written: Degraded `Conflict` (it wins over the sub-reconcilers'
+        """Foreign objects the reconcile would have written: Degraded `Conflict` (it wins over the
+        sub-reconcilers'
         problems: it says what is held back and why) and one Warning Event per object."""
         conflicts = ctx.claims.conflicts
         told = self._conflicts_told.of(key)
@@ -437,7 +438,7 @@ class Reconciler(RemembersClusters):
             reason = str(now_degraded.get("reason") or "Degraded")
             if not self.events.warned_recently(
                 body, reason
-            ):  # a sub-reconciler said it this pass, in its words
+            ):  # a sub-reconciler said it this reconcile, in its words
                 writes += await self.events.record(
                     body, "Warning", reason, str(now_degraded.get("message") or reason)
                 )

@@ -32,6 +32,7 @@ from pg_operator.controller.loop import ReconcileLoop
 from pg_operator.controller.nodes import NODE_KIND, NODES, NodeDirectory, NodeFeed, pods_on
 from pg_operator.controller.secret_reads import Read, SecretReader
 from pg_operator.orchestration.instances import loaded_tls, pending_restart_settings
+from pg_operator.orchestration.stuck_pods import stuck_signature
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,9 @@ def relevance(body: Mapping[str, Any]) -> tuple[Any, ...]:
         pending_restart_settings(objects.meta(body)),
         # The TLS files the instance says it loaded: a CA rotation waits on it (specs/ca_rotation.py).
         loaded_tls(objects.meta(body)),
+        # A container the kubelet reports failing (image pull, crash loop), a pod the scheduler refuses:
+        # the status says why the pod is stuck (orchestration/stuck_pods.py).
+        stuck_signature(body),
     )
 
 
@@ -120,7 +124,7 @@ class Wakeups:
         key = cluster_key_of_cluster(body)
         unread = self.cache.take_unread(key)
         if unread and self.secret_reader is not None:
-            # The pass comes once the Secrets the spec now names are in (or known missing): woken at
+            # The reconcile comes once the Secrets the spec now names are in (or known missing): woken at
             # once, it would report a Secret the cluster names as not there, then take it back.
             self.secret_reader.read(key, unread, then=lambda: self.controller.wake(key))
         else:
@@ -136,7 +140,8 @@ class Wakeups:
         kind = body.get("kind")
         if not held:
             # A labelled object no reconcile reads (cache_admission.py) wakes nobody: a tenant's junk costs
-            # no pass. A pod or PVC the cache held before (its controller changed) wakes its cluster once.
+            # no reconcile. A pod or PVC the cache held before (its controller changed) wakes its cluster
+            # once.
             was_held = self._seen.pop(objects.uid(body), None) is not None
             if kind in ("Pod", "PersistentVolumeClaim") and was_held:
                 self.controller.wake_soon(key)

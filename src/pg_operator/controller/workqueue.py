@@ -1,5 +1,5 @@
-"""Per-key work queue (a cluster, a Backup …; controller/loop.py drives one per reconciler): one pass at a
-time per key, many keys concurrently, wake-ups coalesced.
+"""Per-key work queue (a cluster, a Backup …; controller/loop.py drives one per reconciler): one reconcile at
+a time per key, many keys concurrently, wake-ups coalesced.
 
 Semantics (like client-go's workqueue):
 - `add(key)` marks the key dirty. A dirty key that is not being processed sits in the queue once,
@@ -7,14 +7,14 @@ Semantics (like client-go's workqueue):
 - `add_after(key, delay)` adds it later; an earlier pending time wins over a later one.
 - `workers` coroutines take keys and call the handler; a key is never processed by two workers at once.
 
-Three lanes instead of one FIFO, by what the key's last pass said (the handler's answer):
+Three lanes instead of one FIFO, by what the key's last reconcile said (the handler's answer):
 - "settled": it found the key converged. A change to a running cluster must not wait behind a burst of
   hundreds of new clusters, each a dozen writes.
 - "underway": it acted on the key (wrote its children, met a problem, or failed and will be retried)
-  without converging. Its next pass, most often the one that finds the pods ready and reports Ready,
-  would otherwise wait behind every new cluster's first pass: at 1000 new clusters the Ready count
+  without converging. Its next reconcile, most often the one that finds the pods ready and reports Ready,
+  would otherwise wait behind every new cluster's first reconcile: at 1000 new clusters the Ready count
   stayed near zero for minutes and then jumped.
-- "new": no pass has acted on it yet (nor found it: a wake-up that came before its object, or one for an
+- "new": no reconcile has acted on it yet (nor found it: a wake-up that came before its object, or one for an
   object that is gone).
 Each lane is FIFO and is served before the ones below it, except that a lane whose keys have waited
 through `burst` picks in a row from the lanes above it takes the next pick, so no lane starves: new keys
@@ -75,7 +75,7 @@ class WorkQueue(Generic[K]):
         self._nonempty = asyncio.Event()
         self._passed_over: dict[Lane, int] = dict.fromkeys(LANES, 0)
         self._burst = burst
-        # The lane of every key whose last pass put it in a priority lane (insertion-ordered; pruned
+        # The lane of every key whose last reconcile put it in a priority lane (insertion-ordered; pruned
         # oldest first past max_remembered, which only costs a forgotten key its priority once).
         self._lane_of: dict[K, Lane] = {}
         self._max_remembered = max_remembered
@@ -137,7 +137,7 @@ class WorkQueue(Generic[K]):
         return key
 
     def done(self, key: K, lane: Lane = "new") -> None:
-        """The key's pass is over; `lane`: what the pass said of it (the module doc), the lane its next
+        """The key's pass is over; `lane`: what the reconcile said of it (the module doc), the lane its next
         pass, a change or a resync, waits in."""
         self._processing.discard(key)
         self._lane_of.pop(key, None)
@@ -169,7 +169,8 @@ class WorkQueue(Generic[K]):
         self._timer_wakeup.set()
 
     async def run_workers(self, handler: Callable[[K], Awaitable[Lane | None]], workers: int) -> None:
-        """`handler(key)` returns the lane the key's next pass waits in (None: "new"; see the module doc)."""
+        """`handler(key)` returns the lane the key's next reconcile waits in (None: "new"; see the module
+        doc)."""
 
         async def worker() -> None:
             while True:

@@ -1,8 +1,8 @@
-"""How a pass writes: server-side apply only where an object differs, a memo so a quick second pass
+"""How a reconcile writes: server-side apply only where an object differs, a memo so a quick second reconcile
 does not repeat a write the watch cache has not shown yet, and independent writes sent together.
 
 A cluster writes only what it owns (specs/ownership.py): every write of a cluster's object goes through
-here with the pass's `Claims`. An object the cache does not show is created by a create-only write (a
+here with the reconcile's `Claims`. An object the cache does not show is created by a create-only write (a
 child by an apply that an existing object refuses, a Secret by POST), which fails when any object holds
 the name (then its metadata is read: ours, because the cache lags, or foreign, a conflict); an object the
 cache shows as the cluster's is applied, patched or deleted with its uid as a precondition, so one that
@@ -36,7 +36,7 @@ WriteId = tuple[str, str, str, str]
 
 async def all_of(writes: Iterable[Awaitable[int]]) -> int:
     """Run the writes together and wait for every one; then raise the first failure (so a refusal keeps
-    its type for the callers' checks, and no write is left running behind a pass that ended) or return
+    its type for the callers' checks, and no write is left running behind a reconcile that ended) or return
     how many were made."""
     results = await asyncio.gather(*writes, return_exceptions=True)
     for result in results:
@@ -60,7 +60,7 @@ def status_patch(previous: Mapping[str, Any] | None, desired: Mapping[str, Any])
 
 
 class WriteMemo:
-    """Writes the cache has not shown us yet, so a quick second pass does not repeat them.
+    """Writes the cache has not shown us yet, so a quick second reconcile does not repeat them.
 
     Keyed by object; holds the resourceVersion we observed when we wrote and a fingerprint of what we
     wrote. While the cache still shows that same resourceVersion, the same write is not repeated.
@@ -99,13 +99,13 @@ def ident_of(body: Mapping[str, Any]) -> ObjectId:
 
 @dataclass
 class Claims:
-    """What one pass may write for its cluster, and the foreign objects it met at the cluster's names."""
+    """What one reconcile may write for its cluster, and the foreign objects it met at the cluster's names."""
 
     namespace: str
     owner_uid: str
-    # Foreign objects the cache showed at the cluster's names (set aside from the pass's snapshot).
+    # Foreign objects the cache showed at the cluster's names (set aside from the reconcile's snapshot).
     foreign: dict[ObjectId, Mapping[str, Any]] = field(default_factory=dict)
-    # Those the pass would have written (or a POST found in its way): who holds each, in words.
+    # Those the reconcile would have written (or a POST found in its way): who holds each, in words.
     conflicts: dict[ObjectId, str] = field(default_factory=dict)
     # Objects not written because they would put a foreign one to use (specs.ownership.needs).
     held: dict[ObjectId, set[ObjectId]] = field(default_factory=dict)
@@ -188,7 +188,7 @@ async def create(api: Api, claims: Claims, body: Mapping[str, Any]) -> tuple[Mad
 
 async def patch(api: Api, claims: Claims, res: type[Any], observed: Mapping[str, Any] | None,
                 merge_patch: Mapping[str, Any]) -> bool:  # fmt: skip
-    """A merge patch of an object the pass observed as the cluster's, pinned to its uid. False when it
+    """A merge patch of an object the reconcile observed as the cluster's, pinned to its uid. False when it
     was not the cluster's (a conflict) or is no longer there as observed (its watch event brings the next
     pass); the API server's other refusals (say, a stale resourceVersion precondition: 409) raise."""
     if observed is None:
@@ -209,7 +209,7 @@ async def patch(api: Api, claims: Claims, res: type[Any], observed: Mapping[str,
 
 
 async def delete(api: Api, claims: Claims, observed: Mapping[str, Any]) -> bool:
-    """Delete an object the pass observed as the cluster's, pinned to its uid; False when it was not the
+    """Delete an object the reconcile observed as the cluster's, pinned to its uid; False when it was not the
     cluster's or is gone or replaced."""
     if not claims.ours(observed):
         return False

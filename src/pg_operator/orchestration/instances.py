@@ -10,6 +10,7 @@ from typing import Any
 
 from pg_operator import objects
 from pg_operator.api.constants import ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA
+from pg_operator.orchestration.stuck_pods import container_stuck, unscheduled
 from pg_operator.tls_files import LOADED_TAG
 
 # Patroni's role labels (older versions say master) and what they mean here.
@@ -71,6 +72,9 @@ class Instance:
     checkpoint_pending: bool = False
     # Patroni says the member's WAL receiver streams from its upstream (`replication_state`).
     streaming: bool = False
+    # The kubelet or the scheduler says the pod cannot run (orchestration/stuck_pods.py): an image that
+    # cannot be pulled, a crash loop, a container that cannot be created, no node for it.
+    cannot_start: bool = False
 
     @property
     def healthy_replica(self) -> bool:
@@ -181,7 +185,7 @@ def _pending_restart(state: Mapping[str, Any]) -> tuple[str, ...] | None:
 
 def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | None = None) -> Instance:
     meta = objects.meta(pod)
-    published = patroni_state(meta)  # parsed once: every pass reads every pod
+    published = patroni_state(meta)  # parsed once: every reconcile reads every pod
     name = objects.name(pod)
     role = pod_role(pod)
     status = _container(pod, "status")
@@ -208,6 +212,7 @@ def instance_from_pod(pod: Mapping[str, Any], members: Mapping[str, Member] | No
         timeline=_timeline(published),
         checkpoint_pending=published.get("checkpoint_after_promote") is False,
         streaming=published.get("replication_state") == "streaming",
+        cannot_start=container_stuck(pod) is not None or unscheduled(pod) is not None,
     )
 
 

@@ -21,7 +21,8 @@ The point of no return is the new major's first start: until then the old data d
 (with --link, pg_upgrade renames `global/pg_control` to `pg_control.old` only once linking begins, and
 renaming it back restores the old cluster), so any failure before it rolls back to the old major.
 Afterwards the old data's files are shared with the new cluster and only a restore of the old major's
-backups can go back.
+backups can go back. The phases, their one transition table and the state kept between reconciles are in
+`orchestration/major_upgrade_state.py`.
 
 May import `api`, `objects`; never `specs` or `controller`.
 """
@@ -32,19 +33,9 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from pg_operator.api.constants import DATA_MOUNT, PGDATA
-
-Phase = Literal[
-    "Checking", "CheckFailed", "Upgrading", "Starting", "RollingBack", "RolledBack",
-    "ReplicasCatchingUp", "Analyzing", "Done",
-]  # fmt: skip
-
-# Phases after which the old major can no longer be started from the primary's volume.
-PAST_NO_RETURN: Final[frozenset[str]] = frozenset({"ReplicasCatchingUp", "Analyzing", "Done"})
-# Phases during which no write is possible (the outage the status reports).
-WRITES_STOPPED: Final[frozenset[str]] = frozenset({"Upgrading", "Starting", "RollingBack"})
 
 # Where the upgrade keeps its files on the primary's volume, beside (not inside) the data directory, so a
 # base backup or pg_rewind of PGDATA never carries them.
@@ -166,6 +157,14 @@ sysid() {
 _CHECK = r"""
 set -eu
 export LD_LIBRARY_PATH="$NEW_HOME/lib"
+# The new image's binaries must be the new major's (an image of the user's may hold another).
+if [ -n "$NEW_MAJOR" ]; then
+  have=$("$NEW_BIN/postgres" -V | sed -n 's/^postgres (PostgreSQL) //p')
+  if [ "${have%%.*}" != "$NEW_MAJOR" ]; then
+    echo "fatal: the new image holds PostgreSQL ${have:-(none found)}, not $NEW_MAJOR" >&2
+    exit 1
+  fi
+fi
 mkdir -p "$WORK"
 rm -rf "$WORK/pgdata-check" "$WORK/pgdata-prepared"
 new_cluster "$WORK/pgdata-check"
@@ -233,12 +232,13 @@ sysid
 """
 
 
-def check_script(layout: Layout) -> str:
+def check_script(layout: Layout, new_major: str = "") -> str:
     """`pg_upgrade --check` against the running old server (it reads the socket and port from
     postmaster.pid), into a new cluster initialised for it; exit status and output are pg_upgrade's.
     A passing check keeps that cluster as `Layout.prepared_pgdata` for the upgrade (so initdb is not
-    part of the write outage); a failing one removes it. Nothing of the old cluster is changed."""
-    return _variables(layout) + _INITDB + _CHECK
+    part of the write outage); a failing one removes it. Nothing of the old cluster is changed.
+    `new_major`: first, the new binaries must be that major's (else a `fatal:` line says what they are)."""
+    return _variables(layout, NEW_MAJOR=new_major) + _INITDB + _CHECK
 
 
 def upgrade_script(layout: Layout, old_major: str, new_major: str, *, require_archived: bool = False) -> str:
@@ -324,48 +324,6 @@ def controldata_settings(controldata: str) -> dict[str, str]:
     if not m:
         raise ValueError("pg_controldata output has no 'Data page checksum version' line")
     return {"checksums": "on" if m.group(1) != "0" else "off"}
-
-
-# --- what to do next -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What a phase's data-plane step observed: done (move on), failed (with why), or still running."""
-
-    done: bool = False
-    failed: str | None = None
-
-
-NEXT: Final[dict[str, Phase]] = {
-    "Checking": "Upgrading",
-    "Upgrading": "Starting",
-    "Starting": "ReplicasCatchingUp",
-    "ReplicasCatchingUp": "Analyzing",
-    "Analyzing": "Done",
-    "RollingBack": "RolledBack",
-}
-
-
-def next_phase(phase: Phase, result: StepResult) -> Phase:
-    """The phase after a step's result. A failure before the point of no return rolls back (a failed
-    check rolls back nothing: nothing was stopped); after it the upgrade stays where it is and reports
-    the failure (the new major runs; retrying the step is all that is left)."""
-    if result.failed is not None:
-        if phase == "Checking":
-            return "CheckFailed"
-        if phase in ("Upgrading", "Starting"):
-            return "RollingBack"
-        return phase
-    if result.done:
-        return NEXT.get(phase, phase)
-    return phase
-
-
-def can_roll_back(phase: Phase, new_major_started: bool) -> bool:
-    """Whether the old major can still start from the primary's volume: before the new major's first
-    start (which changes files the old cluster shares under --link)."""
-    return phase in ("Upgrading", "Starting", "RollingBack") and not new_major_started
 
 
 def write_outage_seconds(last_old_write: float | None, first_new_write: float | None) -> float | None:

@@ -1,6 +1,6 @@
 """Rollout order for image changes and scale-down: the on-call engineer's rules as pure functions.
 
-One action per reconcile pass; the controller acts and the next pass re-plans from what it observes,
+One action per reconcile; the controller acts and the next reconcile re-plans from what it observes,
 so a crash of the operator mid-rollout loses nothing.
 
 Rules:
@@ -103,6 +103,15 @@ def plan_update(
     updated = [i for i in instances if i.image == desired_image]
     if not outdated:
         return NONE
+    # A pod that cannot start (its image cannot be pulled, it crash-loops, no node takes it) runs no
+    # PostgreSQL and serves nothing: it is replaced at once, so fixing spec.image unsticks the cluster.
+    for i in outdated:
+        if i.cannot_start and not i.ready:
+            return Action(
+                "delete_pod",
+                target=i.name,
+                reason=f"replacing {i.name}, which cannot start, with {desired_image}",
+            )
     for i in updated:
         age = now - i.created if i.created else timedelta(0)
         if not i.ready and age > stall_after:

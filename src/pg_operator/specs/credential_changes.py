@@ -79,7 +79,7 @@ def fingerprint(secret_uid: str, username: str, password: str) -> str:
 
 def plan(cluster: PostgresCluster, secrets: Mapping[str, Mapping[str, Any] | None]) -> Plan:
     """What to apply, from the Secrets the cache holds by name. A missing Secret is not here: the operator
-    creates it (with a new password) and the next pass finds it unapplied."""
+    creates it (with a new password) and the next reconcile finds it unapplied."""
     result = Plan()
     for slot in slots(cluster):
         secret = secrets.get(slot.secret)

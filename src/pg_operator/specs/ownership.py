@@ -95,7 +95,7 @@ Kind = tuple[str, str]  # (apiVersion, kind)
 
 def set_aside(children: Mapping[Kind, Sequence[dict[str, Any]]], cluster_uid: str, generated: set[ObjectId],
               ) -> tuple[dict[Kind, list[dict[str, Any]]], dict[ObjectId, dict[str, Any]]]:  # fmt: skip
-    """Split what a pass observed into what it may read as the cluster's and the foreign objects at the
+    """Split what a reconcile observed into what it may read as the cluster's and the foreign objects at the
     cluster's names. Objects at other names stay (the Secrets a user names, Patroni's ConfigMaps, pods
     and volumes are read, not written as the cluster's)."""
     kept: dict[Kind, list[dict[str, Any]]] = {}
@@ -167,7 +167,7 @@ def needs(desired: Mapping[str, Any], siblings: Iterable[Mapping[str, Any]]) -> 
     for a workload what its pods use (`_pod_template_refs`), the cluster's RoleBindings naming their
     ServiceAccount with the Roles they bind, and the cluster's NetworkPolicies selecting its pods (the
     pods must not run outside the fence they are promised); for a RoleBinding its Role and subjects.
-    `siblings`: the other objects the pass writes."""
+    `siblings`: the other objects the reconcile writes."""
     key = (str(desired.get("apiVersion")), str(desired.get("kind")))
     if key == ROLE_BINDING:
         return _binding_refs(desired)

@@ -21,6 +21,7 @@ from pg_operator import objects
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import SUPERUSER
 from pg_operator.api.pooler import POOLER_LABEL, POOLER_SIDE_LABEL, any_pooler_pod, pooler_pod_labels
+from pg_operator.images import image_pull_secrets, pooler_image
 from pg_operator.pooler_contract import (
     AUTH_FUNCTION,
     AUTH_SCHEMA,
@@ -52,13 +53,12 @@ from pg_operator.specs.network_policy import (
 
 COMPONENT_POOLER = "pooler"
 CONTAINER = "pgbouncer"
-DEFAULT_IMAGE = "localhost/pg-operator/operator:0.1.0"  # deploy/operator/deployment.yaml: PgBouncer is in it
 SUPERVISOR = "/opt/pg-operator/bin/pg-operator-pooler"
 TLS_DIR = "/etc/pg-operator/tls"
 AUTH_DIR = "/etc/pg-operator/pooler-auth"
 PASSWORD_KEY = "password"  # noqa: S105 - a key's name
 POOLER_UID = 999
-# The operator writes this on a pooler pod after it pointed the pod's PgBouncer at a host, so a pass
+# The operator writes this on a pooler pod after it pointed the pod's PgBouncer at a host, so a reconcile
 # where nothing moved execs nothing.
 POINTS_TO_ANNOTATION = "db.example.com/pooler-points-to"
 CONDITION = "Pooler"
@@ -130,7 +130,8 @@ def _resources(cluster: PostgresCluster) -> dict[str, Any]:
     return {"requests": {"cpu": res.requests.cpu, "memory": res.requests.memory}, "limits": limits}
 
 
-def deployment(cluster: PostgresCluster, side: str, image: str = DEFAULT_IMAGE) -> dict[str, Any]:
+def deployment(cluster: PostgresCluster, side: str, image: str | None = None) -> dict[str, Any]:
+    """`image`: the install's pooler image (images.pooler_image()) unless given."""
     pooler = cluster.spec.pooler
     assert pooler is not None
     labels = _pod_labels(cluster, side)
@@ -151,7 +152,7 @@ def deployment(cluster: PostgresCluster, side: str, image: str = DEFAULT_IMAGE) 
     probe = {"tcpSocket": {"port": "pgbouncer"}}
     container = {
         "name": CONTAINER,
-        "image": image,
+        "image": image or pooler_image(),
         "imagePullPolicy": "IfNotPresent",
         "command": ["/usr/bin/tini", "-s", "--", SUPERVISOR, "run"],
         "env": [{"name": k, "value": v} for k, v in env.items()],
@@ -227,6 +228,9 @@ def deployment(cluster: PostgresCluster, side: str, image: str = DEFAULT_IMAGE) 
         pod_spec["tolerations"] = [
             t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in cluster.spec.tolerations
         ]
+    pull_secrets = image_pull_secrets()  # the install's --image-pull-secrets
+    if pull_secrets:
+        pod_spec["imagePullSecrets"] = pull_secrets
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -296,7 +300,7 @@ def network_policy(cluster: PostgresCluster,
     }
 
 
-def children(cluster: PostgresCluster, image: str = DEFAULT_IMAGE,
+def children(cluster: PostgresCluster, image: str | None = None,
              operator: OperatorPeer = DEFAULT_OPERATOR_PEER) -> list[dict[str, Any]]:  # fmt: skip
     pooler = cluster.spec.pooler
     if pooler is None:

@@ -29,7 +29,7 @@ from pg_operator.api.constants import (
     SECRETS_MOUNT,
     TLS_MOUNT,
 )
-from pg_operator.images import default_image
+from pg_operator.images import default_image, image_pull_secrets
 from pg_operator.specs import names
 from pg_operator.specs.backup_pod import instance_backup_section, pod_env
 from pg_operator.specs.labels import COMPONENT_INSTANCE, child_labels, child_metadata, selector_labels
@@ -227,6 +227,11 @@ def _pod_template(cluster: PostgresCluster) -> dict[str, Any]:
         ]
     if cluster.spec.priority_class_name is not None:
         pod_spec["priorityClassName"] = cluster.spec.priority_class_name
+    # The install's --image-pull-secrets (images.py); the major upgrade's ephemeral container is pulled
+    # with these too, as it runs in this pod.
+    pull_secrets = image_pull_secrets()
+    if pull_secrets:
+        pod_spec["imagePullSecrets"] = pull_secrets
     annotations = {"kubectl.kubernetes.io/default-container": CONTAINER_NAME, PATRONI_TLS_ANNOTATION: "true"}
     digest = _backup_digest(cluster)
     if digest is not None:

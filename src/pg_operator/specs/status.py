@@ -134,8 +134,9 @@ def routes_to(endpoint_slices: Sequence[Mapping[str, Any]], service: str, pod: s
 
 
 def _was_creating(previous: Mapping[str, Any] | None) -> bool:
-    """The previous pass reported the cluster as still being created. Read from Progressing as well as
-    the phase: a failed pass's report (controller/failure_report.py) replaces the phase, not Progressing."""
+    """The previous reconcile reported the cluster as still being created. Read from Progressing as well as
+    the phase: a failed reconcile's report (controller/failure_report.py) replaces the phase, not
+    Progressing."""
     if str((previous or {}).get("phase") or "") in ("", PHASE_CREATING):
         return True
     progressing = objects.condition(previous, "Progressing")
@@ -269,7 +270,7 @@ def compute_status(  # noqa: C901, PLR0912, PLR0915 - gaining the stuck-pod reas
         "readyReplicas": ready,
         "currentPrimary": primary,
         # Keys are left out rather than null: a null would be dropped by the merge patch and make every
-        # later pass see a difference.
+        # later reconcile see a difference.
         "instances": [
             {k: i[k] for k in ("name", "role", "ready", "timeline", "lagBytes", "pendingRestart") if k in i}
             for i in instances

@@ -73,9 +73,10 @@ def test_the_warning_is_news_once_per_refusal() -> None:
 
 
 def test_the_operators_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    from pg_operator.cli.main import build_parser
+    from pg_operator.cli.main import build_parser, image_options
 
-    assert build_parser().parse_args(["run"]).allowed_image_repositories == AllowedRepositories()
+    # Unset: the install's own PostgreSQL repository (--postgres-image-repository).
+    assert image_options(build_parser().parse_args(["run"]))[1] == AllowedRepositories()
     parsed = build_parser().parse_args(["run", "--allowed-image-repositories=registry.example.com/db/,a/b"])
     assert parsed.allowed_image_repositories.entries == ("registry.example.com/db/", "a/b")
     with pytest.raises(SystemExit):

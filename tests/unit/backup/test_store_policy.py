@@ -12,6 +12,7 @@ from pg_operator.api.cluster import PostgresCluster
 from pg_operator.backup.store_policy import (
     BACKUP_CREDENTIALS_FIELD,
     BACKUP_ENDPOINT_FIELD,
+    CREDENTIALS_MISSING,
     CREDENTIALS_UNLABELLED,
     INSECURE_ENDPOINT,
     RECOVERY_CREDENTIALS_FIELD,
@@ -20,6 +21,7 @@ from pg_operator.backup.store_policy import (
     OwnershipRecord,
     StoreLimits,
     after_page,
+    credential_missing,
     credential_refusal,
     endpoint_refusal,
     recorded_ownership,
@@ -92,6 +94,16 @@ def test_a_secret_not_labelled_for_the_cluster_is_refused_naming_secret_and_fiel
 
 def test_a_missing_secret_is_left_to_the_read() -> None:
     assert credential_refusal(None, cluster="orders", secret="gone", field=BACKUP_CREDENTIALS_FIELD) is None
+
+
+def test_a_secret_the_namespace_lacks_is_refused_naming_the_field_and_the_namespace_read() -> None:
+    """What the read says when the cluster's namespace has no Secret of that name (one of another
+    namespace's names, say): a refusal naming the field, not a failed store call."""
+    refusal = credential_missing("shop", cluster="orders", secret="team-s3", field=RECOVERY_CREDENTIALS_FIELD)
+    assert refusal.reason == CREDENTIALS_MISSING
+    assert refusal.field == RECOVERY_CREDENTIALS_FIELD
+    assert "Secret team-s3" in refusal.message and "namespace shop" in refusal.message
+    assert RECOVERY_CREDENTIALS_FIELD in refusal.message and f"{LABEL}=orders" in refusal.message
 
 
 def test_spec_refusals_cover_the_archive_and_the_recovery_source() -> None:

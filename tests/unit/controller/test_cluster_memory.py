@@ -18,9 +18,8 @@ from pg_operator.controller.reconcilers import SubReconciler
 
 KEY = ("shop", "orders-db")
 OTHER = ("shop", "billing-db")
-# Not yet on ClusterMemory: the major upgrade's state is being rewritten as a typed state machine (issue
-# 35); it keeps its own dicts and `forget` until then. Remove it from here when that lands.
-NOT_YET = {"MajorUpgradeReconciler"}
+# Sub-reconcilers allowed a memory of their own (none).
+NOT_YET: set[str] = set()
 
 
 def reconciler() -> Reconciler:

@@ -1,4 +1,4 @@
-"""Store calls are bounded and fair (controller/backup_reconcilers/store_calls.py): a real boto3 client
+"""Store calls are bounded and fair (controller/store_calls.py): a real boto3 client
 against a local server that sends one byte every half second is cut off at the call's deadline, and a
 namespace with a call in flight gets no second one while other namespaces do."""
 
@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from pg_operator.backup.store_policy import StoreLimits
-from pg_operator.controller.backup_reconcilers import store_calls
-from pg_operator.controller.backup_reconcilers.store import StoreAccess, read_object
-from pg_operator.controller.backup_reconcilers.store_calls import Slots, StoreBusy, StoreTimeout
+from pg_operator.controller import store_calls
+from pg_operator.controller.store_calls import Slots, StoreBusy, StoreTimeout
+from pg_operator.controller.store_client import StoreAccess, read_object
 from pg_operator.controller.store_limits import configure, limits
 
 

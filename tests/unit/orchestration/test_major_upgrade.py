@@ -1,5 +1,5 @@
 """The major upgrade's decisions: which upgrade a spec asks for, the command lines, pg_upgrade's reason for
-a failed check, the phase after a step, when rolling back is still possible, the write outage."""
+a failed check, the write outage. (The phases and their transitions: test_major_upgrade_state.py.)"""
 
 from __future__ import annotations
 
@@ -83,25 +83,6 @@ def test_controldata_reads() -> None:
     }
     with pytest.raises(ValueError, match="Database system identifier"):
         mu.system_identifier("nothing")
-
-
-def test_phases_move_on_roll_back_or_stay() -> None:
-    assert mu.next_phase("Checking", mu.StepResult(done=True)) == "Upgrading"
-    assert mu.next_phase("Checking", mu.StepResult()) == "Checking"
-    assert mu.next_phase("Checking", mu.StepResult(failed="reg* column")) == "CheckFailed"
-    assert mu.next_phase("Upgrading", mu.StepResult(failed="pg_upgrade exit 1")) == "RollingBack"
-    assert mu.next_phase("Starting", mu.StepResult(failed="no start")) == "RollingBack"
-    assert mu.next_phase("RollingBack", mu.StepResult(done=True)) == "RolledBack"
-    # Past the point of no return a failure is reported where it happened, never rolled back.
-    assert mu.next_phase("ReplicasCatchingUp", mu.StepResult(failed="clone")) == "ReplicasCatchingUp"
-    assert mu.next_phase("Analyzing", mu.StepResult(done=True)) == "Done"
-
-
-def test_roll_back_only_before_the_new_major_started() -> None:
-    assert mu.can_roll_back("Upgrading", new_major_started=False)
-    assert not mu.can_roll_back("Starting", new_major_started=True)
-    assert not mu.can_roll_back("ReplicasCatchingUp", new_major_started=False)
-    assert "Starting" in mu.WRITES_STOPPED and "Done" in mu.PAST_NO_RETURN
 
 
 def test_write_outage() -> None:

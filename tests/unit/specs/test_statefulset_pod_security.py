@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from harness.objects import cluster_model as cluster
-from pg_operator.controller.reconcilers.major_upgrade import staging_container
+from pg_operator.orchestration.major_upgrade_state import Phase, UpgradeState, staging, staging_container
 from pg_operator.specs.pooler import children as pooler_children
 from pg_operator.specs.statefulset import statefulset
 
@@ -83,5 +83,7 @@ def test_the_pooler_pods_are_restricted() -> None:
 def test_the_major_upgrades_ephemeral_container_is_restricted() -> None:
     """Added to an instance pod, the staging container must not make that pod fail the level."""
     pod = statefulset(cluster())["spec"]["template"]["spec"]
-    pod = {**pod, "ephemeralContainers": [staging_container("stage-17-11", "17.11")]}
-    assert pod_violations(pod) == []
+    for image in (None, "registry.example/pg:17"):  # the operator's image, and one of spec.image
+        upgrade = UpgradeState("16", "17", Phase.CHECKING, image=image)
+        staged = {**pod, "ephemeralContainers": [staging_container(staging(upgrade))]}
+        assert pod_violations(staged) == []

@@ -122,7 +122,7 @@ def switchover(conn: Connection, name: str, to: str, wait: bool, timeout: float)
     if not wait:
         return OK
     _wait_cleared(conn, name, SWITCHOVER_ANNOTATION, timeout, _phase)
-    # The request is answered; the status may take a pass to show the new primary.
+    # The request is answered; the status may take a reconcile to show the new primary.
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         primary = str(objects.status(get_cluster(conn, name)).get("currentPrimary") or "")

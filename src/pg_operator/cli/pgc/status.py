@@ -1,6 +1,8 @@
 """`kubectl pgc status`: one screen of a cluster, from the status the operator writes
 (api/cluster_status.py) and the instance pods: instances with role, readiness, timeline, lag and pending
-restarts, WAL archiving and the last backup with their ages, open requests, conditions.
+restarts, WAL archiving and the last backup with their ages, open requests, conditions, and why a pod
+cannot run (orchestration/stuck_pods.py, read from the pods themselves: shown even while the Degraded
+condition names another problem).
 
 `summarize` and `render` are pure (plain dicts in, a dict or text out); `run` fetches and prints."""
 
@@ -19,6 +21,7 @@ from pg_operator.cli.pgc.connection import Connection, cluster_pods, get_cluster
 from pg_operator.cli.pgc.errors import NOT_READY, OK
 from pg_operator.cli.pgc.requests import SWITCHOVER_ANNOTATION
 from pg_operator.orchestration.requested_restart import RESTART_ANNOTATION
+from pg_operator.orchestration.stuck_pods import stuck_pods
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -159,6 +162,11 @@ def summarize(cluster: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now
             "ageSeconds": age_seconds(backup.get("lastSuccessfulBackupTime"), now),
         },
         "requests": requests,
+        # The claims are not read here: a pod waiting for its volume shows as the scheduler words it.
+        "stuck": [
+            {"pod": s.pod, "container": s.container, "reason": s.reason.value, "message": s.message}
+            for s in stuck_pods(pods, (), now)
+        ],
         "conditions": conditions,
     }
 
@@ -215,6 +223,8 @@ def render(s: Mapping[str, Any]) -> str:
         for i in s["instances"]
     ]
     lines += _table(INSTANCE_COLUMNS, rows)
+    for stuck in s.get("stuck") or ():
+        lines.append(f"Stuck      {stuck['reason']}: {stuck['message']}")
     if s["conditions"]:
         lines.append("")
         lines += _table(

@@ -23,8 +23,8 @@ from pg_operator.backup.failures import classify
 from pg_operator.backup.lifecycle import after_poll, before_start
 from pg_operator.backup.placement import choose_instance, primary_pod
 from pg_operator.backup.scheduling import rfc3339
+from pg_operator.controller.backup_kinds import BackupResource
 from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership
-from pg_operator.controller.backup_reconcilers.resources import BackupResource
 from pg_operator.controller.backup_reconcilers.shared import (
     PSQL,
     SOCKET_DIR,
@@ -34,13 +34,13 @@ from pg_operator.controller.backup_reconcilers.shared import (
     store_of,
     wrote,
 )
-from pg_operator.controller.backup_reconcilers.store import StoreBusy, StoreError
-from pg_operator.controller.backup_reconcilers.store_calls import BUSY_RETRY_SECONDS
 from pg_operator.controller.cache import Cache
 from pg_operator.controller.keys import ClusterKey
 from pg_operator.controller.kube_api import Api
 from pg_operator.controller.loop import Result
 from pg_operator.controller.pod_exec import ExecError, PodExec
+from pg_operator.controller.store_calls import BUSY_RETRY_SECONDS
+from pg_operator.controller.store_client import StoreBusy, StoreError
 from pg_operator.controller.writes import canonical, status_patch
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def backup_key(body: Mapping[str, Any]) -> BackupKey:
 
 class BackupReconciler:
     """`cluster_news(cluster_key)`: a Backup of that cluster ended (or failed); `backup_completed`: one
-    completed, so retention runs on the cluster's next pass."""
+    completed, so retention runs on the cluster's next reconcile."""
 
     def __init__(
         self,
@@ -165,7 +165,7 @@ class BackupReconciler:
         try:
             verdict = await self.ownership.check(cluster, config, store, fresh=True)
         except StoreBusy:
-            raise  # not a failure of the backup: its pass comes back shortly
+            raise  # not a failure of the backup: its reconcile comes back shortly
         except StoreError as exc:
             failure = classify(1, str(exc))
             return failure.reason, failure.message

@@ -53,8 +53,6 @@ from pg_operator.controller.backup_reconcilers.shared import (
     backup_config,
     store_of,
 )
-from pg_operator.controller.backup_reconcilers.store import StoreBusy, StoreError, StoreRefused, StoreTimeout
-from pg_operator.controller.backup_reconcilers.store_calls import BUSY_RETRY_SECONDS, slot
 from pg_operator.controller.backup_reconcilers.store_finalizer import StoreFinalizer
 from pg_operator.controller.cache import Cache
 from pg_operator.controller.keys import ClusterKey
@@ -62,6 +60,8 @@ from pg_operator.controller.kube_api import Api
 from pg_operator.controller.loop import Result
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.pod_exec import ExecError, PodExec
+from pg_operator.controller.store_calls import BUSY_RETRY_SECONDS, slot
+from pg_operator.controller.store_client import StoreBusy, StoreError, StoreRefused, StoreTimeout
 from pg_operator.controller.store_limits import limits
 from pg_operator.controller.writes import canonical
 from pg_operator.specs.backup_status import BACKUP_CONDITION_TYPES, BACKUP_STATUS_KEY
@@ -137,7 +137,7 @@ class ClusterBackupReconciler:
         self.backoff = backoff
 
     def retention_due(self, key: ClusterKey) -> None:
-        """A backup of the cluster completed: retention runs on its next pass."""
+        """A backup of the cluster completed: retention runs on its next reconcile."""
         self._retention_next.pop(key, None)
 
     def _forget(self, key: ClusterKey) -> None:
@@ -191,7 +191,7 @@ class ClusterBackupReconciler:
             return again(BUSY_RETRY_SECONDS)
         gate: GateState | None = None if verdict is None else "archive" if verdict.ours else "discard"
         # A refused store (nothing may be sent to it) or one that ran out of time is not asked again
-        # from the pods on this pass either.
+        # from the pods on this reconcile either.
         halted = owner_failure is not None and owner_failure.exit_status < 0
         stats: ArchiverStats | None = None
         store_failure: Failure | None = None
@@ -254,7 +254,7 @@ class ClusterBackupReconciler:
         return again(self.archive_check_seconds)
 
     def _doubt_ownership(self, key: ClusterKey, stats: ArchiverStats | None) -> None:
-        """The store's marker is read again on the pass after the primary's archiving starts failing:
+        """The store's marker is read again on the reconcile after the primary's archiving starts failing:
         another cluster's WAL in the prefix is one reason barman-cloud-wal-archive refuses a segment."""
         failing = stats is not None and stats.failing
         if failing and key not in self._failing:
@@ -269,7 +269,7 @@ class ClusterBackupReconciler:
     ) -> tuple[Verdict | None, Failure | None]:
         """Whether the cluster owns its store prefix (claiming or adopting it when it may); None and the
         store's failure when the store cannot tell. A store that ran out of time is not asked again before
-        its backoff passes (a status write wakes the pass sooner), unless `spec.backup` changed."""
+        its backoff passes (a status write wakes the reconcile sooner), unless `spec.backup` changed."""
         written = canonical(objects.spec(body).get("backup"))
         waiting = self._timeouts.get(key)
         if waiting is not None and waiting[1] == written and time.monotonic() < waiting[2]:
@@ -279,7 +279,7 @@ class ClusterBackupReconciler:
         except StoreBusy:
             raise
         except StoreRefused as exc:
-            # Nothing was sent; exit_status -1 marks a failure the pass does not ask the pods about.
+            # Nothing was sent; exit_status -1 marks a failure the reconcile does not ask the pods about.
             log.info("cluster %s/%s: %s", key[0], key[1], exc.refusal.message)
             return None, Failure(exc.refusal.reason, exc.refusal.message, -1)
         except StoreTimeout as exc:
@@ -394,7 +394,7 @@ class ClusterBackupReconciler:
 
     def _due_retention(self, key: ClusterKey, config: BackupConfiguration, gate: GateState | None) -> bool:
         """Retention runs when what it would delete may have changed, never on a timer of its own: on the
-        first pass (after the operator starts), after a backup completes (retention_due), when the policy
+        first reconcile (after the operator starts), after a backup completes (retention_due), when the policy
         changes, when a recovery window passes the end of a listed backup, and again after a failure."""
         if gate != "archive" or config.retention is None:
             return False
@@ -480,7 +480,7 @@ class ClusterBackupReconciler:
                 result = await self.exec.run(namespace, pod, backup_list_argv(store),
                                              seconds=limits().listing_seconds)  # fmt: skip
         except StoreBusy:
-            return None, None  # the namespace's store is busy: listed on a later pass
+            return None, None  # the namespace's store is busy: listed on a later reconcile
         except ExecError as exc:
             log.info("backup list in %s/%s failed: %s", namespace, pod, exc)
             return None, None

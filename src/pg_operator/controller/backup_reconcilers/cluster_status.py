@@ -1,5 +1,5 @@
 """The backup side's writes to a PostgresCluster: its backup conditions and `status.backup`, and its
-finalizers; each conditional on the resourceVersion the pass read (the cluster's own reconcile writes
+finalizers; each conditional on the resourceVersion the reconcile read (the cluster's own reconcile writes
 the same objects)."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def merged_conditions(
     by_type = {str(c.get("type")): c for c in old}
     out = [c for c in old if c.get("type") not in BACKUP_CONDITION_TYPES]
     for type_ in BACKUP_CONDITION_TYPES:
-        if type_ not in ours:  # not this pass's business: kept as it is
+        if type_ not in ours:  # not this reconcile's business: kept as it is
             if type_ in by_type:
                 out.append(by_type[type_])
             continue
@@ -69,7 +69,7 @@ class ClusterWrites:
         if not patch_status:
             return
         # The resourceVersion makes the write conditional: the cluster's own reconcile may have just
-        # written conditions this copy does not show; then this pass is retried on the fresh object.
+        # written conditions this copy does not show; then this reconcile is retried on the fresh object.
         patch = {"metadata": {"resourceVersion": objects.resource_version(body)}, "status": patch_status}
         await self._patch(body, patch, subresource_status=True, what="its backup status was written")
 

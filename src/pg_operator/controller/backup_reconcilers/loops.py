@@ -3,7 +3,7 @@
 A loop per kind rather than one loop over tagged keys: a Backup poll (an exec of up to two minutes)
 or a retention run (deletes of up to ten) then never delays a ScheduledBackup's creation or another
 kind's pass, and none of them shares workers or a queue with the clusters' own reconcile. No loop
-resyncs: each pass says when its key is due again (a job to poll, the next schedule, the next archive
+resyncs: each reconcile says when its key is due again (a job to poll, the next schedule, the next archive
 check), and watch events wake the rest.
 """
 
@@ -64,7 +64,7 @@ class BackupLoops:
     ) -> None:
         self.exec = pod_exec
         # One policy for every store call of the process (the sub-reconcilers' too:
-        # reconcilers/major_upgrade.py).
+        # reconcilers/major_upgrade_backups.py).
         configure_store_limits(store_limits or StoreLimits())
         recorder = EventRecorder(api, identity)
         ownership = StoreOwnership(api, cache, clock)  # one view of who owns which prefix, for both

@@ -13,7 +13,7 @@ doubt it, so a steady cluster costs no request at all (bench/results-backup-stea
 A verdict is also recorded in the cluster's status (`status.backup.storeOwnership`: a digest of what it
 holds for, the verdict, when), so a restarted operator trusts a recorded "owned" for an unchanged
 `spec.backup` instead of asking every store at once. A marker taken away by hand is noticed at the
-next of these. Any verdict other than "ours" is asked again on the next pass."""
+next of these. Any verdict other than "ours" is asked again on the next reconcile."""
 
 from __future__ import annotations
 
@@ -46,15 +46,15 @@ from pg_operator.backup.store_policy import (
     store_identity,
     trusts_record,
 )
-from pg_operator.controller.backup_reconcilers.store import (
+from pg_operator.controller.cache import Cache
+from pg_operator.controller.keys import ClusterKey
+from pg_operator.controller.kube_api import Api
+from pg_operator.controller.store_client import (
     StoreError,
     inspect_prefix,
     put_if_absent,
     store_access,
 )
-from pg_operator.controller.cache import Cache
-from pg_operator.controller.keys import ClusterKey
-from pg_operator.controller.kube_api import Api
 
 log = logging.getLogger(__name__)
 

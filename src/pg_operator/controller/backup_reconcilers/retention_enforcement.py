@@ -66,7 +66,7 @@ class Retention:
                 cluster, "Normal", "BackupDeleted", f"retention deleted base backup {backup_id}"
             )
         # The Backup objects of what is gone go too, so a Backup object always names a restorable base
-        # backup (also those of a pass that stopped between the store and the object).
+        # backup (also those of a reconcile that stopped between the store and the object).
         await self._retire_backup_objects(cluster, store, [r for r in catalog if r.backup_id not in deleted])
         return not failed
 

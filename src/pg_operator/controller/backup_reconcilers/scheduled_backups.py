@@ -11,7 +11,7 @@ from lightkube.core.exceptions import ApiError
 
 from pg_operator import objects
 from pg_operator.backup.scheduling import schedule_pass
-from pg_operator.controller.backup_reconcilers.resources import ScheduledBackupResource
+from pg_operator.controller.backup_kinds import ScheduledBackupResource
 from pg_operator.controller.backup_reconcilers.shared import Notices, again, wrote
 from pg_operator.controller.cache import Cache
 from pg_operator.controller.kube_api import Api, is_conflict

@@ -25,7 +25,7 @@ SOCKET_DIR, PSQL = pod_exec.SOCKET_DIR, pod_exec.PSQL
 
 
 def again(seconds: float | None) -> Result:
-    """A pass's outcome: come back after `seconds`, or (None) only when woken."""
+    """A reconcile's outcome: come back after `seconds`, or (None) only when woken."""
     return Result(requeue_after=seconds)
 
 
@@ -49,14 +49,14 @@ def stores_of(cluster: Mapping[str, Any], config: BackupConfiguration) -> list[O
 
 
 def wrote(cache: Cache, body: Mapping[str, Any], event_type: str = "MODIFIED") -> None:
-    """Put what this process just wrote (a status, a deletion) into the watch cache at once: a pass
+    """Put what this process just wrote (a status, a deletion) into the watch cache at once: a reconcile
     right after (the cluster's, woken by this one) must not read the object as it was. The watch
     brings the same a moment later."""
     cache.observe(body, event_type)
 
 
 class LostRace(Exception):
-    """A conditional write lost a race; the pass is retried shortly on the fresh object."""
+    """A conditional write lost a race; the reconcile is retried shortly on the fresh object."""
 
 
 class Notices:

@@ -19,15 +19,15 @@ from pg_operator.controller.backoff import Backoff
 from pg_operator.controller.backup_reconcilers.cluster_status import ClusterWrites
 from pg_operator.controller.backup_reconcilers.ownership import StoreOwnership
 from pg_operator.controller.backup_reconcilers.shared import Notices, backup_config, stores_of
-from pg_operator.controller.backup_reconcilers.store import (
+from pg_operator.controller.keys import ClusterKey
+from pg_operator.controller.kube_api import Api, is_not_found
+from pg_operator.controller.store_calls import BUSY_RETRY_SECONDS
+from pg_operator.controller.store_client import (
     StoreBusy,
     StoreError,
     delete_prefix,
     store_access,
 )
-from pg_operator.controller.backup_reconcilers.store_calls import BUSY_RETRY_SECONDS
-from pg_operator.controller.keys import ClusterKey
-from pg_operator.controller.kube_api import Api, is_not_found
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class StoreFinalizer:
         self.backoff = backoff
 
     async def step(self, key: ClusterKey, body: Mapping[str, Any], action: str, why: str) -> float | None:
-        """One step; seconds until the next pass, or None."""
+        """One step; seconds until the next reconcile, or None."""
         namespace, name = key
         meta = objects.meta(body)
         if action == "add":
@@ -89,7 +89,7 @@ class StoreFinalizer:
                     access = await store_access(self.api, namespace, config, store, cluster=name)
                     result = await delete_prefix(access)
                     deleted = result.count
-                    if not result.complete:  # stopped at the page limit: the next pass goes on
+                    if not result.complete:  # stopped at the page limit: the next reconcile goes on
                         log.info("cluster %s/%s: deleted %d object(s) under %s, more left",
                                  namespace, name, deleted, store.prefix)  # fmt: skip
                         return 1.0
@@ -115,7 +115,7 @@ class StoreFinalizer:
         self, key: ClusterKey, body: Mapping[str, Any], store: ObjectStore, text: str
     ) -> float:
         failure = classify(1, text, secrets=())
-        # The first step of the backoff every time, as before the reconcilers were split: the pass
+        # The first step of the backoff every time, as before the reconcilers were split: the reconcile
         # itself succeeds (it reports and asks to come back), so no run of failures builds up.
         delay = self.backoff.delay(1)
         message = (

@@ -39,19 +39,20 @@ ObjectId = tuple[str, str, str]  # (apiVersion, kind, name)
 
 @dataclass
 class ReconcileContext:
-    """What one pass over one cluster knows and has done so far; every sub-reconciler reads and adds to it."""
+    """What one reconcile over one cluster knows and has done so far; every sub-reconciler reads and adds to
+    it."""
 
     body: dict[str, Any]  # the PostgresCluster as the cache holds it
     cluster: PostgresCluster  # its parsed, validated form
     snapshot: Snapshot  # the cluster's children and pods in the cache
     statefulset: Mapping[str, Any] | None
-    # What the pass may write, and the foreign objects it met at the cluster's names (reconcile.py sets
+    # What the reconcile may write, and the foreign objects it met at the cluster's names (reconcile.py sets
     # them aside from the snapshot); by default none met yet.
     claims: Claims = field(default_factory=lambda: Claims("", ""))
     writes: int = 0
     problem: Problem | None = None  # the first one found is the one reported
     replicas: int | None = None  # a StatefulSet size to apply now instead of spec.replicas
-    wanted: set[ObjectId] = field(default_factory=set)  # children the pass keeps; the rest is deleted
+    wanted: set[ObjectId] = field(default_factory=set)  # children the reconcile keeps; the rest is deleted
     # Come back after this many seconds even if nothing changes (a step waits on something no watch
     # event announces, e.g. an instance reloading a rotated password).
     requeue_after: float | None = None
@@ -97,7 +98,7 @@ class SubReconciler(RemembersClusters):
     the ones it uses. The reconcile calls them in this order: `act`, `create`, `children` (then the
     writes, with `postpone` and `applied`), `follow_up`, `status`.
 
-    What it remembers of a cluster between passes it holds in `ClusterMemory` attributes (or in helpers
+    What it remembers of a cluster between reconciles it holds in `ClusterMemory` attributes (or in helpers
     that are `RemembersClusters`): the cluster reconciler drops all of it when the cluster is gone
     (`forget`, controller/cluster_memory.py); a sub-reconciler never forgets by hand."""
 
@@ -117,7 +118,7 @@ class SubReconciler(RemembersClusters):
     def postpone(
         self, ctx: ReconcileContext, desired: Mapping[str, Any], observed: Mapping[str, Any] | None
     ) -> bool:
-        """Whether a child must wait (not be written) this pass."""
+        """Whether a child must wait (not be written) this reconcile."""
         return False
 
     async def create(self, ctx: ReconcileContext) -> int:
@@ -129,4 +130,4 @@ class SubReconciler(RemembersClusters):
         return 0
 
     def status(self, ctx: ReconcileContext, status: dict[str, Any]) -> None:
-        """The sub-reconciler's own fields and conditions, added to the status the pass computed."""
+        """The sub-reconciler's own fields and conditions, added to the status the reconcile computed."""

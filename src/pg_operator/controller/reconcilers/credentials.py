@@ -115,10 +115,10 @@ class CredentialsReconciler(SubReconciler):
             try:
                 if not await patch_owned(self.api, ctx.claims, Secret, secret,
                                           applied_patch(ctx.cluster, change, secret)):  # fmt: skip
-                    return 1  # gone or replaced meanwhile: its watch event brings the next pass
+                    return 1  # gone or replaced meanwhile: its watch event brings the next reconcile
             except ApiError as exc:
                 if is_conflict(exc):
-                    return 1  # changed meanwhile: its watch event brings the next pass
+                    return 1  # changed meanwhile: its watch event brings the next reconcile
                 raise
             if change.slot.has_role:
                 message = f"{change.describe()} was set in the database"
@@ -151,7 +151,7 @@ class CredentialsReconciler(SubReconciler):
             made, _ = await create_owned(self.api, ctx.claims, secret)
             if made is Made.OURS:
                 # The cluster's own, yet not in the cache, which holds only Secrets labelled with the
-                # cluster: someone took the label off (asked again each pass, so the report stays).
+                # cluster: someone took the label off (asked again each reconcile, so the report stays).
                 ctx.report(
                     (
                         "CredentialUnlabelled",

@@ -1,5 +1,5 @@
 """The high-availability sub-reconciler: the operator's part of high availability on top of Patroni, one step
-per reconcile pass.
+per reconcile.
 
 - Fast failover: when the kubelet reports the primary's database container dead, release its leader
   key so a replica takes over now rather than after Patroni's ttl (orchestration.failover).
@@ -109,10 +109,10 @@ class StepResult:
 
 @dataclass
 class Remembered:
-    """What the sub-reconciler remembers of one cluster from one pass to the next."""
+    """What the sub-reconciler remembers of one cluster from one reconcile to the next."""
 
     halt_told: str | None = None  # the RolloutHalted message last posted
-    unverified: str | None = None  # why Patroni could not be asked in this pass
+    unverified: str | None = None  # why Patroni could not be asked in this reconcile
     unverified_told: str | None = None  # the PatroniUnverified Warning last posted
     wait_told: str | None = None  # the wait last logged
     refusals: int = 0  # Patroni's refusals of the requested switchover
@@ -142,7 +142,7 @@ class HighAvailabilityReconciler(SubReconciler):
         self.settings = SettingsChanges(events, self.session, pod_exec)
         self.memory: ClusterMemory[Remembered] = ClusterMemory(Remembered)
         self.waker = LoopWaker()
-        # Requests answered (annotation cleared) that the cache may still show for a moment: a pass right
+        # Requests answered (annotation cleared) that the cache may still show for a moment: a reconcile right
         # after must not take a stale `auto` for a new request and switch over again.
         self._cleared = WriteMemo()
         self.trust = TrustStore()
@@ -166,7 +166,7 @@ class HighAvailabilityReconciler(SubReconciler):
             step = await self.step(ctx)
         except ApiError as exc:
             # A refused action (say, RBAC) is reported, and must not keep the children and the status
-            # from being reconciled; the next pass tries again.
+            # from being reconciled; the next reconcile tries again.
             log.warning("%s/%s: data-plane action failed: %s", ctx.namespace, ctx.name, exc.status.message)
             step = StepResult(problem=("DataPlaneActionFailed", str(exc.status.message)))
         ctx.writes += step.writes + await self._tell_unverified(ctx)
@@ -330,7 +330,7 @@ class HighAvailabilityReconciler(SubReconciler):
     def endpoint(self, ctx: ReconcileContext, inst: Instance) -> Endpoint | None:
         """Where the operator reaches an instance's Patroni: HTTPS verified against the cluster's CA and
         the pod's name under the headless Service, never plain HTTP. None without an IP, or without a CA to
-        verify with: then Patroni is not asked, and the pass reports why (PatroniUnverified) instead of
+        verify with: then Patroni is not asked, and the reconcile reports why (PatroniUnverified) instead of
         acting on a view it could not check."""
         found = patroni_endpoint(ctx.snapshot, ctx.cluster, inst, self.trust)
         if isinstance(found, str):
@@ -360,7 +360,7 @@ class HighAvailabilityReconciler(SubReconciler):
         result.message = action.reason
         if action.kind in ("none", "wait"):
             memory = self.memory.of(ctx.key)
-            if action.reason and memory.wait_told != action.reason:  # once, not every pass
+            if action.reason and memory.wait_told != action.reason:  # once, not every reconcile
                 log.info("%s/%s: %s", cluster.namespace, cluster.name, action.reason)
             memory.wait_told = action.reason
             if action.kind == "wait":
@@ -442,7 +442,7 @@ class HighAvailabilityReconciler(SubReconciler):
                 )
         except PatroniError as exc:
             # Most often the member restarted already and its pod does not say so yet (Patroni checks
-            # restart_pending itself); otherwise Patroni says why. Either way: re-plan on the next pass.
+            # restart_pending itself); otherwise Patroni says why. Either way: re-plan on the next reconcile.
             log.info("%s/%s: restart of %s not done: %s", cluster.namespace, cluster.name, target.name, exc)
             result.message = f"restart of {target.name} not done by Patroni; retrying"
             return 0

@@ -1,4 +1,4 @@
-"""The high-availability sub-reconciler's upkeep of Patroni's own objects and loops, done on every pass
+"""The high-availability sub-reconciler's upkeep of Patroni's own objects and loops, done on every reconcile
 whatever else it plans (reconcilers/high_availability.py):
 
 - fast failover: when the kubelet reports the primary's database container dead, release its leader key

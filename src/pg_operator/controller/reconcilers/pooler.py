@@ -5,7 +5,7 @@ planned switchovers (docs/pooler.md).
   the auth role's Secret `<name>-pooler-auth` (CSPRNG, create-only).
 - Auth: the role `pgop_pooler` (password from that Secret, sent as a verifier on stdin) and the lookup
   function in every database and template1, set up by one psql over pod exec on the primary when the
-  primary, the Secret or the declared databases change — not on a pass where nothing did.
+  primary, the Secret or the declared databases change — not on a reconcile where nothing did.
 - Pointing (level-triggered): each pooler pod carries the host the operator last pointed it at (an
   annotation written after the exec succeeded); a pod whose host is not the current primary's pod name
   is pointed again (`pg-operator-pooler point HOST` in it). A pass where the Deployments and the primary
@@ -18,13 +18,18 @@ planned switchovers (docs/pooler.md).
 
 Pooler pods are not in the watch cache (they must not carry the cluster label), so the sub-reconciler lists
 their metadata when it has to look at them.
+
+- Stuck pods: while fewer pooler pods are ready than wanted, their whole objects are listed and one that
+  cannot run (orchestration/stuck_pods.py: an image that cannot be pulled, a crash loop, no node for
+  it) makes the Pooler condition False with that reason and the cause; one Warning Event per cause.
+  Nothing announces a change in pods the cache does not hold, so it looks again every
+  STUCK_RECHECK_SECONDS until they are ready.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -38,19 +43,20 @@ from pg_operator.api.constants import CLUSTER_LABEL, ROLE_PRIMARY
 from pg_operator.api.pooler import POOLER_LABEL
 from pg_operator.controller.cluster_memory import ClusterMemory
 from pg_operator.controller.events import EventRecorder
-from pg_operator.controller.kube_api import Api, is_not_found, resource_for
+from pg_operator.controller.kube_api import Api, HttpStatusError, is_not_found, resource_for
 from pg_operator.controller.pod_exec import PSQL, ExecError, PodExec
 from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
 from pg_operator.controller.reconcilers.instances import operator_namespace
 from pg_operator.controller.writes import Made, WriteMemo
 from pg_operator.controller.writes import create as create_owned
+from pg_operator.images import pooler_image
 from pg_operator.orchestration.failover import leader_configmap_name
 from pg_operator.orchestration.instances import instances_from_pods, patroni_state
+from pg_operator.orchestration.stuck_pods import StuckPod, problem, stuck_pods
 from pg_operator.specs.network_policy import DEFAULT_MONITORING_NAMESPACE, OperatorPeer
 from pg_operator.specs.pooler import (
     CONDITION,
     CONTAINER,
-    DEFAULT_IMAGE,
     LIST_DATABASES_SQL,
     PASSWORD_KEY,
     POINTS_TO_ANNOTATION,
@@ -75,7 +81,6 @@ from pg_operator.specs.secrets import decoded
 
 log = logging.getLogger(__name__)
 
-IMAGE_ENV = "PG_OPERATOR_POOLER_IMAGE"
 # The pod's watchdog resumes a pause this long after it began, whatever became of the switchover.
 PAUSE_SECONDS = 30
 # How long one pod's PAUSE may take (its running transactions finishing) before the switchover goes on
@@ -90,6 +95,8 @@ RECHECK_SECONDS = 300.0
 HOLD_SECONDS = 10.0
 # How long the pooler may wait, still paused, for the new primary to leave recovery.
 WRITABLE_SECONDS = 10.0
+# While pooler pods are not all ready, they are looked at again this often for a stuck one.
+STUCK_RECHECK_SECONDS = 10.0
 
 
 class PoolerMetrics:
@@ -119,6 +126,8 @@ class _State:
     problem: str | None = None
     hold: tuple[str, float] | None = None  # (primary, until) after a switchover the sub-reconciler drove
     since: dict[str, str] = field(default_factory=dict)
+    stuck: list[StuckPod] = field(default_factory=list)  # pooler pods that cannot run, as last listed
+    stuck_told: set[tuple[str, str, str, str]] = field(default_factory=set)  # causes a Warning named
 
 
 @dataclass
@@ -148,7 +157,7 @@ class PoolerReconciler(SubReconciler):
         self.memo = memo
         self.events = events
         self.exec = pod_exec
-        self.image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
+        self.image = image or pooler_image()  # the install's --pooler-image-repository/-tag
         self.metrics = PoolerMetrics(registry)
         self._state: ClusterMemory[_State] = ClusterMemory(_State)
 
@@ -191,6 +200,7 @@ class PoolerReconciler(SubReconciler):
         primary = self.primary(ctx)
         await self._set_up_auth(ctx, state, primary)
         await self._point(ctx, state, primary)
+        await self._look_for_stuck(ctx, state)
 
     def primary(self, ctx: ReconcileContext) -> str | None:
         """The instance Patroni runs as primary: labelled so, its member data saying running, its container
@@ -420,7 +430,7 @@ class PoolerReconciler(SubReconciler):
         log.info("%s/%s: pooler resumed after %.3fs%s", ctx.namespace, ctx.name, took,
                  f", pointing at {host}" if host else "")  # fmt: skip
         state = self._of(ctx)
-        state.pointed = None  # look again on the next pass
+        state.pointed = None  # look again on the next reconcile
         if new_primary:
             state.hold = (new_primary, time.monotonic() + HOLD_SECONDS)
 
@@ -441,6 +451,31 @@ class PoolerReconciler(SubReconciler):
             await asyncio.sleep(0.1)
         return False
 
+    async def _look_for_stuck(self, ctx: ReconcileContext, state: _State) -> None:
+        """While pooler pods are not all ready: which of them cannot run, and a Warning per new cause."""
+        pooler = ctx.cluster.spec.pooler
+        assert pooler is not None
+        ready = ready_pods(ctx.cluster, ctx.snapshot.of_kind("apps/v1", "Deployment"))
+        if ready >= pooler.instances * len(pooler.sides):
+            state.stuck, state.stuck_told = [], set()
+            return
+        ctx.again_in(STUCK_RECHECK_SECONDS)
+        path = f"/api/v1/namespaces/{ctx.namespace}/pods"
+        try:
+            page = await self.api.list_page(path, {"labelSelector": f"{POOLER_LABEL}={ctx.name}"})
+        except (HttpStatusError, OSError) as exc:
+            # A failed look must not fail the reconcile; the recheck retries.
+            log.info("%s/%s: pooler pods not listed: %s", ctx.namespace, ctx.name, exc)
+            return
+        prefixes = tuple(f"{deployment_name(ctx.cluster, side)}-" for side in ("rw", "ro"))
+        pods = [p for p in page.get("items") or () if objects.name(p).startswith(prefixes)]
+        state.stuck = stuck_pods(pods, (), datetime.now(UTC))
+        state.stuck_told &= {s.identity for s in state.stuck}  # gone and back is news again
+        for s in state.stuck:
+            if s.identity not in state.stuck_told:
+                state.stuck_told.add(s.identity)
+                ctx.writes += int(await self.events.record(ctx.body, "Warning", s.reason.value, s.message))
+
     # --- status -----------------------------------------------------------------------------------------
 
     def status(self, ctx: ReconcileContext, status: dict[str, Any]) -> None:
@@ -450,6 +485,9 @@ class PoolerReconciler(SubReconciler):
         ready = ready_pods(ctx.cluster, ctx.snapshot.of_kind("apps/v1", "Deployment"))
         ok, reason, message = status_condition(ctx.cluster, ready, state.pointed_count, self.primary(ctx),
                                                state.problem)  # fmt: skip
+        stuck = problem(state.stuck)
+        if stuck is not None and not ok and not state.problem:  # says why the pods are not ready
+            reason, message = stuck
         value = "True" if ok else "False"
         since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         for old in (ctx.body.get("status") or {}).get("conditions") or ():

@@ -248,7 +248,8 @@ class RolesReconciler(SubReconciler):
         # Only the cluster's own: a Secret someone else labelled like one is not the cluster's to hand over.
         ours = [s for s in ctx.snapshot.of_kind("v1", "Secret") if ctx.claims.ours(s)]
         released = released_secrets(ctx.cluster, ours)
-        ctx.wanted.update(("v1", "Secret", n) for n in released)  # kept this pass; gone from the cache after
+        # kept this reconcile; gone from the cache after
+        ctx.wanted.update(("v1", "Secret", n) for n in released)
 
         async def release(name: str) -> int:
             secret = ctx.snapshot.find("v1", "Secret", name) or {}

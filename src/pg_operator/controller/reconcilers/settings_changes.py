@@ -78,7 +78,7 @@ class _ClusterMemory:
     told: str = ""  # the refusal message last posted as an Event
     patched_version: str | None = None  # the `<scope>-config` version last PATCHed at
     unverified: Unverified | None = None
-    reader: asyncio.Task[None] | None = None  # reads the sent values back (nothing else wakes a pass)
+    reader: asyncio.Task[None] | None = None  # reads the sent values back (nothing else wakes a reconcile)
 
 
 def _stop_reader(key: ClusterKey, memory: _ClusterMemory) -> None:
@@ -182,7 +182,7 @@ class SettingsChanges(RemembersClusters):
                     for name in missing
                 }
             for name, verdict in judged.items():
-                if not verdict.unknown:  # a check that did not run is tried again next pass
+                if not verdict.unknown:  # a check that did not run is tried again next reconcile
                     memory.verdicts[keys[name]] = verdict
             found = {**{n: memory.verdicts[k] for n, k in keys.items() if k in memory.verdicts}, **judged}
         else:
@@ -253,8 +253,8 @@ class SettingsChanges(RemembersClusters):
     async def _read_back_until_known(
         self, ctx: ReconcileContext, memory: _ClusterMemory, primary: str
     ) -> None:
-        """Runs beside the passes after a PATCH (on the primary it went to): Patroni's reload changes
-        no object the operator watches, so no pass would come to look. Ends once the Event is posted."""
+        """Runs beside the reconciles after a PATCH (on the primary it went to): Patroni's reload changes
+        no object the operator watches, so no reconcile would come to look. Ends once the Event is posted."""
         try:
             while memory.unverified is not None:
                 await asyncio.sleep(VERIFY_EVERY)

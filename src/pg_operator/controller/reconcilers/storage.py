@@ -65,7 +65,7 @@ class StorageReconciler(SubReconciler):
         self.api = api
         self.memo = memo
         # A refused PVC growth, by claim: (its resourceVersion, the patch, the problem). While the memo
-        # holds the patch back, the passes in between keep reporting it instead of flapping to Healthy.
+        # holds the patch back, the reconciles in between keep reporting it instead of flapping to Healthy.
         self._resize_refused: ClusterMemory[dict[WriteId, tuple[str | None, str, Problem]]] = ClusterMemory(
             dict
         )

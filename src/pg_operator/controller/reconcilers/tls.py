@@ -8,7 +8,7 @@ Warning Event, one that comes within three weeks of its end without having been 
 
 Only the cluster's own Secrets are read as its CA and certificates and written (controller/writes.py):
 a foreign Secret at the CA's name stops every issue (a certificate signed by a CA that cannot be stored
-would be re-issued on every pass), one at another name is left alone and reported as a conflict."""
+would be re-issued on every reconcile), one at another name is left alone and reported as a conflict."""
 
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ class TlsReconciler(SubReconciler):
             _, server_name = tls_secret_names(ctx.cluster)
             if ctx.snapshot.find("v1", "Secret", server_name) is None:
                 # A new cluster: the leaves need the CA in hand, not stored, so both Secrets go in one
-                # round trip (a new cluster's first pass is bound by its round trips). Should the CA's
+                # round trip (a new cluster's first reconcile is bound by its round trips). Should the CA's
                 # name turn out taken, the server Secret is left as created: the next passes issue
                 # nothing until the CA is the cluster's.
                 return await all_of([
@@ -172,7 +172,7 @@ class TlsReconciler(SubReconciler):
                     self._leaves(ctx, observed_ca, authority, replication_ca, brought_ca, user,
                                  now)])  # fmt: skip
             # The CA Secret went (or its name is held by a foreign one): the leaves follow only a CA
-            # that could be stored, or each pass would re-issue them from a CA of its own.
+            # that could be stored, or each reconcile would re-issue them from a CA of its own.
             stored = await self._store_ca(ctx, authority, replication_ca)
             if ctx.claims.blocked(("v1", "Secret", ca_name)):
                 return stored
@@ -444,7 +444,7 @@ class TlsReconciler(SubReconciler):
         self, ctx: ReconcileContext, observed: Mapping[str, Any] | None, patch: dict[str, Any]
     ) -> bool:
         """A merge patch of one of the cluster's Secrets, conditional on the version read; False when the
-        Secret went, was replaced or changed meanwhile (the next pass decides again)."""
+        Secret went, was replaced or changed meanwhile (the next reconcile decides again)."""
         try:
             return await patch_owned(self.api, ctx.claims, Secret, observed, patch)
         except ApiError as exc:

@@ -1,6 +1,7 @@
-"""The major-upgrade sub-reconciler's reads: the running major from the StatefulSet, the cluster held at it,
-the
-upgrade's state from the annotation."""
+"""The major-upgrade sub-reconciler's views of the cluster: the running major and image from the StatefulSet,
+the cluster held at them, the backup generation its children archive to or restore from, and the pods
+around the new major's start. (The state, its annotation and the transitions: test_major_upgrade_state.py
+under tests/unit/orchestration.)"""
 
 from __future__ import annotations
 
@@ -8,19 +9,21 @@ import json
 from typing import Any
 
 from harness.objects import cluster_model
-from pg_operator.controller.reconcilers.major_upgrade import (
-    ANNOTATION,
+from pg_operator.orchestration.major_upgrade_views import (
     at_major,
-    outage_start,
-    read_state,
+    running_image,
     running_major,
+    with_archive_server,
+    with_recovery_server,
 )
 from pg_operator.specs.statefulset import statefulset
 
 
-def test_running_major_is_the_statefulsets() -> None:
-    assert running_major(None) is None
+def test_running_major_and_image_are_the_statefulsets() -> None:
+    assert running_major(None) is None and running_image(None) is None
     assert running_major(statefulset(cluster_model(version="16"))) == "16"
+    pinned = statefulset(cluster_model(version="16", image="registry.example/pg:16.9"))
+    assert running_image(pinned) == "registry.example/pg:16.9"
 
 
 def test_held_at_the_running_major_builds_that_majors_statefulset() -> None:
@@ -29,15 +32,12 @@ def test_held_at_the_running_major_builds_that_majors_statefulset() -> None:
     assert held.spec.version == "16" and held.spec.image is None and held.name == wanted.name
     assert wanted.spec.version == "17"  # the pass's copy changes, the parsed spec does not
     assert running_major(statefulset(held)) == "16"
-    assert at_major(wanted, "17") is wanted
-
-
-def test_state_is_read_from_the_annotation() -> None:
-    state = {"from": "16", "to": "17", "phase": "Checking"}
-    assert read_state({"metadata": {"annotations": {ANNOTATION: json.dumps(state)}}}) == state
-    assert read_state({"metadata": {}}) is None
-    assert read_state({"metadata": {"annotations": {ANNOTATION: "not json"}}}) is None
-    assert read_state({"metadata": {"annotations": {ANNOTATION: "[1]"}}}) is None
+    assert at_major(wanted, "17", "registry.example/pg:17") is wanted
+    # Held with the image that runs (a pinned old image is not swapped for the default meanwhile) ...
+    running = at_major(wanted, "16", "registry.example/pg:16.9")
+    assert running_image(statefulset(running)) == "registry.example/pg:16.9"
+    # ... and once the data is on the new major, with the upgrade's image.
+    assert at_major(wanted, "17").spec.image is None
 
 
 BACKUP = {"s3": {"bucket": "backups", "path": "prod", "endpointURL": "http://s3.local:9000",
@@ -53,9 +53,6 @@ def _archive_prefix(cluster: Any) -> str:
 
 
 def test_after_the_switch_every_child_archives_to_the_new_generation() -> None:
-    from pg_operator.controller.reconcilers.major_upgrade import with_archive_server
-    from pg_operator.specs.statefulset import statefulset
-
     cluster = cluster_model(version="17", backup=BACKUP)
     assert _archive_prefix(cluster) == "prod/orders-db"
     moved = with_archive_server(cluster, "orders-db-pg17")
@@ -73,7 +70,6 @@ def test_after_the_switch_every_child_archives_to_the_new_generation() -> None:
 
 
 def test_a_restore_reads_the_chosen_generation_of_its_source() -> None:
-    from pg_operator.controller.reconcilers.major_upgrade import with_recovery_server
     from pg_operator.specs.configmap import instance_config
 
     recovery = {"source": {"clusterName": "orders-db", **BACKUP}, "targetTime": "2026-12-02T21:00:00Z"}
@@ -85,8 +81,8 @@ def test_a_restore_reads_the_chosen_generation_of_its_source() -> None:
 
 
 def test_a_replicas_pod_waits_until_the_primarys_is_recreated() -> None:
-    from pg_operator.controller.reconcilers.major_upgrade import replaced
     from pg_operator.orchestration.instances import instance_from_pod
+    from pg_operator.orchestration.major_upgrade_state import pods_to_recreate, replaced
 
     def pod(name: str, image: str, deleting: bool = False) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": name}
@@ -102,18 +98,15 @@ def test_a_replicas_pod_waits_until_the_primarys_is_recreated() -> None:
     assert not replaced(going, "orders-db-0", new)
     assert replaced(after, "orders-db-0", new)
     assert not replaced(after, "orders-db-1", new)
-
-
-def test_the_outage_counts_from_the_stops_request_not_from_its_end() -> None:
-    # A fast shutdown's checkpoint (and the replicas' stops beside it) is part of what writers live through.
-    assert outage_start({"stopRequested": 100.0, "writesStopped": 131.5}) == 100.0
-    assert outage_start({"writesStopped": 131.5}) == 131.5  # begun by an operator that kept only this
-    assert outage_start({}) is None
+    # The follow-up deletes the primary's pod first, the replica's once the primary's is recreated.
+    assert pods_to_recreate(before, "orders-db-0", new) == ["orders-db-0"]
+    assert pods_to_recreate(going, "orders-db-0", new) == []
+    assert pods_to_recreate(after, "orders-db-0", new) == ["orders-db-1"]
 
 
 def test_the_new_primary_is_whichever_instance_of_the_new_image_leads() -> None:
-    from pg_operator.controller.reconcilers.major_upgrade import new_primary
     from pg_operator.orchestration.instances import instance_from_pod
+    from pg_operator.orchestration.major_upgrade_state import new_primary
 
     def pod(name: str, image: str, role: str, ready: bool = True) -> dict[str, Any]:
         return {"metadata": {"name": name, "labels": {"role": role}},
@@ -129,3 +122,10 @@ def test_the_new_primary_is_whichever_instance_of_the_new_image_leads() -> None:
     assert new_primary([instance_from_pod(pod("db-2", new, "replica"))], new) is None
     assert new_primary([instance_from_pod(pod("db-2", new, "primary", ready=False))], new) is None
     assert new_primary([instance_from_pod(pod("db-2", old, "primary"))], new) is None
+
+
+def test_every_phase_but_done_has_its_step() -> None:
+    from pg_operator.controller.reconcilers.major_upgrade_steps import STEPS
+    from pg_operator.orchestration.major_upgrade_state import Phase
+
+    assert set(STEPS) == set(Phase) - {Phase.DONE}

@@ -1,4 +1,6 @@
-"""lightkube resources of the backup kinds."""
+"""lightkube resources of the backup kinds (Backup, ScheduledBackup): importing this module registers them,
+so `Api.create_dict` can send a Backup. Below the backup reconcilers and the cluster's sub-reconcilers,
+which both use them."""
 
 from __future__ import annotations
 

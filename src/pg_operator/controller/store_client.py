@@ -1,6 +1,8 @@
-"""Deleting a cluster's objects in its S3-compatible store, from the operator process itself (boto3), so
-it works when the cluster's pods are broken or gone. The credentials are read from the user's Secret
-for the call and never logged; errors are reported with the store's own error code.
+"""The operator's own client of tenants' S3-compatible stores (boto3): deleting a cluster's objects,
+the ownership marker, and small documents of the operator's own (backup generations), from the operator
+process itself, so it works when the cluster's pods are broken or gone. Plumbing below the backup
+reconcilers and the cluster's sub-reconcilers, which both call it. The credentials are read from the
+user's Secret for the call and never logged; errors are reported with the store's own error code.
 
 Before anything is read or sent, the store is checked against the install's policy
 (backup.store_policy): https unless plain HTTP is allowed, and a credentials Secret labelled for the
@@ -25,10 +27,12 @@ from pg_operator.backup.store_policy import (
     RECOVERY_CREDENTIALS_FIELD,
     RECOVERY_ENDPOINT_FIELD,
     after_page,
+    credential_missing,
     credential_refusal,
     endpoint_refusal,
 )
-from pg_operator.controller.backup_reconcilers.store_calls import (
+from pg_operator.controller.kube_api import Api
+from pg_operator.controller.store_calls import (
     StoreBusy,
     StoreError,
     StoreRefused,
@@ -36,7 +40,6 @@ from pg_operator.controller.backup_reconcilers.store_calls import (
     attach,
     bounded,
 )
-from pg_operator.controller.kube_api import Api
 from pg_operator.controller.store_limits import limits
 
 __all__ = [
@@ -88,6 +91,9 @@ async def s3_access(
     try:
         secret = await api.get(Secret, creds.secret_name, namespace)
     except ApiError as exc:
+        if exc.status.code == 404:
+            raise StoreRefused(credential_missing(namespace, cluster=cluster, secret=creds.secret_name,
+                                                  field=credentials_field)) from None  # fmt: skip
         raise StoreError(f"credentials Secret {creds.secret_name}: {exc.status.message}") from None
     labels = (secret.metadata.labels if secret.metadata is not None else None) or {}
     refused = credential_refusal(labels, cluster=cluster, secret=creds.secret_name, field=credentials_field)
@@ -171,7 +177,7 @@ def _client(access: StoreAccess) -> Any:
 @dataclass(frozen=True)
 class Deleted:
     count: int
-    complete: bool  # False: the listing stopped at the page limit; the next pass deletes the rest
+    complete: bool  # False: the listing stopped at the page limit; the next reconcile deletes the rest
 
 
 def _delete_prefix(access: StoreAccess, page_limit: int) -> Deleted:

@@ -8,7 +8,7 @@
 - The calls run on a pool of their own (never the event loop's default executor, which other work
   shares), at most one call in flight per namespace and at most `POOL_SIZE` in all: a slow or hostile
   store delays only its own namespace's clusters. A call that finds its namespace's slot (or the pool)
-  taken fails at once as StoreBusy and the pass comes back shortly, so no reconcile worker waits on
+  taken fails at once as StoreBusy and the reconcile comes back shortly, so no reconcile worker waits on
   another tenant's store.
 The limits are the operator's flags, set once at start (controller/store_limits.py)."""
 
@@ -33,7 +33,7 @@ from pg_operator.controller.store_limits import limits
 T = TypeVar("T")
 
 POOL_SIZE = 8  # store calls in flight at once, over all namespaces
-BUSY_RETRY_SECONDS = 3.0  # a pass whose namespace's slot was taken comes back after this
+BUSY_RETRY_SECONDS = 3.0  # a reconcile whose namespace's slot was taken comes back after this
 
 
 class StoreError(Exception):
@@ -61,7 +61,7 @@ class StoreRefused(StoreError):
 
 
 class Slots:
-    """At most one call in flight per namespace and `total` in all. Taken without waiting (a pass that
+    """At most one call in flight per namespace and `total` in all. Taken without waiting (a reconcile that
     cannot have one is asked to come back: it never holds a reconcile worker while another namespace's
     store answers slowly). Plain counters: only the event loop's thread takes and gives them back."""
 
