@@ -64,7 +64,7 @@ STOP = re.compile(r"\bstops? \d+\b", re.IGNORECASE)
 NUMBERED_CONTRIBUTOR = re.compile(r"\bhelper[-_ ]?\d+\b", re.IGNORECASE)
 
 # In the documentation (README, docs/, bench/*.md): who did the work is not the product's business.
-CONTRIBUTOR = re.compile(r"\b(?:helpers?|coordinator)\b", re.IGNORECASE)
+CONTRIBUTOR = re.compile(r"\b(?:helpers?|coordinator|(?:other|another) developers?)\b", re.IGNORECASE)
 # A personal scratch file or directory quoted in documentation (`--log /tmp/ci1.log`).
 TMP_IN_DOCS = re.compile(r"(?<![\w/])/tmp/\w")
 # In the README and docs/: results are cited by link, not by "run 6" of some log. A count of things
@@ -167,6 +167,7 @@ def test_the_search_covers_the_tree() -> None:
         ("bench/results-x.md", "the CI of record (stop 24) took 2198 s", "stop number"),
         ("bench/results-x.md", "and helper-15's memory changes merged", "numbered contributor"),
         ("bench/results-x.md", "another helper's cluster ran beside it", "contributor"),
+        ("bench/results-x.md", "two other developers' benchmarks ran beside it", "contributor"),
         ("docs/x.md", "the restore took 12 s (run 6)", "run number"),
         ("docs/x.md", "fixed in 0e0db0c", "commit id"),
         ("README.md", "at d8455ba", "commit id"),
