@@ -85,6 +85,20 @@ def leader(kube: Kube) -> str:
     return str((meta.get("annotations") or {}).get("leader") or "")
 
 
+def voters_recorded(kube: Kube) -> dict[str, Any] | None:
+    """The status once Patroni's -sync key names the primary and every other instance as its quorum
+    voters: until then strict synchronous mode promotes nobody (cutting the primary off right after the
+    cluster became healthy would only show that)."""
+    st = healthy(kube, NS, NAME, 3)
+    if st is None:
+        return None
+    meta = get_json(kube, "configmap", f"{NAME}-sync", "-n", NS)["metadata"]
+    annotations = meta.get("annotations") or {}
+    voters = {v.strip() for v in str(annotations.get("sync_standby") or "").split(",") if v.strip()}
+    others = {i["name"] for i in st["instances"]} - {st["currentPrimary"]}
+    return st if annotations.get("leader") == st["currentPrimary"] and voters == others else None
+
+
 def new_leader(kube: Kube, old: str) -> str:
     """The leader key's holder once it is another instance than `old`, else ''."""
     holder = leader(kube)
@@ -111,7 +125,7 @@ def find(layout: list[topology.NodeSpec], name: str) -> topology.NodeSpec:
 def test_a_partitioned_primary_stops_taking_writes_and_rejoins_after_heal(
     db: Kube, layout: list[topology.NodeSpec]
 ) -> None:
-    st = wait_until("healthy", lambda: healthy(db, NS, NAME, 3), 300, 2)
+    st = wait_until("healthy, with both replicas quorum voters", lambda: voters_recorded(db), 300, 1)
     old = st["currentPrimary"]
     node = find(layout, pods(db)[old]["spec"]["nodeName"])
     pod_ip = pods(db)[old]["status"]["podIP"]
@@ -172,7 +186,7 @@ def test_a_partitioned_primary_stops_taking_writes_and_rejoins_after_heal(
 def test_a_powered_off_primary_node_fails_over_and_its_instance_is_replaced_elsewhere(
     db: Kube, layout: list[topology.NodeSpec]
 ) -> None:
-    st = wait_until("healthy", lambda: healthy(db, NS, NAME, 3), 300, 2)
+    st = wait_until("healthy, with both replicas quorum voters", lambda: voters_recorded(db), 300, 1)
     old = st["currentPrimary"]
     before = pods(db)
     node = find(layout, before[old]["spec"]["nodeName"])
