@@ -3,7 +3,7 @@ the operator's ServiceAccount holding no ClusterRole (checked with the API serve
 
 Coexisting with the tier's cluster-wide operator: this module switches that install to the namespaced
 one as docs/install.md tells a user (the overlay applied, watching one namespace of the module's own;
-the ClusterRole and its binding deleted) and switches it back afterwards (`kubectl apply -k deploy/`).
+the ClusterRole and its binding deleted) and switches it back afterwards with the tier's own chart install.
 It is the same Deployment, ServiceAccount and Lease throughout, so two operators never act at once, and
 while the module runs nothing reconciles another namespace (the other modules' clusters are gone by
 then: module fixtures delete their namespaces). One PostgresCluster of two instances, small requests.
@@ -17,12 +17,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.deployed_operator import OPERATOR_NAMESPACE, namespaced_overlay, operator_namespaces
+from harness.deployed_operator import (
+    E2E_OPERATOR_ARGS,
+    OPERATOR_NAMESPACE,
+    install_operator,
+    namespaced_overlay,
+    operator_namespaces,
+)
 from harness.kube import get_json, get_or_none
 from harness.local_cluster import Kube
 from harness.objects import CLUSTER_LABEL, cluster
 from harness.operator_process import OPERATOR_USER
-from harness.paths import REPO
 from harness.pgcluster import SMALL, connect_app, healthy, wait_serving
 from harness.waiting import wait_until
 from pg_operator.controller.reconcilers.storage import STORAGE_CLASSES_UNREADABLE
@@ -59,8 +64,10 @@ def watched(operator: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield ns
     finally:
         operator.kubectl("delete", "namespace", ns, "--ignore-not-found", timeout=300)
-        operator.kubectl("apply", "-k", str(REPO / "deploy"))  # the cluster-wide install again
         operator.kubectl("delete", "role,rolebinding", "pg-operator", "-n", ns, "--ignore-not-found")
+        # The tier's own cluster-wide install again, with the tier's flags (plain-HTTP test stores, the
+        # short CA trust period): the modules after this one rely on them.
+        install_operator(operator, E2E_OPERATOR_ARGS)
         rollout(operator)
 
 
