@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 LOCALKUBE := python3 localkube/cluster.py
 
-.PHONY: demo test test-unit lint manifests venv cluster-up cluster-down cluster-status cluster-kubeconfig cluster-reset binaries images
+.PHONY: demo test test-node-loss test-unit lint manifests venv cluster-up cluster-down cluster-status cluster-kubeconfig cluster-reset binaries images
 # What `make binaries` builds (localkube/build-binaries.sh): components or profiles (kwok, full, all).
 BINARIES ?= all
 # `make images`: where the images are named and whether they are pushed (images/build.sh, docs/install.md).
@@ -67,3 +67,8 @@ test: venv binaries
 	@command -v buildah >/dev/null || apt-get install -y -qq --no-install-recommends buildah runc debootstrap >/dev/null  # the image build test
 	$(MAKE) -s lint
 	$(PY) -m pytest
+
+# The node-loss e2e module (power-off and partition of a database node on three real nodes), outside
+# `make test` until the multi-node sub-tier fits the CI budget.
+test-node-loss: venv binaries
+	$(PY) -m pytest -m node_loss tests/e2e/nodes
