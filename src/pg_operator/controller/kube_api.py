@@ -21,6 +21,8 @@ from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import NamespacedResource, api_info
 from lightkube.core.resource_registry import resource_registry
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAccessReviewSpec
+from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 from lightkube.types import CascadeType, PatchType
 
 from pg_operator.api.constants import FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
@@ -305,3 +307,18 @@ class Api:
             request.data = options
             response = await generic.send(generic.build_adapter_request(request))
             generic.handle_response("delete", response, request)
+
+
+def access_review(group: str, resource: str, verb: str) -> SelfSubjectAccessReview:
+    """May this operator `verb` `resource` cluster-wide? (Any authenticated user may ask.)"""
+    attributes = ResourceAttributes(group=group, resource=resource, verb=verb)
+    return SelfSubjectAccessReview(spec=SelfSubjectAccessReviewSpec(resourceAttributes=attributes))
+
+
+async def allowed(api: Api, group: str, resource: str, verbs: tuple[str, ...]) -> bool:
+    """Whether the API server's authorizer lets this operator use every one of `verbs` on `resource`."""
+    for verb in verbs:
+        review = await api.create(access_review(group, resource, verb))
+        if not (review.status is not None and review.status.allowed):
+            return False
+    return True

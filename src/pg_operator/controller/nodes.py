@@ -20,13 +20,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAccessReviewSpec
-from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
-
 from pg_operator import objects
 from pg_operator.controller.backoff import Backoff
 from pg_operator.controller.cache_sync import ListedKind
-from pg_operator.controller.kube_api import Api
+from pg_operator.controller.kube_api import Api, allowed
 from pg_operator.orchestration.node_loss import NodeHealth, Readiness
 
 log = logging.getLogger(__name__)
@@ -109,18 +106,9 @@ class NodeDirectory:
         self.prune({objects.uid(n) for n in nodes})
 
 
-def node_review(verb: str) -> SelfSubjectAccessReview:
-    attributes = ResourceAttributes(group="", resource="nodes", verb=verb)
-    return SelfSubjectAccessReview(spec=SelfSubjectAccessReviewSpec(resourceAttributes=attributes))
-
-
 async def nodes_readable(api: Api) -> bool:
     """Whether the API server's authorizer lets this operator list and watch Nodes."""
-    for verb in NODE_VERBS:
-        review = await api.create(node_review(verb))
-        if not (review.status is not None and review.status.allowed):
-            return False
-    return True
+    return await allowed(api, "", "nodes", NODE_VERBS)
 
 
 async def may_read_nodes(api: Api) -> bool:

@@ -13,13 +13,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightkube.core.exceptions import ApiError
-from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAccessReviewSpec
 from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 
 from pg_operator import objects
 from pg_operator.controller.cache import Snapshot
 from pg_operator.controller.cluster_memory import ClusterMemory
-from pg_operator.controller.kube_api import Api, resource_for
+from pg_operator.controller.kube_api import Api, access_review, allowed, resource_for
 from pg_operator.controller.reconcilers import Problem, ReconcileContext, SubReconciler
 from pg_operator.controller.writes import WriteId, WriteMemo, canonical
 from pg_operator.specs import pvc_resizes
@@ -35,18 +34,13 @@ STORAGE_CLASSES_UNREADABLE = (
 
 
 def storage_class_review(verb: str) -> SelfSubjectAccessReview:
-    """May this operator `verb` StorageClasses cluster-wide? (Any authenticated user may ask.)"""
-    attributes = ResourceAttributes(group="storage.k8s.io", resource="storageclasses", verb=verb)
-    return SelfSubjectAccessReview(spec=SelfSubjectAccessReviewSpec(resourceAttributes=attributes))
+    """May this operator `verb` StorageClasses cluster-wide?"""
+    return access_review("storage.k8s.io", "storageclasses", verb)
 
 
 async def storage_classes_readable(api: Api) -> bool:
     """Whether the API server's authorizer lets this operator list and watch StorageClasses."""
-    for verb in STORAGE_CLASS_VERBS:
-        review = await api.create(storage_class_review(verb))
-        if not (review.status is not None and review.status.allowed):
-            return False
-    return True
+    return await allowed(api, "storage.k8s.io", "storageclasses", STORAGE_CLASS_VERBS)
 
 
 def storage_class_problem(spec: Mapping[str, Any], snapshot: Snapshot) -> Problem | None:
