@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from harness.deployed_operator import EXAMPLE, EXAMPLE_NAMESPACE, install_operator
+from harness.deployed_operator import E2E_OPERATOR_ARGS, EXAMPLE, EXAMPLE_NAMESPACE, install_operator
 from harness.e2e_backup import BRIDGE_HOST, BUCKET, DAY2_NAME, Day2, Moto, backup_cluster, credentials, s3
 from harness.failure_report import report
 from harness.kube import apply_objects, get_json
@@ -38,15 +38,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         result.sections.append(("cluster state at the failure", report(kube)))
 
 
-# A CA rotation trusts both CAs for 20 s (default 90 s): the tests' writers re-read the app Secret's ca.crt
-# every few seconds.
-OPERATOR_ARGS = ("--ca-trust-period=20s",)
-
-
 @pytest.fixture(scope="session")
 def operator(full_kube: Kube) -> Iterator[Kube]:
     """The operator installed with its Helm chart (images built locally, cached by their inputs)."""
-    install_operator(full_kube, OPERATOR_ARGS)
+    install_operator(full_kube, E2E_OPERATOR_ARGS)
     yield full_kube
 
 

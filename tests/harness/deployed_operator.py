@@ -46,6 +46,9 @@ def helm(kube: Kube, *args: str, timeout: float = 360) -> subprocess.CompletedPr
 
 # The e2e tier's S3 emulator (harness/s3.py, moto) speaks plain HTTP: the installed operator allows it.
 INSECURE_STORES = ("--allow-insecure-object-stores",)
+# The e2e tier's flags (its single-node and multi-node clusters alike): a CA rotation trusts both CAs for
+# 20 s (default 90 s), as the tests' writers re-read the app Secret's ca.crt every few seconds.
+E2E_OPERATOR_ARGS = ("--ca-trust-period=20s",)
 
 
 def install_operator(kube: Kube, extra_args: Sequence[str] = ()) -> None:

@@ -1,16 +1,12 @@
 """The full profile with three real nodes (PGOP_FULL_NODES=3): zones and hostnames per node, pod and
 Service networking and DNS across nodes, node-local volumes, and the node verbs — a powered-off node goes
 NotReady with its pods unreachable and comes back Ready; a partitioned node is cut off while its processes
-live on, and heals.
-
-Runs only when the session asks for three or more nodes (PGOP_FULL_NODES>=3): the default e2e run keeps
-its single node, and these tests are skipped there, saying why."""
+live on, and heals. Runs on the multi-node sub-tier's cluster (tests/e2e/nodes/conftest.py)."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import subprocess
 import sys
 import time
@@ -54,14 +50,6 @@ RESTRICTED = {
 # What the node lifecycle controller allows before it marks a silent node NotReady (node-monitor grace
 # period, 50 s by default), plus the time to notice.
 NOT_READY_WITHIN = 120
-
-
-@pytest.fixture(scope="module")
-def nodes_kube(cluster_manager: ClusterManager) -> Kube:
-    count = topology.requested_nodes(os.environ)
-    if count < 3:
-        pytest.skip(f"needs a full profile of three nodes or more ({topology.NODES_VARIABLE}={count})")
-    return cluster_manager.ensure("full")
 
 
 @pytest.fixture(scope="module")
