@@ -1,5 +1,6 @@
 """deploy/namespaced/: the namespaced install grants in each watched namespace exactly what the
-cluster-wide ClusterRole grants (less the cluster-scoped StorageClasses), and nothing cluster-wide.
+cluster-wide ClusterRole grants (less the cluster-scoped StorageClasses and Nodes), and nothing
+cluster-wide.
 (The rendered overlay is applied and checked with the API server's authorizer in
 tests/integration/test_operator_namespaced.py.)"""
 
@@ -37,10 +38,10 @@ def rule_set(rules: list[dict[str, Any]]) -> set[tuple[str, str, str, tuple[str,
     }
 
 
-def test_the_namespaced_role_mirrors_the_cluster_role_without_storage_classes() -> None:
+def test_the_namespaced_role_mirrors_the_cluster_role_without_storage_classes_and_nodes() -> None:
     cluster_role = one(DEPLOY / "operator" / "rbac.yaml", "ClusterRole")
     role = one(NAMESPACED / "watch" / "base" / "role.yaml", "Role")
-    wanted = {r for r in rule_set(cluster_role["rules"]) if r[1] != "storageclasses"}
+    wanted = {r for r in rule_set(cluster_role["rules"]) if r[1] not in ("storageclasses", "nodes")}
     assert rule_set(role["rules"]) == wanted
     # The rule that patches credential Secrets is there too.
     assert ("", "secrets", "patch", ()) in rule_set(role["rules"])
@@ -94,6 +95,7 @@ UNUSED = [
     ("db.example.com", "scheduledbackups", "create"),
     ("db.example.com", "backups/finalizers", "update"),
     ("storage.k8s.io", "storageclasses", "get"),
+    ("", "nodes", "get"),
     ("discovery.k8s.io", "endpointslices", "get"),
 ]
 

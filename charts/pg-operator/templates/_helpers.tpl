@@ -50,8 +50,8 @@ app.kubernetes.io/component: operator
 
 {{/*
 What the operator may do where it acts: in every namespace (the ClusterRole) or in each watched one
-(a Role). The storageclasses rule is cluster-scoped, so only the ClusterRole has it; the namespaced
-operator skips the StorageClass check (docs/install.md). The rules, in the order of
+(a Role). The storageclasses and nodes rules are cluster-scoped, so only the ClusterRole has them; the
+namespaced operator skips the StorageClass check and does not handle node drains (docs/install.md). The rules, in the order of
 deploy/operator/rbac.yaml, where each verb is explained.
 */}}
 {{- define "pg-operator.rules" -}}
@@ -112,6 +112,9 @@ deploy/operator/rbac.yaml, where each verb is explained.
 {{- if not (include "pg-operator.namespaced" .) }}
 - apiGroups: [storage.k8s.io]
   resources: [storageclasses]
+  verbs: [list, watch]
+- apiGroups: [""]
+  resources: [nodes]
   verbs: [list, watch]
 {{- end }}
 - apiGroups: [discovery.k8s.io]

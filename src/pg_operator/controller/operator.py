@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -36,6 +36,7 @@ from pg_operator.controller.loop import ReconcileLoop
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcile import Reconciler, namespace_terminating
+from pg_operator.controller.reconcilers.drains import NODES_UNREADABLE, nodes_readable
 from pg_operator.controller.reconcilers.storage import STORAGE_CLASSES_UNREADABLE, storage_classes_readable
 from pg_operator.controller.secret_reads import api_reader
 from pg_operator.controller.wakeups import Wakeups, feeds
@@ -102,26 +103,34 @@ async def unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> t
     return True, task.result()
 
 
-async def may_read_storage_classes(api: Api, opts: Options) -> bool:
-    """A cluster-wide install holds StorageClass reads (deploy/operator/rbac.yaml); a namespaced one may
-    not (deploy/namespaced/): the API server's authorizer says, asked until it answers."""
+async def may_read(opts: Options, what: str, ask: Callable[[], Awaitable[bool]], unreadable: str) -> bool:
+    """A cluster-wide install holds the reads of cluster-scoped kinds (deploy/operator/rbac.yaml); a
+    namespaced one may not (deploy/namespaced/): the API server's authorizer says, asked until it answers."""
     if not opts.namespaces:
         return True
     backoff = Backoff()
     failures = 0
     while True:
         try:
-            readable = await storage_classes_readable(api)
+            readable = await ask()
             break
         except Exception as exc:
             failures += 1
             delay = backoff.delay(failures)
-            log.warning("asking whether StorageClasses are readable failed, retrying in %.1fs: %s",
-                        delay, exc)  # fmt: skip
+            log.warning("asking whether %s are readable failed, retrying in %.1fs: %s", what, delay, exc)
             await asyncio.sleep(delay)
     if not readable:
-        log.warning("%s", STORAGE_CLASSES_UNREADABLE)
+        log.warning("%s", unreadable)
     return readable
+
+
+async def may_read_storage_classes(api: Api, opts: Options) -> bool:
+    return await may_read(opts, "StorageClasses", lambda: storage_classes_readable(api),
+                          STORAGE_CLASSES_UNREADABLE)  # fmt: skip
+
+
+async def may_read_nodes(api: Api, opts: Options) -> bool:
+    return await may_read(opts, "Nodes", lambda: nodes_readable(api), NODES_UNREADABLE)
 
 
 async def run(opts: Options) -> int:
@@ -168,6 +177,10 @@ async def run(opts: Options) -> int:
         if not done:
             return 0
         storage_classes = bool(readable)
+        done, readable = await unless_stopped(may_read_nodes(api, opts), stop)
+        if not done:
+            return 0
+        nodes = bool(readable)
         state.role = "candidate"
         log.info("candidate %s for lease %s/%s", opts.identity, opts.lease_namespace, opts.lease_name)
         done, _ = await unless_stopped(elector.acquire(), stop)
@@ -177,7 +190,7 @@ async def run(opts: Options) -> int:
         metrics.leader.set(1)
         log.info("leading as %s; starting the controller", opts.identity)
         return await _lead(opts, api, elector, metrics, stop, state, kinds, gate,
-                           storage_classes=storage_classes)  # fmt: skip
+                           storage_classes=storage_classes, nodes=nodes)  # fmt: skip
     finally:
         metrics.leader.set(0)
         state.role = "stopping"
@@ -203,9 +216,11 @@ async def _lead(
     gate: cache_sync.SyncGate,
     *,
     storage_classes: bool = True,
+    nodes: bool = True,
 ) -> int:
     cache = Cache(kinds, gate)
     cache.storage_classes_readable = storage_classes
+    cache.nodes_readable = nodes
     pod_exec = PodExec(load_config(), metrics)
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity), pod_exec,
                             ca_trust_period=dt.timedelta(seconds=opts.ca_trust_period_seconds),
@@ -220,8 +235,8 @@ async def _lead(
     wakeups = Wakeups(controller, cache, backups, api_reader(api))
     # A client of its own: the watches' streams never wait behind the reconciles' writes.
     watch_api = Api(metrics, for_watches=True)
-    informers = Informers(watch_api, feeds(wakeups, kinds, storage_classes=storage_classes), opts.namespaces,
-                          wakeups.listed)  # fmt: skip
+    informers = Informers(watch_api, feeds(wakeups, kinds, storage_classes=storage_classes, nodes=nodes),
+                          opts.namespaces, wakeups.listed)  # fmt: skip
     gate.expect(informers.awaited())
     watching = asyncio.create_task(informers.run(), name="informers")
 

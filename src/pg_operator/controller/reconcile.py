@@ -43,6 +43,7 @@ from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcilers import ObjectId, Problem, ReconcileContext, SubReconciler
 from pg_operator.controller.reconcilers.credentials import CredentialsReconciler
+from pg_operator.controller.reconcilers.drains import DrainsReconciler
 from pg_operator.controller.reconcilers.high_availability import HighAvailabilityReconciler
 from pg_operator.controller.reconcilers.instances import InstancesReconciler
 from pg_operator.controller.reconcilers.major_upgrade import MajorUpgradeReconciler
@@ -174,6 +175,7 @@ class Reconciler(RemembersClusters):
             MajorUpgradeReconciler(api, events, pod_exec, self.high_availability),
             StorageReconciler(api, self.memo),
             self.high_availability,
+            DrainsReconciler(),
             InstancesReconciler(events, monitoring_namespace=monitoring_namespace),
             CredentialsReconciler(api, self.memo, events, pod_exec),
             TlsReconciler(api, self.memo, events, registry=metrics.registry, ca_trust_period=ca_trust_period),
@@ -224,7 +226,7 @@ class Reconciler(RemembersClusters):
         # Observe: at the cluster's names only its own objects are read as its (the others set aside).
         children, foreign = set_aside(snapshot.children, cluster.uid, generated_names(cluster))
         snapshot = Snapshot(snapshot.cluster, children, snapshot.storage_classes,
-                            snapshot.storage_classes_known)  # fmt: skip
+                            snapshot.storage_classes_known, nodes=snapshot.nodes)  # fmt: skip
         now = time.monotonic()
         met = {
             i: seen

@@ -13,6 +13,7 @@ from pg_operator.controller.backup_reconcilers.loops import BackupLoops
 from pg_operator.controller.cache import (
     BACKUPS,
     CLUSTERS,
+    NODES,
     SCHEDULED_BACKUPS,
     SECRET_KIND,
     STORAGE_CLASSES,
@@ -100,6 +101,12 @@ class Wakeups:
         while no watch was there to say so), and the clusters it belonged to are woken; the first
         listing of each kind is what the sync gate waits for."""
         kind = feed.kind.key
+        if kind == NODES.key:
+            if self.cache.prune_nodes(uids):
+                self._wake_every_cluster()
+            if self.cache.gate is not None:
+                self.cache.gate.listed(kind, namespace)
+            return
         woken = self.cache.prune(kind, uids, namespace)
         if woken:
             log.info("cache: %s of %d cluster(s) gone while the watch was down; waking them",
@@ -197,17 +204,36 @@ class Wakeups:
             if objects.spec(cluster).get("storageClassName") == name:
                 self.controller.wake(key)
 
+    def on_node(self, body: Mapping[str, Any], event_type: str | None) -> None:
+        """A node cordoned, tainted, relabelled or changing readiness wakes the clusters with a pod on it
+        (a drain of the primary's node: reconcilers/drains.py); a heartbeat changes nothing read."""
+        if not self.cache.observe(body, event_type):
+            return
+        name = objects.name(body)
+        for key in self.cache.cluster_keys():
+            if any(objects.spec(pod).get("nodeName") == name for pod in self.cache.pods_held(key)):
+                self.controller.wake(key)
 
-def feeds(wakeups: Wakeups, kinds: list[WatchedKind], *, storage_classes: bool = True) -> list[Feed]:
+    def _wake_every_cluster(self) -> None:
+        for key in self.cache.cluster_keys():
+            self.controller.wake_soon(key)
+
+
+def feeds(
+    wakeups: Wakeups, kinds: list[WatchedKind], *, storage_classes: bool = True, nodes: bool = True
+) -> list[Feed]:
     """Every kind the informers list and watch: the clusters, their children (those carrying the cluster
     label), the StorageClasses (`storage_classes`: False when the operator may not read them,
-    reconcilers/storage.py) and, for the backup reconcilers, Backups and ScheduledBackups, whose CRDs may be
-    missing: the sync gate does not wait for those."""
+    reconcilers/storage.py), the Nodes (`nodes`: likewise; reconcilers/drains.py) and, for the backup
+    reconcilers, Backups and ScheduledBackups, whose CRDs may be missing: the sync gate does not wait for
+    those."""
     out = [Feed(CLUSTERS, wakeups.on_cluster)]
     out += [Feed(kind, wakeups.on_child, after=CLUSTERS.key if kind.key == SECRET_KIND else None)
             for kind in child_kinds(kinds, CLUSTER_LABEL)]  # fmt: skip
     if storage_classes:
         out.append(Feed(STORAGE_CLASSES, wakeups.on_storage_class))
+    if nodes:
+        out.append(Feed(NODES, wakeups.on_node))
     if wakeups.backups is not None:
         out.append(Feed(BACKUPS, wakeups.on_backup, awaited=False))
         out.append(Feed(SCHEDULED_BACKUPS, wakeups.on_scheduled_backup, awaited=False))
