@@ -25,6 +25,15 @@ def pod_nodes(pods: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     }
 
 
+def primary_of(instances: Sequence[Instance]) -> Instance | None:
+    """The primary: Patroni's leader where its view is known (the pods' role labels trail a switchover
+    for a moment, and a second switchover must not follow the first), else the pod labelled primary."""
+    leader = next((i for i in instances if i.member is not None and i.member.is_leader), None)
+    if leader is not None:
+        return leader
+    return next((i for i in instances if i.role == ROLE_PRIMARY and not i.terminating), None)
+
+
 def draining_primary_node(
     instances: Sequence[Instance], pods: Sequence[Mapping[str, Any]], nodes: Sequence[NodeView] | None
 ) -> NodeView | None:
@@ -32,7 +41,7 @@ def draining_primary_node(
     not known)."""
     if not nodes:
         return None
-    primary = next((i for i in instances if i.role == ROLE_PRIMARY and not i.terminating), None)
+    primary = primary_of(instances)
     if primary is None:
         return None
     where = pod_nodes(pods).get(primary.name)
@@ -56,14 +65,18 @@ def plan_drain(
         host = by_name.get(where.get(instance.name, ""))
         return host is not None and host.ready is True and not host.draining
 
-    primary = next(i for i in instances if i.role == ROLE_PRIMARY and not i.terminating)
+    primary = primary_of(instances)
+    assert primary is not None  # draining_primary_node found it
     # When Patroni names synchronous standbys it switches over to no other: a standby being drained
     # too leaves none here, and the drain evicts it first (the replicas' budget), then Patroni names another.
     sync_named = any(i.member is not None and i.member.is_sync for i in instances)
     pool = [
         i
         for i in instances
-        if i.healthy_replica and stays(i) and (not sync_named or (i.member is not None and i.member.is_sync))
+        if i is not primary
+        and i.healthy_replica
+        and stays(i)
+        and (not sync_named or (i.member is not None and i.member.is_sync))
     ]
     candidate = min(pool, key=lambda i: (i.lag, i.ordinal), default=None)
     if len(instances) <= 1:

@@ -146,3 +146,18 @@ def test_without_a_candidate_the_drain_waits_and_says_why() -> None:
     alone = [bound(instance_pod("db-0", "primary"), "n1")]
     action = plan_drain(instances_from_pods(alone), alone, views("n1"))
     assert action is not None and action.kind == "wait" and "only instance" in action.reason
+
+
+def test_patronis_leader_is_the_primary_while_the_pod_labels_trail_a_switchover() -> None:
+    """Right after the switchover the cache may still show db-0 labelled primary: Patroni's view says
+    db-1 leads, on a node that stays, so no second switchover follows."""
+    pods = [bound(instance_pod("db-0", "primary"), "n1"), bound(instance_pod("db-1"), "n2"),
+            bound(instance_pod("db-2"), "n3")]  # fmt: skip
+    rows = [
+        {"name": "db-0", "role": "replica", "state": "streaming", "lag": 0, "timeline": 2},
+        {"name": "db-1", "role": "leader", "state": "running", "lag": 0, "timeline": 2},
+        {"name": "db-2", "role": "replica", "state": "streaming", "lag": 0, "timeline": 2},
+    ]
+    instances = instances_from_pods(pods, parse_members({"members": rows}))
+    assert draining_primary_node(instances, pods, views("n1")) is None
+    assert plan_drain(instances, pods, views("n1")) is None
