@@ -2,10 +2,13 @@
 
 With more than one instance, two budgets with disjoint selectors (a pod under two budgets cannot be
 evicted at all):
-- `<name>-primary` selects the pod labelled role=primary and allows no eviction (maxUnavailable 0): a
+- `<name>-primary` selects the pod labelled role=primary and keeps it (minAvailable 1 of the one pod): a
   drain of the primary's node retries (every 5 s) until the operator has switched over to a replica on
   another node (controller/reconcilers/drains.py); the old primary, labelled replica by then, goes under
-- `<name>`, the replicas' budget: one replica evicted at a time (maxUnavailable 1).
+- `<name>`, the replicas' budget: one replica evicted at a time (minAvailable: the replicas less one).
+Both count in pods, not as maxUnavailable: with maxUnavailable the disruption controller counts the
+StatefulSet's whole size as the pods expected, so a budget over the replicas alone would never allow an
+eviction (3 expected, 2 healthy, 3 - 1 wanted).
 An operator that may not read Nodes (a namespaced install without that grant) never learns of a drain:
 then `<name>` alone keeps one instance of any role available (minAvailable 1), as before drains were
 handled, and a drain may evict the primary (a failover, not a switchover).
@@ -49,11 +52,11 @@ def pdbs(cluster: PostgresCluster, *, drains_handled: bool = True) -> list[dict[
     switches over away from a node being drained."""
     if cluster.spec.replicas <= 1:
         if cluster.spec.disruption.single_instance == "Block":
-            return [_budget(cluster, names.primary_pdb(cluster), ROLE_PRIMARY, {"maxUnavailable": 0})]
+            return [_budget(cluster, names.primary_pdb(cluster), ROLE_PRIMARY, {"minAvailable": 1})]
         return []
     if not drains_handled:
         return [_budget(cluster, names.pdb(cluster), None, {"minAvailable": 1})]
     return [
-        _budget(cluster, names.primary_pdb(cluster), ROLE_PRIMARY, {"maxUnavailable": 0}),
-        _budget(cluster, names.pdb(cluster), ROLE_REPLICA, {"maxUnavailable": 1}),
+        _budget(cluster, names.primary_pdb(cluster), ROLE_PRIMARY, {"minAvailable": 1}),
+        _budget(cluster, names.pdb(cluster), ROLE_REPLICA, {"minAvailable": cluster.spec.replicas - 2}),
     ]

@@ -36,13 +36,13 @@ def test_instances_spread_one_per_node_and_zone_with_the_budgets_drains_go_throu
     )
     budgets = {b["metadata"]["name"]: b for b in get_json(kube, "pdb", "-n", ns)["items"]}
     primary_budget, replicas_budget = budgets[f"{name}-primary"], budgets[name]
-    assert primary_budget["spec"]["maxUnavailable"] == 0
+    assert primary_budget["spec"]["minAvailable"] == 1
     assert primary_budget["spec"]["selector"]["matchLabels"]["role"] == "primary"
     assert (primary_budget["status"]["expectedPods"], primary_budget["status"]["disruptionsAllowed"]) == (
         1,
         0,
     )
-    assert replicas_budget["spec"]["maxUnavailable"] == 1
+    assert replicas_budget["spec"]["minAvailable"] == 1
     assert (replicas_budget["status"]["expectedPods"], replicas_budget["status"]["disruptionsAllowed"]) == (
         2,
         1,

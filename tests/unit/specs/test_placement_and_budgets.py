@@ -108,7 +108,10 @@ def test_with_drains_handled_the_primary_budget_refuses_and_the_replicas_budget_
     got = selectors(pdbs(cluster(replicas=3)))
     primary_labels, primary_limit = got["orders-db-primary"]
     replica_labels, replica_limit = got["orders-db"]
-    assert primary_limit == {"maxUnavailable": 0} and replica_limit == {"maxUnavailable": 1}
+    # Counted in pods: the primary's one pod kept, the replicas less one kept.
+    assert primary_limit == {"minAvailable": 1} and replica_limit == {"minAvailable": 1}
+    assert selectors(pdbs(cluster(replicas=5)))["orders-db"][1] == {"minAvailable": 3}
+    assert selectors(pdbs(cluster(replicas=2)))["orders-db"][1] == {"minAvailable": 0}
     # Disjoint: a pod under two budgets cannot be evicted at all.
     assert (primary_labels["role"], replica_labels["role"]) == ("primary", "replica")
     assert {k: v for k, v in primary_labels.items() if k != "role"} == {
@@ -127,7 +130,7 @@ def test_one_instance_has_no_budget_unless_the_user_blocks_drains() -> None:
     assert pdbs(cluster(replicas=1)) == []
     assert pdbs(cluster(replicas=1), drains_handled=False) == []
     got = selectors(pdbs(cluster(replicas=1, disruption={"singleInstance": "Block"})))
-    assert list(got) == ["orders-db-primary"] and got["orders-db-primary"][1] == {"maxUnavailable": 0}
+    assert list(got) == ["orders-db-primary"] and got["orders-db-primary"][1] == {"minAvailable": 1}
 
 
 def test_desired_children_carry_both_budgets_when_nodes_are_read() -> None:
