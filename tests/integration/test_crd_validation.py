@@ -103,6 +103,13 @@ def test_version_14_is_refused(api: Api) -> None:
     refused(api.create("fourteen", version="14"), "spec.version", '"14"', '"15", "16"')
 
 
+def test_node_affinity_without_values_for_in_is_refused(api: Api) -> None:
+    bad = {"nodeAffinity": [{"key": "zone", "operator": "In"}]}
+    refused(api.create("node-affinity", affinity=bad), "spec.affinity.nodeAffinity[0].values", "take values")
+    good = {"nodeAffinity": [{"key": "zone", "operator": "In", "values": ["a"]}], "zoneSpread": "required"}
+    assert api.create("node-affinity-ok", affinity=good).returncode == 0
+
+
 def test_storage_in_gb_is_refused(api: Api) -> None:
     refused(api.create("gigabytes", storage="20GB"), "spec.storage", "20GB")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, ValidationInfo, field_validator, model_validator
 
 from pg_operator.api.schema import SpecModel, rule, validations
 
@@ -82,6 +82,66 @@ def node_selector_problems(selector: Mapping[str, str]) -> list[str]:
     return problems
 
 
+_NodeLabelValue = Annotated[
+    str,
+    StringConstraints(max_length=MAX_LABEL_VALUE_LENGTH),
+    Field(json_schema_extra=validations(label_value_rule("nodeAffinity: a value"))),
+]
+
+
+class NodeRequirement(SpecModel):
+    """One node-label expression the instances' nodes must satisfy (a nodeAffinity matchExpression)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            rule(
+                "self.operator in ['Exists', 'DoesNotExist'] ? !has(self.values) || size(self.values) == 0 "
+                ": has(self.values) && size(self.values) > 0",
+                "nodeAffinity: operators In and NotIn take values, Exists and DoesNotExist none",
+                fieldPath=".values",
+            ),
+        )
+    )
+
+    key: str = Field(
+        max_length=MAX_LABEL_KEY_LENGTH,
+        description="Node label key.",
+        json_schema_extra=validations(label_key_rule("nodeAffinity: key")),
+    )
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="How the label is matched."
+    )
+    values: list[_NodeLabelValue] | None = Field(
+        None, max_length=32, description="Label values, with In and NotIn."
+    )
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, key: str) -> str:
+        if not is_label_key(key):
+            raise ValueError(f"nodeAffinity: key {LABEL_KEY_REASON}")
+        return key
+
+    @model_validator(mode="after")
+    def _values(self) -> NodeRequirement:
+        takes_values = self.operator in ("In", "NotIn")
+        if takes_values != bool(self.values):
+            raise ValueError("nodeAffinity: operators In and NotIn take values, Exists and DoesNotExist none")
+        for value in self.values or ():
+            if not is_label_value(value):
+                raise ValueError(f"nodeAffinity: a value {LABEL_VALUE_REASON}")
+        return self
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        if self.operator == "Exists":
+            return present
+        if self.operator == "DoesNotExist":
+            return not present
+        inside = present and labels[self.key] in (self.values or ())
+        return inside if self.operator == "In" else not inside
+
+
 ANTI_AFFINITY_AUTO: Literal["auto"] = "auto"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
@@ -109,6 +169,14 @@ class Affinity(SpecModel):
             "Spread instances evenly over zoneTopologyKey (topologySpreadConstraints, maxSkew 1): "
             "'preferred' (default, ScheduleAnyway), 'required' (DoNotSchedule: an instance stays Pending "
             "rather than unbalance the zones; nodes without the label are not used), or 'none'."
+        ),
+    )
+    node_affinity: list[NodeRequirement] = Field(
+        default_factory=list,
+        max_length=16,
+        description=(
+            "Node-label expressions every node of the instances and pooler pods must satisfy (all of them; "
+            "beside nodeSelector): e.g. {key: node.kubernetes.io/instance-type, operator: In, values: [...]}."
         ),
     )
     zone_topology_key: str = Field(

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pg_operator.api.placement import NodeRequirement
+
 # Taints that announce a node is being emptied: the one the node lifecycle controller adds to a cordoned
 # node, the cluster autoscaler's and Karpenter's before they remove a node, and the one an administrator
 # sets on a node that is shut down for good.
@@ -99,11 +101,20 @@ class TolerationView:
         return self.operator == "Exists" or (self.value or "") == taint.value
 
 
-def admits(node: NodeView, selector: Mapping[str, str], tolerations: Sequence[TolerationView] = ()) -> bool:
-    """Whether the instances' placement lets them run on `node`: every nodeSelector label matches, and
-    every taint that keeps pods off (NoSchedule, NoExecute) is tolerated, except the drain taints (a
-    node being drained is still one of the cluster's nodes; it comes back on uncordon)."""
+def admits(
+    node: NodeView,
+    selector: Mapping[str, str],
+    tolerations: Sequence[TolerationView] = (),
+    expressions: Sequence[NodeRequirement] = (),
+) -> bool:
+    """Whether the instances' placement lets them run on `node`: every nodeSelector label matches, every
+    node-affinity expression holds, and every taint that keeps pods off (NoSchedule, NoExecute) is
+    tolerated, except the drain taints (a node being drained is still one of the cluster's nodes; it
+    comes back on uncordon)."""
     if any(node.label(key) != value for key, value in selector.items()):
+        return False
+    labels = dict(node.labels)
+    if not all(e.matches(labels) for e in expressions):
         return False
     for taint in node.taints:
         if taint.effect not in BLOCKING_EFFECTS or taint.key in DRAIN_TAINT_KEYS:
@@ -114,10 +125,13 @@ def admits(node: NodeView, selector: Mapping[str, str], tolerations: Sequence[To
 
 
 def matching(
-    nodes: Iterable[NodeView], selector: Mapping[str, str], tolerations: Sequence[TolerationView] = ()
+    nodes: Iterable[NodeView],
+    selector: Mapping[str, str],
+    tolerations: Sequence[TolerationView] = (),
+    expressions: Sequence[NodeRequirement] = (),
 ) -> list[NodeView]:
     """The nodes the instances may run on (`admits`), cordoned ones included."""
-    return [n for n in nodes if admits(n, selector, tolerations)]
+    return [n for n in nodes if admits(n, selector, tolerations, expressions)]
 
 
 def schedulable(nodes: Iterable[NodeView]) -> list[NodeView]:

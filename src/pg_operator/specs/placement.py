@@ -31,7 +31,9 @@ def tolerations(cluster: PostgresCluster) -> list[TolerationView]:
 
 def admitting_nodes(cluster: PostgresCluster, nodes: Sequence[NodeView]) -> list[NodeView]:
     """The nodes the instances may run on (cordoned ones included: they come back)."""
-    return matching(nodes, cluster.spec.node_selector, tolerations(cluster))
+    return matching(
+        nodes, cluster.spec.node_selector, tolerations(cluster), cluster.spec.affinity.node_affinity
+    )
 
 
 def live_anti_affinity(statefulset: Mapping[str, Any] | None) -> AntiAffinity | None:
@@ -73,6 +75,20 @@ def anti_affinity_term(
     if mode == "required":
         return {"podAntiAffinity": {REQUIRED_KEY: [term]}}
     return {"podAntiAffinity": {PREFERRED_KEY: [{"weight": 100, "podAffinityTerm": term}]}}
+
+
+def pod_affinity(cluster: PostgresCluster, anti: AntiAffinity, match_labels: Mapping[str, str],
+                 topology_key: str) -> dict[str, Any] | None:  # fmt: skip
+    """A pod's `affinity`: the anti-affinity, and spec.affinity.nodeAffinity as one node selector term
+    (every expression must hold)."""
+    out = anti_affinity_term(anti, topology_key, match_labels) or {}
+    expressions = [
+        r.model_dump(by_alias=True, exclude_none=True, mode="json")
+        for r in cluster.spec.affinity.node_affinity
+    ]
+    if expressions:
+        out["nodeAffinity"] = {REQUIRED_KEY: {"nodeSelectorTerms": [{"matchExpressions": expressions}]}}
+    return out or None
 
 
 def zone_spread(

@@ -209,8 +209,8 @@ def deployment(cluster: PostgresCluster, side: str, image: str = DEFAULT_IMAGE) 
         ],
         # Apart from each other over nodes (preferred: a Deployment's surge pod must find a place on a
         # small cluster), and spread over zones as the instances are (spec.affinity.zoneSpread).
-        "affinity": placement.anti_affinity_term(
-            "preferred", "kubernetes.io/hostname", pooler_pod_labels(cluster.name, side)
+        "affinity": placement.pod_affinity(
+            cluster, "preferred", pooler_pod_labels(cluster.name, side), "kubernetes.io/hostname"
         ),
     }
     zones = placement.zone_spread(

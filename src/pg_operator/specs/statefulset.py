@@ -201,7 +201,7 @@ def _pod_template(cluster: PostgresCluster, anti: placement.AntiAffinity) -> dic
         "volumes": _volumes(cluster),
     }
     spread = cluster.spec.affinity
-    affinity = placement.anti_affinity_term(anti, spread.topology_key, selector_labels(cluster))
+    affinity = placement.pod_affinity(cluster, anti, selector_labels(cluster), spread.topology_key)
     if affinity is not None:
         pod_spec["affinity"] = affinity
     zones = placement.zone_spread(spread.zone_spread, spread.zone_topology_key, selector_labels(cluster))

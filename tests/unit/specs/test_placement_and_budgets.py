@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from harness.objects import cluster_model as cluster
 from pg_operator.orchestration.nodes import NodeView, Taint
 from pg_operator.specs import desired_children
@@ -151,3 +153,40 @@ def test_the_pooler_spreads_over_nodes_and_zones_and_its_budget_takes_one_pod_at
     assert spread["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
     budget = by_kind[("PodDisruptionBudget", "orders-db-pooler-rw")]
     assert budget["spec"]["maxUnavailable"] == 1 and "minAvailable" not in budget["spec"]
+
+
+def test_node_affinity_expressions_reach_the_pods_and_decide_which_nodes_count() -> None:
+    expressions = [
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["db.large", "db.xlarge"]},
+        {"key": "example.com/spot", "operator": "DoesNotExist"},
+    ]
+    c = cluster(replicas=3, affinity={"nodeAffinity": expressions})
+    spec = pod_spec(statefulset(c, None, None))
+    required = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required == {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
+    assert "podAntiAffinity" in spec["affinity"]  # beside the anti-affinity, not instead of it
+    pooler_spec = pooler_children(cluster(pooler={}, affinity={"nodeAffinity": expressions}))[0]
+    assert (
+        pooler_spec["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+        == spec["affinity"]["nodeAffinity"]
+    )
+    # Only nodes the expressions admit count for `auto` and for the too-few-nodes report.
+    large = nodes(3, labels={"node.kubernetes.io/instance-type": "db.large"})
+    assert live_anti_affinity(statefulset(c, None, large)) == "required"
+    spot = nodes(3, labels={"node.kubernetes.io/instance-type": "db.large", "example.com/spot": "true"})
+    assert live_anti_affinity(statefulset(c, None, spot)) == "preferred"
+    assert live_anti_affinity(statefulset(c, None, nodes(3))) == "preferred"
+
+
+def test_node_affinity_expressions_are_checked_naming_the_field() -> None:
+    for bad, needle in (
+        ({"key": "zone", "operator": "In"}, "In and NotIn take values"),
+        ({"key": "zone", "operator": "Exists", "values": ["a"]}, "Exists and DoesNotExist none"),
+        ({"key": "-bad", "operator": "Exists"}, "nodeAffinity: key must be a label key"),
+        (
+            {"key": "zone", "operator": "In", "values": ["not a value"]},
+            "nodeAffinity: a value must be a label value",
+        ),
+    ):
+        with pytest.raises(ValueError, match=needle):
+            cluster(affinity={"nodeAffinity": [bad]})
