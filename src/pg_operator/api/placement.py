@@ -154,7 +154,7 @@ class Affinity(SpecModel):
             "share), 'preferred' (shares when it cannot), 'none', or 'auto' (default): 'required' when "
             "the StatefulSet is created and at least spec.replicas schedulable nodes match the instances' "
             "nodeSelector and tolerations, else 'preferred'. The choice is kept afterwards: a node lost "
-            "or drained never changes it (that would restart every instance)."
+            "or drained never changes it. A change applies to each instance when its pod is next recreated."
         ),
     )
     topology_key: str = Field(

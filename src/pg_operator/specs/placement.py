@@ -5,8 +5,11 @@ zones, and the node counts placement is reported with.
 'required' when at least spec.replicas schedulable nodes admit the instances (nodeSelector, tolerations),
 else 'preferred' (a one-node cluster runs three instances side by side). Afterwards the live StatefulSet's
 pod template says which it is, and that is kept: were it decided again from the nodes seen on every pass, a
-node lost or drained would turn 'required' into 'preferred', and that template change would restart
-every instance exactly when the cluster is weakest. The operator that may not read Nodes (a namespaced
+node lost or drained would turn 'required' into 'preferred' and back, a new StatefulSet revision each time,
+and an instance recreated meanwhile (the drained node's, a lost one's replacement) would be placed by
+another rule than its peers: beside one of them while the node is away, and left there after it returns.
+The StatefulSet is OnDelete (the operator recreates pods for image changes only), so a changed placement
+applies to each pod when it is next recreated. The operator that may not read Nodes (a namespaced
 install) decides 'preferred'.
 """
 
