@@ -50,6 +50,7 @@ from pg_operator.api.placement import (
     NODE_SELECTOR_KEY_RULE,
     NODE_SELECTOR_VALUE_RULE,
     Affinity,
+    Disruption,
     Toleration,
     node_selector_problems,
 )
@@ -174,6 +175,9 @@ class PostgresClusterSpec(SpecModel):
         max_length=253,
         pattern=DNS_SUBDOMAIN_PATTERN,
         description="PriorityClass of the instance pods, so a database is not the first thing evicted.",
+    )
+    disruption: Disruption = nested(
+        Disruption, "What node drains may do to the instances (docs/high-availability.md#drains)."
     )
     synchronous: Synchronous = nested(Synchronous, "Synchronous replication.")
     bootstrap: Bootstrap = nested(

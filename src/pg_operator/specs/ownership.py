@@ -71,6 +71,7 @@ def generated_names(cluster: PostgresCluster) -> set[ObjectId]:
     out: set[ObjectId] = {
         (*SERVICE_ACCOUNT, instance), (*ROLE, instance), (*ROLE_BINDING, instance), (*CONFIG_MAP, instance),
         (*STATEFULSET, names.statefulset(cluster)), (*PDB, names.pdb(cluster)),
+        (*PDB, names.primary_pdb(cluster)),
         (*NETWORK_POLICY, instance_policy.name(cluster)), (*NETWORK_POLICY, pooler.policy_name(cluster)),
         (*SECRET, pooler.auth_secret_name(cluster)),
     }  # fmt: skip

@@ -41,7 +41,7 @@ from pg_operator.pooler_contract import (
     POOLER_PORT,
 )
 from pg_operator.scram import scram_sha256_verifier
-from pg_operator.specs import names
+from pg_operator.specs import names, placement
 from pg_operator.specs.labels import MANAGED_BY, child_metadata
 from pg_operator.specs.network_policy import (
     DEFAULT_OPERATOR_PEER,
@@ -208,20 +208,19 @@ def deployment(cluster: PostgresCluster, side: str, image: str | None = None) ->
                 },
             },
         ],
-        "affinity": {
-            "podAntiAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "weight": 100,
-                        "podAffinityTerm": {
-                            "topologyKey": "kubernetes.io/hostname",
-                            "labelSelector": {"matchLabels": pooler_pod_labels(cluster.name, side)},
-                        },
-                    }
-                ]
-            }
-        },
+        # Apart from each other over nodes (preferred: a Deployment's surge pod must find a place on a
+        # small cluster), and spread over zones as the instances are (spec.affinity.zoneSpread).
+        "affinity": placement.pod_affinity(
+            cluster, "preferred", pooler_pod_labels(cluster.name, side), "kubernetes.io/hostname"
+        ),
     }
+    zones = placement.zone_spread(
+        cluster.spec.affinity.zone_spread,
+        cluster.spec.affinity.zone_topology_key,
+        pooler_pod_labels(cluster.name, side),
+    )
+    if zones:
+        pod_spec["topologySpreadConstraints"] = zones
     if cluster.spec.node_selector:
         pod_spec["nodeSelector"] = dict(cluster.spec.node_selector)
     if cluster.spec.tolerations:
@@ -267,8 +266,10 @@ def pdb(cluster: PostgresCluster, side: str) -> dict[str, Any] | None:
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": child_metadata(cluster, deployment_name(cluster, side), COMPONENT_POOLER),
+        # One pod at a time: a drain never takes every pod of a side at once (with three or more pods,
+        # minAvailable 1 would let it take all but one together).
         "spec": {
-            "minAvailable": 1,
+            "maxUnavailable": 1,
             "selector": {"matchLabels": pooler_pod_labels(cluster.name, side)},
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },

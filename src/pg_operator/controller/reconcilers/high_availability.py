@@ -9,6 +9,8 @@ per reconcile.
   changes nothing, at most once a second and ten times in a row per member).
 - Scale-down never removes the primary: the StatefulSet keeps its size until a switchover moved the
   primary to a surviving ordinal (orchestration.rollout.plan_scale).
+- Drains: when the primary's node is cordoned or tainted for a drain, a switchover to a replica on a node
+  that stays, before the drain may evict the primary (orchestration.drains; reconcilers/drains.py).
 - Rolling image changes: replicas first, then a switchover, then the old primary; a stalled instance
   halts the rollout as a reported problem (orchestration.rollout.plan_update).
 - Settings: PostgreSQL parameters, synchronous replication and Patroni's timing are kept in Patroni's
@@ -61,6 +63,7 @@ from pg_operator.controller.reconcilers.patroni_upkeep import (
 from pg_operator.controller.reconcilers.settings_changes import SettingsChanges
 from pg_operator.controller.writes import WriteMemo
 from pg_operator.orchestration import requested_restart as restart_request
+from pg_operator.orchestration.drains import draining_primary_node, plan_drain
 from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
 from pg_operator.orchestration.requested_switchover import Asked, answered
 from pg_operator.orchestration.rollout import Action, best_candidate, plan_restart, plan_scale, plan_update
@@ -206,6 +209,16 @@ class HighAvailabilityReconciler(SubReconciler):
         if requested:
             result.writes += await self._requested_switchover(ctx, pods, requested, result)
             return result
+
+        # The primary's node is being drained: switch over before the drain may evict it (its budget
+        # refuses until then, specs/pdb.py); Patroni's view says which replica may take over.
+        # With one instance there is nothing to switch over to (reconcilers/drains.py reports it).
+        if len(instances) > 1 and draining_primary_node(instances, pods, snapshot.nodes) is not None:
+            planned = instances_from_pods(pods, await self._members(ctx, instances))
+            drain = plan_drain(planned, pods, snapshot.nodes)
+            if drain is not None:
+                result.writes += await self._act(ctx, planned, drain, result)
+                return result
 
         replicas, scale_action = plan_scale(instances, cluster.spec.replicas)
         if replicas != cluster.spec.replicas:

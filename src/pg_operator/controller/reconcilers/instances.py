@@ -140,7 +140,9 @@ class InstancesReconciler(SubReconciler):
             return ctx.snapshot.find("v1", "Secret", name) is not None
 
         cluster = wired_for_pods(ctx.cluster, allow_insecure=allow_insecure, labelled=labelled)
-        desired = desired_children(cluster, existing_statefulset=ctx.statefulset, operator=operator)
+        desired = desired_children(
+            cluster, existing_statefulset=ctx.statefulset, operator=operator, nodes=ctx.snapshot.nodes
+        )
         refused = recovery_refusals(ctx.cluster, allow_insecure=allow_insecure, labelled=labelled)
         if refused and ctx.statefulset is None:
             ctx.report(refused[0].as_problem())
