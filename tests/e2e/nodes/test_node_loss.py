@@ -34,9 +34,6 @@ from harness.pgcluster import SMALL, healthy, secret, sql_in_netns, status
 from harness.rw_endpoints import EndpointWriter, rw_addresses
 from harness.waiting import wait_until
 
-# Outside `make test` until the sub-tier fits the CI budget; `make test-node-loss` runs it.
-pytestmark = pytest.mark.node_loss
-
 NS, NAME = "node-loss", "nl-db"
 TTL, LOOP_WAIT, RETRY_TIMEOUT = 20, 5, 5
 # Long while the partition test runs (it heals well before), short for the power-off.
