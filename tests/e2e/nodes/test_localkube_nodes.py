@@ -2,7 +2,8 @@
 Service networking and DNS across nodes, node-local volumes, and the node verbs — a powered-off node's
 every process and container is gone and its pods unreachable, and it comes back Ready; a partitioned node
 is cut off while its processes live on, and heals. (That a lost node goes `Unknown` after the node-monitor
-grace period is shown by test_node_loss.py, whose NodeLost waits for it.) Runs on the multi-node sub-tier's cluster (tests/e2e/nodes/conftest.py)."""
+grace period is shown by test_node_loss.py, whose NodeLost waits for it.) Runs on the multi-node
+sub-tier's cluster (tests/e2e/nodes/conftest.py)."""
 
 from __future__ import annotations
 
