@@ -10,8 +10,8 @@ the cluster is 3/3 Ready with the pooler on the new primary. Figures per trial: 
 writer the failed transactions and its longest stall (the longest time between two acknowledged
 commits). The machine is shared: the JSON carries the load average before and after each trial.
 
-Not a kind of bench_failover.py: its writers run on the host, which reaches the `-rw` ClusterIP only with
-one node, and a drain needs nodes to switch over to.
+Also `bench_failover.py --kinds drain`, which runs this (its own cluster: a pooler, required spread, writers
+in pods) rather than bench_failover's host writers, which reach the `-rw` ClusterIP only with one node.
 
   PGOP_FULL_NODES=3 python3 localkube/cluster.py up full && .venv/bin/python bench/bench_drain.py --trials 3
 """
@@ -121,23 +121,32 @@ def main() -> int:
     )
     parser.add_argument("--trials", type=int, default=3)
     args = parser.parse_args()
+    if len(topology.load_layout(Context())) < 3:
+        parser.error(NEEDS_NODES)
+    print(json.dumps(run(args.trials)))
+    return 0
+
+
+NEEDS_NODES = (
+    "needs the full profile with three nodes: PGOP_FULL_NODES=3 python3 localkube/cluster.py up full"
+)
+
+
+def run(trials: int) -> dict[str, Any]:
+    """`trials` drains on a cluster of its own, installed and deleted here: the bench's JSON line."""
     ctx = Context()
-    if len(topology.load_layout(ctx)) < 3:
-        parser.error(
-            "needs the full profile with three nodes: PGOP_FULL_NODES=3 python3 localkube/cluster.py up full"
-        )
     kube = Kube("full", str(ctx.admin_kubeconfig), ctx)
     install_operator(kube, E2E_OPERATOR_ARGS)
     kube.kubectl("create", "namespace", NS, check=False)
     kube.kubectl("apply", "-f", "-", input=json.dumps(cluster(NAME, NS, **SPEC)))
     rows = []
     try:
-        for n in range(args.trials):
+        for n in range(trials):
             rows.append(trial(kube, n))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     finally:
         kube.kubectl("delete", "namespace", NS, "--wait=false", check=False)
-    result = {
+    return {
         "bench": "drain",
         "kind": "drain",
         "trials": len(rows),
@@ -152,8 +161,6 @@ def main() -> int:
         },
         "rows": rows,
     }
-    print(json.dumps(result))
-    return 0
 
 
 if __name__ == "__main__":
