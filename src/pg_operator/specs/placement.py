@@ -134,3 +134,24 @@ def too_few_nodes(cluster: PostgresCluster, statefulset: Mapping[str, Any] | Non
         f"{want - len(domains)} instance(s) cannot be scheduled. Add nodes, or set "
         "spec.affinity.podAntiAffinity: preferred to let instances share a node"
     )
+
+
+# The node lifecycle controller's taints on a node that stopped reporting (unreachable) or reports it is not
+# ready, and how long a pooler pod stays bound to such a node.
+LOST_NODE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+LOST_NODE_STAY_SECONDS = 30
+
+
+def pooler_tolerations(cluster: PostgresCluster) -> list[dict[str, Any]]:
+    """The user's tolerations, then a short stay on a lost node: a pooler pod holds nothing, so 30 s after
+    its node went NotReady or Unknown it is evicted and its Deployment starts another on a live node (the
+    API server's default is 300 s). A toleration of the user's for the same key wins. (The instances keep
+    the default: the StatefulSet would not replace an evicted one anyway; reconcilers/node_loss.py does.)"""
+    out = [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in cluster.spec.tolerations]
+    tolerated = {t.get("key") for t in out}
+    out += [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": LOST_NODE_STAY_SECONDS}
+        for key in LOST_NODE_TAINTS
+        if key not in tolerated
+    ]
+    return out

@@ -223,10 +223,7 @@ def deployment(cluster: PostgresCluster, side: str, image: str | None = None) ->
         pod_spec["topologySpreadConstraints"] = zones
     if cluster.spec.node_selector:
         pod_spec["nodeSelector"] = dict(cluster.spec.node_selector)
-    if cluster.spec.tolerations:
-        pod_spec["tolerations"] = [
-            t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in cluster.spec.tolerations
-        ]
+    pod_spec["tolerations"] = placement.pooler_tolerations(cluster)
     pull_secrets = image_pull_secrets()  # the install's --image-pull-secrets
     if pull_secrets:
         pod_spec["imagePullSecrets"] = pull_secrets

@@ -158,6 +158,25 @@ def test_the_pooler_spreads_over_nodes_and_zones_and_its_budget_takes_one_pod_at
     assert budget["spec"]["maxUnavailable"] == 1 and "minAvailable" not in budget["spec"]
 
 
+def test_pooler_pods_leave_a_lost_node_after_30_s_unless_the_user_says_otherwise() -> None:
+    def tolerations(c: Any) -> dict[str, Any]:
+        deployment = next(o for o in pooler_children(c) if o["kind"] == "Deployment")
+        return {t["key"]: t for t in deployment["spec"]["template"]["spec"]["tolerations"]}
+
+    unreachable, not_ready = "node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"
+    mine = tolerations(cluster(pooler={}))
+    assert {k: (t["effect"], t["tolerationSeconds"]) for k, t in mine.items()} == {
+        unreachable: ("NoExecute", 30),
+        not_ready: ("NoExecute", 30),
+    }
+    users = {"key": unreachable, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 600}
+    theirs = tolerations(cluster(pooler={}, tolerations=[users]))
+    assert theirs[unreachable]["tolerationSeconds"] == 600 and theirs[not_ready]["tolerationSeconds"] == 30
+    # The instances keep the API server's defaults: a StatefulSet does not replace an evicted pod anyway.
+    pod = statefulset(cluster())["spec"]["template"]["spec"]
+    assert not any(t.get("key") == unreachable for t in pod.get("tolerations") or [])
+
+
 def test_node_affinity_expressions_reach_the_pods_and_decide_which_nodes_count() -> None:
     expressions = [
         {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["db.large", "db.xlarge"]},
