@@ -108,10 +108,10 @@ class PoolerSpec(SpecModel):
         None,
         ge=0,
         le=MAX_PREPARED_STATEMENTS,
-        description="Prepared statements PgBouncer keeps per client connection and prepares again on "
-        "whichever server connection runs the client's next transaction, so drivers that prepare "
-        "statements by default work in transaction mode (PgBouncer's max_prepared_statements; "
-        "default 200; 0 turns it off).",
+        description="Protocol-level prepared statements PgBouncer keeps on each server connection; it "
+        "prepares a client's statement on whichever server connection runs the client's transaction, so "
+        "drivers that prepare statements by default work in transaction mode (PgBouncer's "
+        "max_prepared_statements; default 200; 0 turns the support off).",
     )
     # The whole default object, not {}: the API server checks a default against the object's CEL rules as
     # it stands, before nested defaults (its rules read self.limits).

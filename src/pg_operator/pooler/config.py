@@ -38,10 +38,10 @@ from pg_operator.pooler_contract import (
 AUTH_QUERY = f"SELECT usename, passwd FROM {AUTH_FUNCTION}($1)"  # noqa: S608 - constants only
 DEFAULT_POOL_SIZE = 20
 DEFAULT_MAX_CLIENT_CONN = 1000
-# Protocol-level prepared statements in transaction mode (PgBouncer >= 1.21): PgBouncer keeps up to this
-# many of each client's statements and prepares them on whichever server connection runs the client's next
-# transaction, so drivers that prepare by default (psycopg 3, asyncpg, pgx, JDBC) work through the pooler.
-# 0 turns it off. Kept in step with api/pooler.py's bounds.
+# Protocol-level prepared statements in transaction mode (PgBouncer >= 1.21): PgBouncer prepares a client's
+# statement on whichever server connection runs the client's transaction, keeping up to this many on each
+# server connection, so drivers that prepare by default (psycopg 3, asyncpg, pgx, JDBC) work through the
+# pooler. 0 turns it off. Kept in step with api/pooler.py's bounds.
 DEFAULT_MAX_PREPARED_STATEMENTS = 200
 MAX_PREPARED_STATEMENTS = 10000
 TARGET_FILE = "target"  # in the run dir: the host the pooler points at now
