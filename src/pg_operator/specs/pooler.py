@@ -32,6 +32,7 @@ from pg_operator.pooler_contract import (
     ENV_CLUSTER,
     ENV_DEFAULT_POOL_SIZE,
     ENV_MAX_CLIENT_CONN,
+    ENV_MAX_PREPARED_STATEMENTS,
     ENV_MODE,
     ENV_RUN_DIR,
     ENV_SIDE,
@@ -149,6 +150,8 @@ def deployment(cluster: PostgresCluster, side: str, image: str | None = None) ->
         env[ENV_DEFAULT_POOL_SIZE] = str(pooler.default_pool_size)
     if pooler.max_client_connections is not None:
         env[ENV_MAX_CLIENT_CONN] = str(pooler.max_client_connections)
+    if pooler.max_prepared_statements is not None:
+        env[ENV_MAX_PREPARED_STATEMENTS] = str(pooler.max_prepared_statements)
     probe = {"tcpSocket": {"port": "pgbouncer"}}
     container = {
         "name": CONTAINER,
