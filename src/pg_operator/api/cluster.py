@@ -43,6 +43,7 @@ from pg_operator.api.cluster_sections import (
 from pg_operator.api.cluster_status import PostgresClusterStatus
 from pg_operator.api.constants import KIND, PLURAL, SHORT
 from pg_operator.api.crd import CustomResource
+from pg_operator.api.monitoring import MonitoringSpec
 from pg_operator.api.network_policy import NetworkPolicySpec
 from pg_operator.api.node_loss import NodeLoss
 from pg_operator.api.placement import (
@@ -233,6 +234,9 @@ class PostgresClusterSpec(SpecModel):
             "paused and re-pointed by the operator around switchovers and failovers (docs/pooler.md). "
             "Unset: no pooler."
         ),
+    )
+    monitoring: MonitoringSpec = nested(
+        MonitoringSpec, "Metrics beyond the built-in set: the tenant's own queries (docs/monitoring.md)."
     )
     services: ServicesSpec = nested(
         ServicesSpec,
