@@ -46,6 +46,10 @@ pg_app_column:
 pg_app_slow:
   query: "SELECT 1 AS v FROM pg_sleep(30)"
   metrics: [{v: {usage: GAUGE}}]
+pg_app_orders:
+  query: "SELECT count(*) AS rows FROM public.orders"
+  database: shop
+  metrics: [{rows: {usage: GAUGE, description: "rows of a table in another database"}}]
 pg_app_write:
   query: "CREATE TABLE pgop_custom_write AS SELECT 1 AS v"
   metrics: [{v: {usage: GAUGE}}]
@@ -69,6 +73,10 @@ def postgres() -> Iterator[Postgres]:
     pg.configure(pg.base_parameters())
     pg.start()
     pg.query(f'CREATE ROLE "{MONITOR_ROLE}" LOGIN IN ROLE pg_monitor')
+    pg.query("CREATE DATABASE shop")
+    with pg.connect("shop") as conn:
+        conn.execute("CREATE TABLE public.orders AS SELECT generate_series(1, 3) AS id")
+        conn.execute(f'GRANT SELECT ON public.orders TO "{MONITOR_ROLE}"')
     try:
         yield pg
     finally:
@@ -99,7 +107,8 @@ def test_custom_queries_run_as_the_monitoring_role_and_failures_never_break_the_
     for failing in ("syntax", "missing", "column", "slow", "write"):
         assert f'pgop_custom_query_errors_total{{query="pg_app_{failing}"}} 2' in text, failing
         assert f"pg_app_{failing}_v " not in text
-    assert "pgop_custom_queries 7" in text and "pgop_custom_queries_invalid 0" in text
+    assert "pg_app_orders_rows 3" in text  # from database shop, on a connection kept between scrapes
+    assert "pgop_custom_queries 8" in text and "pgop_custom_queries_invalid 0" in text
     assert postgres.query("SELECT to_regclass('pgop_custom_write')") == [(None,)]
 
 

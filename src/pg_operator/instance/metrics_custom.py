@@ -4,13 +4,14 @@ queries.yaml format, its bounds, and the samples made from a query's rows. Pure:
 
 The file is tenant input: bounded in size, in queries, in metrics per query and in rows per query; every
 name must be a Prometheus metric name and must not be one the built-in set serves. A file that breaks a
-rule is refused whole (nothing of it is served, the reason is logged and `pgop_custom_queries_invalid`
-is 1); a query that fails when it runs (syntax, timeout, a missing or non-numeric column) loses its
-samples for that scrape and counts in `pgop_custom_query_errors_total{query=...}`.
+rule is refused whole (nothing of it is served, the reason is logged and `pgop_custom_queries_invalid` is
+1); a query that fails when it runs (syntax, timeout, a missing or non-numeric column) loses its samples
+for that scrape and counts in `pgop_custom_query_errors_total{query=...}`.
 
-The format: a mapping of metric-name prefix to {query, metrics: [{column: {usage, description}}],
-master}. usage LABEL (the column is a label), GAUGE, COUNTER or DISCARD; master: true runs the query on
-the primary only. Each GAUGE or COUNTER column is served as `<prefix>_<column>`.
+The format: a mapping of metric-name prefix to {query, metrics: [{column: {usage, description}}], master,
+database}. usage LABEL (the column is a label), GAUGE, COUNTER or DISCARD; master: true runs the query on
+the primary only; database (default postgres) is where it runs, at most MAX_DATABASES others. Each GAUGE
+or COUNTER column is served as `<prefix>_<column>`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ MAX_QUERY_CHARS = 8192
 MAX_DESCRIPTION_CHARS = 1024
 # Rows one query may return; more is an error for that query (a scrape stays small).
 MAX_ROWS = 1000
+# Databases other than `postgres` the queries may name: each costs the instance one kept connection.
+MAX_DATABASES = 4
+DATABASE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+DEFAULT_DATABASE = "postgres"
 METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 # Columns are labels or values; a label named like this would be reserved by Prometheus.
@@ -41,7 +46,7 @@ ERRORS_FAMILY = "pgop_custom_query_errors_total"
 INVALID_FAMILY = "pgop_custom_queries_invalid"
 QUERIES_FAMILY = "pgop_custom_queries"
 OWN_FAMILIES = (ERRORS_FAMILY, INVALID_FAMILY, QUERIES_FAMILY)
-_QUERY_KEYS = frozenset({"query", "metrics", "master"})
+_QUERY_KEYS = frozenset({"query", "metrics", "master", "database"})
 _COLUMN_KEYS = frozenset({"usage", "description"})
 
 
@@ -65,6 +70,7 @@ class CustomQuery:
     sql: str
     columns: tuple[Column, ...]
     primary_only: bool = False
+    database: str = DEFAULT_DATABASE
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -128,12 +134,15 @@ def _query(prefix: Any, body: Any) -> CustomQuery:
     master = body.get("master", False)
     if not isinstance(master, bool):
         raise QueriesRefused(f"{prefix}.master: true or false")
+    database = body.get("database", DEFAULT_DATABASE)
+    if not isinstance(database, str) or not DATABASE_NAME.match(database):
+        raise QueriesRefused(f"{prefix}.database: a database name (lower-case letters, digits, '_')")
     columns = tuple(_column(prefix, entry) for entry in metrics)
     names = [c.name for c in columns]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise QueriesRefused(f"{prefix}.metrics: columns named twice: {', '.join(twice)}")
-    query = CustomQuery(prefix, sql, columns, master)
+    query = CustomQuery(prefix, sql, columns, master, database)
     if not query.values:
         raise QueriesRefused(f"{prefix}.metrics: no GAUGE or COUNTER column, nothing to serve")
     return query
@@ -157,6 +166,10 @@ def parse(text: str | bytes) -> list[CustomQuery]:
     if len(data) > MAX_QUERIES:
         raise QueriesRefused(f"the queries file holds {len(data)} queries; at most {MAX_QUERIES}")
     queries = [_query(prefix, body) for prefix, body in data.items()]
+    others = sorted({q.database for q in queries} - {DEFAULT_DATABASE})
+    if len(others) > MAX_DATABASES:
+        raise QueriesRefused(f"the queries name {len(others)} databases besides {DEFAULT_DATABASE}; at most "
+                             f"{MAX_DATABASES}")  # fmt: skip
     taken = {*CATALOG, *OWN_FAMILIES}
     for query in queries:
         for column in query.values:

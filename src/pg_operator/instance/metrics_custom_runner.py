@@ -1,13 +1,16 @@
-"""Runs the tenant's queries (metrics_custom.py) on the /metrics connection: the file read again when it
-changes, each query in a read-only transaction that is always rolled back (so nothing a query sets, such
-as a session setting through set_config, outlives it), with the built-in set's statement timeout cut to
-what is left of the scrape's budget, at most MAX_ROWS rows. A failing query costs its own samples and
-one count in pgop_custom_query_errors_total, never the scrape."""
+"""Runs the tenant's queries (metrics_custom.py) on the /metrics connection (or one like it to the database a
+query names, kept between scrapes): the file read again when it changes, each query in a read-only
+transaction that is always rolled back (so nothing a query sets, such as a session setting through
+set_config, outlives it), with the built-in set's statement timeout cut to what is left of the scrape's
+budget, at most MAX_ROWS rows. A failing query costs its own samples and one count in
+pgop_custom_query_errors_total, never the scrape.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -15,6 +18,9 @@ from psycopg import sql
 
 from pg_operator.instance import metrics_custom as mc
 from pg_operator.instance.metrics import Family
+
+Connection = psycopg.Connection[Any]
+Connect = Callable[[str], Connection]  # opens a connection like the built-in set's to a database
 
 
 def _log(message: str) -> None:
@@ -36,6 +42,8 @@ class CustomQueries:
         self.errors: dict[str, int] = {}
         self._content: bytes | None = None
         self._last_error: dict[str, str] = {}
+        # Kept connections to the databases the queries name besides the built-in set's (`postgres`).
+        self._others: dict[str, psycopg.Connection[Any]] = {}
 
     def _read_file(self) -> bytes | None:
         if self.path is None:
@@ -67,24 +75,46 @@ class CustomQueries:
             return []
         return mc.own_families(self.invalid, len(self.queries), self.errors)
 
-    def collect(self, conn: psycopg.Connection[Any], *, in_recovery: bool, deadline: float, timeout_ms: int,
-                counter: list[int]) -> list[Family]:  # fmt: skip
-        """The samples of every query that ran; `timeout_ms` is the built-in set's statement timeout."""
+    def close(self) -> None:
+        for other in self._others.values():
+            other.close()
+        self._others.clear()
+
+    def _connection(self, main: Connection, database: str, connect: Connect) -> Connection:
+        if database == mc.DEFAULT_DATABASE:
+            conn = main
+        else:
+            conn = self._others.get(database) or connect(database)
+            self._others[database] = conn
+        if conn.closed:
+            self._others.pop(database, None)
+            raise psycopg.OperationalError("the connection was lost")
+        return conn
+
+    def collect(self, conn: Connection, *, in_recovery: bool, deadline: float, timeout_ms: int,
+                counter: list[int], connect: Connect) -> list[Family]:  # fmt: skip
+        """The samples of every query that ran; `conn` is the built-in set's connection (database
+        postgres), `connect` opens one like it to another database, `timeout_ms` is its statement
+        timeout."""
         self.load()
+        for name in set(self._others) - {q.database for q in self.queries}:
+            self._others.pop(name).close()  # a database no query names any more
         out: list[Family] = []
         for query in self.queries:
             if query.primary_only and in_recovery:
                 continue
             try:
-                if conn.closed:
-                    raise psycopg.OperationalError("the connection was lost")
+                target = self._connection(conn, query.database, connect)
                 remaining_ms = int((deadline - time.monotonic()) * 1000)
                 if remaining_ms <= 0:
                     raise TimeoutError("the scrape's time budget is spent")
                 counter[0] += 1
-                out += mc.samples(query, self._rows(conn, query, min(timeout_ms, remaining_ms)))
+                out += mc.samples(query, self._rows(target, query, min(timeout_ms, remaining_ms)))
             except (psycopg.Error, ValueError, TimeoutError) as e:
                 self._failed(query.prefix, _first_line(e))
+                broken = self._others.get(query.database)
+                if broken is not None and broken.closed:
+                    self._others.pop(query.database)
             else:
                 if self._last_error.pop(query.prefix, None):
                     _log(f"custom query {query.prefix}: runs again")

@@ -61,11 +61,11 @@ class Collector:
         self._sizes: dict[str, float] = {}
         self._sizes_at: float | None = None  # monotonic time of the last size query
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def _connect(self, dbname: str = "postgres") -> psycopg.Connection[Any]:
         conn = psycopg.connect(
             host=self.socket_dir,
             port=self.port,
-            dbname="postgres",
+            dbname=dbname,
             user=self.login_user,
             application_name=APPLICATION_NAME,
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
@@ -115,7 +115,7 @@ class Collector:
                 in_recovery = self._read(self._conn, out, counter)
                 custom = self.custom.collect(
                     self._conn, in_recovery=in_recovery, deadline=started + CUSTOM_BUDGET_SECONDS,
-                    timeout_ms=STATEMENT_TIMEOUT_MS, counter=counter,
+                    timeout_ms=STATEMENT_TIMEOUT_MS, counter=counter, connect=self._connect,
                 )  # fmt: skip
             except psycopg.Error as e:
                 up = False
@@ -147,6 +147,7 @@ class Collector:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            self.custom.close()
 
 
 NOT_FOUND = tls_server.Response(404, "text/plain; charset=utf-8", b"not found: the endpoint is /metrics\n")

@@ -107,6 +107,19 @@ def test_a_file_breaking_a_rule_is_refused_naming_the_field(text: str, needle: s
     assert needle in refused(text)
 
 
+def test_a_query_may_name_its_database_and_the_databases_are_bounded() -> None:
+    (query,) = mc.parse("q:\n  query: SELECT 1 AS v\n  database: app\n  metrics: [{v: {usage: GAUGE}}]\n")
+    assert query.database == "app"
+    assert mc.parse(GOOD)[0].database == "postgres"
+    bad = "q:\n  query: SELECT 1 AS v\n  database: 'App; x'\n  metrics: [{v: {usage: GAUGE}}]\n"
+    assert "q.database: a database name" in refused(bad)
+    many = "".join(
+        f"q{i}:\n  query: SELECT 1 AS v\n  database: db{i}\n  metrics: [{{v: {{usage: GAUGE}}}}]\n"
+        for i in range(mc.MAX_DATABASES + 1)
+    )
+    assert f"databases besides postgres; at most {mc.MAX_DATABASES}" in refused(many)
+
+
 def test_the_file_is_bounded_in_size_and_queries() -> None:
     one = "  query: SELECT 1 AS v\n  metrics: [{v: {usage: GAUGE}}]\n"
     many = "".join(f"q{i}:\n{one}" for i in range(mc.MAX_QUERIES + 1))
