@@ -7,6 +7,7 @@ they are laid under the operator's own, which always win (api/services.py refuse
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pg_operator.api.cluster import PostgresCluster
@@ -20,7 +21,7 @@ from pg_operator.api.constants import (
     ROLE_REPLICA,
 )
 from pg_operator.api.pooler import pooler_pod_labels
-from pg_operator.api.services import AdditionalService
+from pg_operator.api.services import MAX_HOSTS, AdditionalService, host_problem
 from pg_operator.pooler_contract import POOLER_PORT
 from pg_operator.specs import names
 from pg_operator.specs.labels import COMPONENT_SERVICE, child_metadata, selector_labels
@@ -105,6 +106,23 @@ def additional_service(cluster: PostgresCluster, extra: AdditionalService) -> di
         {**shared.annotations, **extra.annotations},
     )
     return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
+
+
+def assigned_addresses(cluster: PostgresCluster, observed: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The addresses and host names load balancers assigned to the cluster's additional Services, as
+    observed (`status.loadBalancer.ingress`): the server certificate names them too. Only Services the
+    cluster declares are read (the caller passes the cluster's own)."""
+    declared = set(additional_service_names(cluster))
+    out: list[str] = []
+    for service in observed:
+        if (service.get("metadata") or {}).get("name") not in declared:
+            continue
+        for ingress in ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or ():
+            for key in ("ip", "hostname"):
+                value = ingress.get(key)
+                if isinstance(value, str) and value and host_problem(value) is None and value not in out:
+                    out.append(value)
+    return sorted(out)[:MAX_HOSTS]
 
 
 def additional_service_names(cluster: PostgresCluster) -> list[str]:

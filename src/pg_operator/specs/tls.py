@@ -19,7 +19,7 @@ import base64
 import datetime as dt
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +67,11 @@ def tls_secret_names(cluster: PostgresCluster) -> list[str]:
     return [names.ca_secret(cluster), names.server_tls_secret(cluster)]
 
 
-def server_dns_names(cluster: PostgresCluster, domain: str = CLUSTER_DOMAIN) -> list[str]:
+def server_dns_names(
+    cluster: PostgresCluster, domain: str = CLUSTER_DOMAIN, assigned: Sequence[str] = ()
+) -> list[str]:
+    """`assigned`: the addresses and host names load balancers gave the additional Services
+    (specs.services.assigned_addresses); their host names are named too."""
     ns = cluster.namespace
     out: list[str] = []
     # The pooler's Services too, whether it is on or not (turning it on then costs no new certificate):
@@ -83,6 +87,7 @@ def server_dns_names(cluster: PostgresCluster, domain: str = CLUSTER_DOMAIN) -> 
     for extra in cluster.spec.services.additional:
         out += [extra.name, f"{extra.name}.{ns}", f"{extra.name}.{ns}.svc", f"{extra.name}.{ns}.svc.{domain}"]
     hosts = [h for extra in cluster.spec.services.additional for h in extra.hosts if not _is_ip(h)]
+    hosts += [h for h in assigned if not _is_ip(h)]
     out += [h for h in dict.fromkeys(hosts) if h not in out]
     return out
 
@@ -98,11 +103,12 @@ def _is_ip(host: str) -> bool:
     return True
 
 
-def server_ip_addresses(cluster: PostgresCluster) -> list[str]:
-    """Loopback, and the addresses declared in spec.services.additional[].hosts (normalised)."""
-    declared = [str(ipaddress.ip_address(h)) for extra in cluster.spec.services.additional
-                for h in extra.hosts if _is_ip(h)]  # fmt: skip
-    return list(dict.fromkeys([*SERVER_IPS, *declared]))
+def server_ip_addresses(cluster: PostgresCluster, assigned: Sequence[str] = ()) -> list[str]:
+    """Loopback, the addresses declared in spec.services.additional[].hosts and those load balancers
+    assigned (`assigned`), normalised."""
+    declared = [h for extra in cluster.spec.services.additional for h in extra.hosts]
+    return list(dict.fromkeys([*SERVER_IPS, *(str(ipaddress.ip_address(h)) for h in [*declared, *assigned]
+                                              if _is_ip(h))]))  # fmt: skip
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -194,10 +200,12 @@ def _leaf(
     )
 
 
-def issue_server(cluster: PostgresCluster, ca: KeyPair, now: dt.datetime) -> KeyPair:
-    """The instances' server certificate, signed by the cluster's CA."""
-    alt: list[x509.GeneralName] = [x509.DNSName(n) for n in server_dns_names(cluster)]
-    alt += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ip_addresses(cluster)]
+def issue_server(
+    cluster: PostgresCluster, ca: KeyPair, now: dt.datetime, assigned: Sequence[str] = ()
+) -> KeyPair:
+    """The instances' server certificate, signed by the cluster's CA; `assigned` as for server_dns_names."""
+    alt: list[x509.GeneralName] = [x509.DNSName(n) for n in server_dns_names(cluster, assigned=assigned)]
+    alt += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ip_addresses(cluster, assigned)]
     return _leaf(ca, now, names.rw_host(cluster), ExtendedKeyUsageOID.SERVER_AUTH, alt)
 
 
@@ -258,6 +266,7 @@ def server_renewal(
     secret: Mapping[str, Any] | None,
     now: dt.datetime,
     trust_pem: bytes | None = None,
+    assigned: Sequence[str] = (),
 ) -> str | None:
     """Why the server certificate must be (re-)issued now, or None while it is good. `ca` signs the
     leaves; `trust_pem` is what the instances must trust (the CA bundle during a rotation)."""
@@ -276,10 +285,10 @@ def server_renewal(
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         return "the server certificate names no host"
-    if sorted(sans.get_values_for_type(x509.DNSName)) != sorted(server_dns_names(cluster)):
+    if sorted(sans.get_values_for_type(x509.DNSName)) != sorted(server_dns_names(cluster, assigned=assigned)):
         return "the names the server certificate must carry changed"
     if sorted(str(ip) for ip in sans.get_values_for_type(x509.IPAddress)) != sorted(
-        server_ip_addresses(cluster)
+        server_ip_addresses(cluster, assigned)
     ):
         return "the addresses the server certificate must carry changed"
     start, end = cert.not_valid_before_utc, cert.not_valid_after_utc

@@ -16,6 +16,7 @@ from pg_operator.api.constants import CLUSTER_LABEL
 from pg_operator.specs import desired_children, selector_labels, tls
 from pg_operator.specs import pooler as pooler_specs
 from pg_operator.specs.ownership import generated_names
+from pg_operator.specs.services import assigned_addresses
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -204,3 +205,38 @@ def test_declaring_a_host_renews_the_server_certificate() -> None:
     with_address = cluster(services={"additional": [{"name": "orders-db-ext", "hosts": ["10.1.2.3"]}]})
     assert "orders-db-ext" in tls.server_dns_names(with_address)
     assert tls.server_renewal(with_address, ca, secret, NOW) is not None
+
+
+def test_addresses_a_load_balancer_assigned_are_named_by_the_certificate() -> None:
+    c = cluster(services={"additional": [{"name": "ext", "target": "ro"}]})
+    lb = {
+        "metadata": {"name": "ext"},
+        "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}, {"hostname": "lb-1.example.net"}]}},
+    }
+    elsewhere = {
+        "metadata": {"name": "not-declared"},
+        "status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.1"}]}},
+    }
+    hostile = {
+        "metadata": {"name": "ext"},
+        "status": {"loadBalancer": {"ingress": [{"hostname": "Bad Name"}]}},
+    }
+    assigned = assigned_addresses(c, [lb, elsewhere, hostile])
+    assert assigned == ["203.0.113.7", "lb-1.example.net"]
+    assert "lb-1.example.net" in tls.server_dns_names(c, assigned=assigned)
+    assert "203.0.113.7" in tls.server_ip_addresses(c, assigned)
+    ca = tls.new_ca(c, NOW)
+    server = tls.issue_server(c, ca, NOW)
+    secret = {
+        "data": {
+            tls.TLS_CERT_KEY: tls.b64(server.cert_pem),
+            tls.TLS_KEY_KEY: tls.b64(server.key_pem),
+            tls.CA_CERT_KEY: tls.b64(ca.cert_pem),
+        }
+    }
+    assert tls.server_renewal(c, ca, secret, NOW) is None
+    assert tls.server_renewal(c, ca, secret, NOW, assigned=assigned) is not None  # assigned: re-issued
+    reissued = tls.issue_server(c, ca, NOW, assigned)
+    secret["data"][tls.TLS_CERT_KEY] = tls.b64(reissued.cert_pem)
+    secret["data"][tls.TLS_KEY_KEY] = tls.b64(reissued.key_pem)
+    assert tls.server_renewal(c, ca, secret, NOW, assigned=assigned) is None
