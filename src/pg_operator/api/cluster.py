@@ -43,6 +43,7 @@ from pg_operator.api.cluster_sections import (
 from pg_operator.api.cluster_status import PostgresClusterStatus
 from pg_operator.api.constants import KIND, PLURAL, SHORT
 from pg_operator.api.crd import CustomResource
+from pg_operator.api.monitoring import MonitoringSpec
 from pg_operator.api.network_policy import NetworkPolicySpec
 from pg_operator.api.node_loss import NodeLoss
 from pg_operator.api.placement import (
@@ -72,6 +73,7 @@ from pg_operator.api.schema import (
     rule,
     validations,
 )
+from pg_operator.api.services import ROOT_SERVICES_RULES, ServicesSpec, additional_problems
 from pg_operator.api.tls import TlsSpec
 from pg_operator.images import SUPPORTED_MAJORS
 
@@ -237,6 +239,14 @@ class PostgresClusterSpec(SpecModel):
             "Unset: no pooler."
         ),
     )
+    monitoring: MonitoringSpec = nested(
+        MonitoringSpec, "Metrics beyond the built-in set: the tenant's own queries (docs/monitoring.md)."
+    )
+    services: ServicesSpec = nested(
+        ServicesSpec,
+        "How clients reach the cluster: annotations and labels on the operator's Services, and extra "
+        "NodePort or LoadBalancer Services the operator keeps (docs/exposure.md).",
+    )
 
     @field_validator("version")
     @classmethod
@@ -337,6 +347,15 @@ class PostgresCluster(BaseModel):
                 raise ValueError(f"spec.{conflict}")
         return self
 
+    @model_validator(mode="after")
+    def _services_names(self) -> PostgresCluster:
+        # Needs the name (the operator's Service names) and the pooler; ROOT_SERVICES_RULES is the same test.
+        sides = self.spec.pooler.sides if self.spec.pooler is not None else ()
+        problems = additional_problems(self.name, self.spec.services, sides)
+        if problems:
+            raise ValueError("; ".join(f"spec.{p}" for p in problems))
+        return self
+
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> PostgresCluster:
         """Parse a whole object as the API server gives it; ValueError naming the field on bad input."""
@@ -384,7 +403,7 @@ NAME_RULE = rule(
     f"metadata.name must be a DNS label of at most {MAX_NAME_LENGTH} characters starting with a letter "
     "(Services and pods are named after it)",
 )
-ROOT_RULES: tuple[dict[str, str], ...] = (NAME_RULE, *ROOT_BACKUP_RULES)
+ROOT_RULES: tuple[dict[str, str], ...] = (NAME_RULE, *ROOT_BACKUP_RULES, *ROOT_SERVICES_RULES)
 
 PRINTER_COLUMNS: tuple[dict[str, Any], ...] = (
     {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas", "description": "Desired instances"},

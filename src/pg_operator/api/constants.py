@@ -44,6 +44,10 @@ METRICS_PORT_NAME: Final = "metrics"
 # speaks HTTPS to every pod, verified against the cluster's CA, whatever the pod says (no plain HTTP).
 PATRONI_TLS_ANNOTATION: Final = "db.example.com/patroni-api-tls"
 CONFIG_MOUNT: Final = "/etc/pg-operator/config"
+# spec.monitoring.customQueries: the tenant's ConfigMap key, mounted (optional) as this file; the
+# entrypoint's /metrics reads it again when it changes (instance/metrics_custom.py).
+CUSTOM_QUERIES_MOUNT: Final = "/etc/pg-operator/custom-queries"
+CUSTOM_QUERIES_FILE: Final = "queries.yaml"
 INSTANCE_CONFIG_KEY: Final = "instance.yaml"
 SECRETS_MOUNT: Final = "/etc/pg-operator/secrets"
 # Secret <name>-server-tls: tls.crt, tls.key, ca.crt, replication.crt, replication.key.

@@ -51,6 +51,7 @@ from pg_operator.specs.network_policy import (
     default_scrapers,
     operator_peers,
 )
+from pg_operator.specs.services import client_metadata
 
 COMPONENT_POOLER = "pooler"
 CONTAINER = "pgbouncer"
@@ -247,7 +248,9 @@ def service(cluster: PostgresCluster, side: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": child_metadata(cluster, service_name(cluster, side), COMPONENT_POOLER),
+        "metadata": client_metadata(
+            cluster, child_metadata(cluster, service_name(cluster, side), COMPONENT_POOLER)
+        ),
         "spec": {
             "type": "ClusterIP",
             "selector": pooler_pod_labels(cluster.name, side),

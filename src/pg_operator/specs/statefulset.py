@@ -14,6 +14,8 @@ from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import (
     CONFIG_MOUNT,
     CONTAINER_NAME,
+    CUSTOM_QUERIES_FILE,
+    CUSTOM_QUERIES_MOUNT,
     DATA_MOUNT,
     DATA_VOLUME,
     GROUP,
@@ -122,6 +124,8 @@ def _container(cluster: PostgresCluster) -> dict[str, Any]:
         {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True},
         {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - a pod-private memory volume
     ]
+    if spec.monitoring.custom_queries is not None:
+        mounts.append({"name": "custom-queries", "mountPath": CUSTOM_QUERIES_MOUNT, "readOnly": True})
     return {
         "name": CONTAINER_NAME,
         # No command: the image's entrypoint is the instance manager.
@@ -153,6 +157,17 @@ def _container(cluster: PostgresCluster) -> dict[str, Any]:
     }
 
 
+def _custom_queries_volume(cluster: PostgresCluster) -> list[dict[str, Any]]:
+    # Optional: a missing ConfigMap or key leaves /metrics with the built-in set, never a pod that cannot
+    # start. Mounted as a directory (not subPath), so the kubelet updates the file in place.
+    custom = cluster.spec.monitoring.custom_queries
+    if custom is None:
+        return []
+    items = [{"key": custom.key, "path": CUSTOM_QUERIES_FILE}]
+    source = {"name": custom.config_map_name, "items": items, "optional": True, "defaultMode": 0o444}
+    return [{"name": "custom-queries", "configMap": source}]
+
+
 def _volumes(cluster: PostgresCluster) -> list[dict[str, Any]]:
     secret_items = [{"key": "username", "path": "username"}, {"key": "password", "path": "password"}]
     return [
@@ -176,6 +191,7 @@ def _volumes(cluster: PostgresCluster) -> list[dict[str, Any]]:
         },
         # The container runtime's default 64Mi /dev/shm is too small for PostgreSQL's parallel queries.
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        *_custom_queries_volume(cluster),
     ]
 
 
