@@ -177,7 +177,9 @@ class Context:
     def log_tail(self, name: str, lines: int = 25) -> str:
         path = self.log_path(name)
         try:
-            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            # The Kubernetes components print every flag at start: those say nothing about why one stopped.
+            kept = [line for line in path.read_text(errors="replace").splitlines() if "flags.go:" not in line]
+            tail = kept[-lines:]
         except OSError:
             tail = ["(no log)"]
         body = "\n".join(f"    {line}" for line in tail)
