@@ -37,13 +37,15 @@ def desired_children(
     *,
     existing_statefulset: Mapping[str, Any] | None = None,
     operator: OperatorPeer = DEFAULT_OPERATOR_PEER,
+    fenced: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
-    """`operator`: where the operator's connections come from, for the NetworkPolicy."""
+    """`operator`: where the operator's connections come from, for the NetworkPolicy; `fenced`: the
+    instances told to stop PostgreSQL (instance.yaml)."""
     children = [
         service_account(cluster),
         role(cluster),
         role_binding(cluster),
-        configmap(cluster),
+        configmap(cluster, fenced),
         *services(cluster),
         statefulset(cluster, existing_statefulset),
     ]

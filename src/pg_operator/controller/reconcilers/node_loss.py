@@ -104,7 +104,8 @@ class NodeLossReconciler(SubReconciler):
         return view
 
     async def act(self, ctx: ReconcileContext) -> None:
-        if self.nodes is None or not self.nodes.known():
+        # A hibernating cluster's pods stop and start on purpose: none is replaced (reconcilers/lifecycle.py).
+        if self.nodes is None or not self.nodes.known() or ctx.hibernating:
             return
         now = self.clock()
         pods = ctx.snapshot.of_kind("v1", "Pod")
