@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pg_operator import objects
-from pg_operator.api.constants import POSTGRES_STOPPED_ANNOTATION, ROLE_PRIMARY
+from pg_operator.api.constants import FENCED_ANNOTATION, POSTGRES_STOPPED_ANNOTATION, ROLE_PRIMARY
 from pg_operator.orchestration.instances import Instance
 
 
@@ -79,3 +79,18 @@ def fencing_message(requested: frozenset[str], stopped: frozenset[str], waiting:
     if waiting:
         parts.append(waiting)
     return "; ".join(parts)
+
+
+def marks_to_change(
+    pods: Sequence[Mapping[str, Any]], fenced: frozenset[str]
+) -> list[tuple[str, str | None]]:
+    """(pod, FENCED_ANNOTATION's new value, None to remove it) for each pod whose mark differs from what
+    `fenced` says; none for a pod being deleted. Empty when every pod is marked as it should be."""
+    out: list[tuple[str, str | None]] = []
+    for pod in pods:
+        if objects.deleting(pod):
+            continue
+        want = "true" if objects.name(pod) in fenced else ""  # "": no annotation
+        if objects.annotation(pod, FENCED_ANNOTATION) != want:
+            out.append((objects.name(pod), want or None))
+    return out

@@ -4,8 +4,13 @@ replica first, and with none it stops after every other fenced instance."""
 from __future__ import annotations
 
 from harness.pods import instance_pod
-from pg_operator.api.constants import POSTGRES_STOPPED_ANNOTATION
-from pg_operator.orchestration.fencing import fencing_message, plan_fencing, stopped_instances
+from pg_operator.api.constants import FENCED_ANNOTATION, POSTGRES_STOPPED_ANNOTATION
+from pg_operator.orchestration.fencing import (
+    fencing_message,
+    marks_to_change,
+    plan_fencing,
+    stopped_instances,
+)
 from pg_operator.orchestration.instances import instances_from_pods
 
 PODS = [instance_pod("db-0", "primary"), instance_pod("db-1"), instance_pod("db-2")]
@@ -54,3 +59,13 @@ def test_stopped_instances_are_those_whose_entrypoint_says_so() -> None:
 def test_the_message_says_what_stopped_and_what_waits() -> None:
     message = fencing_message(frozenset({"db-0", "db-1"}), frozenset({"db-1"}), "db-0 hands over first")
     assert message == "PostgreSQL stopped on db-1; stopping on db-0; db-0 hands over first"
+
+
+def test_only_pods_whose_mark_differs_are_patched() -> None:
+    marked = instance_pod("db-1")
+    marked["metadata"]["annotations"] = {FENCED_ANNOTATION: "true"}
+    going = instance_pod("db-2", terminating=True)
+    pods = [instance_pod("db-0"), marked, going]
+    assert marks_to_change(pods, frozenset()) == [("db-1", None)]
+    assert marks_to_change(pods, frozenset({"db-1"})) == []  # a steady state patches nothing
+    assert marks_to_change(pods, frozenset({"db-0", "db-1", "db-2"})) == [("db-0", "true")]

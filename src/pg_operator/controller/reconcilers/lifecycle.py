@@ -34,7 +34,13 @@ from pg_operator.controller.events import EventRecorder
 from pg_operator.controller.kube_api import Api, is_not_found, resource_for
 from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
 from pg_operator.orchestration import major_upgrade_state as mus
-from pg_operator.orchestration.fencing import FencePlan, fencing_message, plan_fencing, stopped_instances
+from pg_operator.orchestration.fencing import (
+    FencePlan,
+    fencing_message,
+    marks_to_change,
+    plan_fencing,
+    stopped_instances,
+)
 from pg_operator.orchestration.hibernation import (
     ClusterView,
     HibernationPhase,
@@ -156,15 +162,10 @@ class LifecycleReconciler(SubReconciler):
     async def follow_up(self, ctx: ReconcileContext) -> int:
         """Mark the pods whose fencing changed, now that instance.yaml says it (the module's docstring)."""
         writes = 0
-        for pod in cluster_pods(ctx):
-            if objects.deleting(pod):
-                continue
-            want = "true" if objects.name(pod) in ctx.fenced else None
-            if objects.annotation(pod, FENCED_ANNOTATION) == want:
-                continue
-            patch = {"metadata": {"annotations": {FENCED_ANNOTATION: want}}}
+        for name, value in marks_to_change(cluster_pods(ctx), ctx.fenced):
+            patch = {"metadata": {"annotations": {FENCED_ANNOTATION: value}}}
             try:
-                await self.api.merge_patch(resource_for("v1", "Pod"), objects.name(pod), ctx.namespace, patch)
+                await self.api.merge_patch(resource_for("v1", "Pod"), name, ctx.namespace, patch)
             except ApiError as exc:
                 if not is_not_found(exc):
                     raise
