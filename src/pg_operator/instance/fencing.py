@@ -118,8 +118,9 @@ class StoppedReport:
 class Fence:
     """This instance's fencing as the entrypoint's loop follows it."""
 
-    def __init__(self, pod: PodEnvironment, env: Mapping[str, str]) -> None:
+    def __init__(self, pod: PodEnvironment, env: Mapping[str, str], port: int = PATRONI_PORT) -> None:
         self.pod = pod
+        self.port = port  # Patroni's REST API port (instance.yaml), which the probes ask
         self.report = StoppedReport(pod, env)
         self.wanted = bool(fenced_in(pod.config_file, pod.pod_name))
         self.stopping = False  # Patroni was sent SIGTERM to fence the instance
@@ -136,7 +137,7 @@ class Fence:
         self.stopping = False
         if self._probes is None:
             tls = tls_files(self.pod.run_dir)
-            self._probes = ProbeServer((self.pod.listen_host or "0.0.0.0", PATRONI_PORT), tls.cert, tls.key)  # noqa: S104
+            self._probes = ProbeServer((self.pod.listen_host or "0.0.0.0", self.port), tls.cert, tls.key)  # noqa: S104
             self._probes.start("fenced-probes")
         self.report.set(stopped=True)
         _log(f"{self.pod.pod_name} is fenced: PostgreSQL stays stopped, the pod keeps running")

@@ -233,7 +233,7 @@ def run(env: Mapping[str, str]) -> int:
     start_monitor_role_keeper(pod)
     start_metrics(pod, env)
     start_archive_report(pod, env)
-    fence = Fence(pod, env)
+    fence = Fence(pod, env, int(read_instance_settings(pod.config_file)["patroni"]["port"]))
     patroni: list[subprocess.Popen[bytes]] = []  # the running Patroni, none while fenced
     stopping: list[bool] = []  # per stop signal: whether a primary was running when it came
     stop_asked = threading.Event()
