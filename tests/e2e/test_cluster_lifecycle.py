@@ -52,8 +52,17 @@ def ids(kube: Kube, ns: str) -> list[int]:
 
 
 def insert(kube: Kube, ns: str, first: int, last: int) -> None:
-    with connect_app(kube, ns, NAME) as conn:
-        conn.execute("INSERT INTO items SELECT generate_series(%s, %s)", (first, last))
+    """Through -rw, retried while the Service moves to a new primary (ON CONFLICT: a retry after a commit
+    whose answer was lost adds nothing twice)."""
+
+    def write() -> bool:
+        with connect_app(kube, ns, NAME) as conn:
+            conn.execute(
+                "INSERT INTO items SELECT generate_series(%s, %s) ON CONFLICT DO NOTHING", (first, last)
+            )
+        return True
+
+    wait_until(f"rows {first}-{last} written through {NAME}-rw", write, 60, 1)
 
 
 def uids(kube: Kube, ns: str, kind: str) -> dict[str, str]:
