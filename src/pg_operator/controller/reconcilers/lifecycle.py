@@ -188,7 +188,7 @@ class LifecycleReconciler(SubReconciler):
                 status["fencedInstances"] = fenced_now
             message = fencing_message(memory.requested, memory.stopped, plan.waiting)
             conditions.append(condition(ctx, previous, "Fenced", True, "Fenced", message))
-            _fenced_not_degraded(status, conditions, memory.requested)
+            fenced_not_degraded(status, conditions, memory.requested)
         if ctx.cluster.spec.hibernation or step.hibernating:
             conditions = _hibernation_conditions(ctx, previous, conditions, step)
             status["phase"] = PHASE_WORDS.get(step.state.phase, status.get("phase", ""))
@@ -197,7 +197,7 @@ class LifecycleReconciler(SubReconciler):
         status["conditions"] = conditions
 
 
-def _fenced_not_degraded(
+def fenced_not_degraded(
     status: dict[str, Any], conditions: list[dict[str, Any]], fenced: frozenset[str]
 ) -> None:
     """An instance fenced on purpose is not ready, but the cluster is not degraded for it: when the only
