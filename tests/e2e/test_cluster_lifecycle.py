@@ -156,13 +156,17 @@ def test_hibernation_stops_every_pod_keeps_the_data_and_wakes_with_the_same_prim
 
     # The schedule resumes: one Backup for the runs missed while asleep.
     made = wait_until("the schedule to resume", lambda: backups_of_schedule(life, ns), 180, 3)
-    life.kubectl("delete", "scheduledbackup", SCHEDULE, "-n", ns)
+    # Suspended (not deleted: its Backups are its children and would go with it) until that one is done.
+    life.kubectl(
+        "patch", "scheduledbackup", SCHEDULE, "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":true}}'
+    )
 
     def finished() -> bool:
         found = get_or_none(life, "backups.db.example.com", made[0], "-n", ns) or {}
         return found.get("status", {}).get("phase") in ("Completed", "Failed")
 
     wait_until(f"Backup {made[0]} to finish", finished, 300, 3)
+    life.kubectl("delete", "scheduledbackup", SCHEDULE, "-n", ns)
 
 
 def test_a_fenced_replica_keeps_its_pod_and_its_data_without_postgresql(life: Kube, ns: str) -> None:

@@ -84,6 +84,9 @@ class Remembered:
     requested: frozenset[str] = frozenset()
     stopped: frozenset[str] = frozenset()
     handed_over_at: dict[str, float] = field(default_factory=dict)  # primary → when its switchover was asked
+    # The phase last told by an Event: a reconcile that reads a status not yet showing the move (its write
+    # still on the way) makes the same move again, and must not tell it twice.
+    told: HibernationPhase | None = None
 
 
 def cluster_pods(ctx: ReconcileContext) -> list[dict[str, Any]]:
@@ -140,7 +143,8 @@ class LifecycleReconciler(SubReconciler):
             ctx.replicas = step.statefulset_replicas
         if step.waiting or plan.waiting or (fenced - stopped) & {i.name for i in instances}:
             ctx.again_in(RECHECK_SECONDS)
-        if step.state.phase is not state.phase:
+        if step.state.phase is not state.phase and step.state.phase is not memory.told:
+            memory.told = step.state.phase
             log.info("%s/%s: hibernation %s -> %s", ctx.namespace, ctx.name, state.phase, step.state.phase)
             message = PHASE_WORDS.get(step.state.phase, "the cluster runs again")
             if step.state.primary:
