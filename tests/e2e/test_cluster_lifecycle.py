@@ -58,7 +58,8 @@ def insert(kube: Kube, ns: str, first: int, last: int) -> None:
     def write() -> bool:
         with connect_app(kube, ns, NAME) as conn:
             conn.execute(
-                "INSERT INTO items SELECT generate_series(%s, %s) ON CONFLICT DO NOTHING", (first, last)
+                "INSERT INTO items SELECT generate_series(%s::int, %s::int) ON CONFLICT DO NOTHING",
+                (first, last),
             )
         return True
 
