@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 LOCALKUBE := python3 localkube/cluster.py
 
-.PHONY: demo test test-node-loss test-unit lint manifests venv cluster-up cluster-down cluster-status cluster-kubeconfig cluster-reset binaries images
+.PHONY: demo test test-unit lint manifests venv cluster-up cluster-down cluster-status cluster-kubeconfig cluster-reset binaries images
 # What `make binaries` builds (localkube/build-binaries.sh): components or profiles (kwok, full, all).
 BINARIES ?= all
 # `make images`: where the images are named and whether they are pushed (images/build.sh, docs/install.md).
@@ -60,15 +60,12 @@ manifests: venv
 test-unit: venv
 	$(PY) -m pytest tests/unit -q
 
-# The whole suite: lint, then unit → integration (kwok profile) → e2e (full profile). The fixtures
-# start the profile each tier needs and stop what they started.
+# The whole suite: lint, then two pytest sessions at once (tests/suite.py): unit → e2e (full profile) on
+# this machine's network, and the integration tier (kwok profile) in a private network namespace. The
+# fixtures start the profile each tier needs and stop what they started.
 test: venv binaries
 	@command -v promtool >/dev/null || apt-get install -y -qq --no-install-recommends prometheus >/dev/null  # rule tests, e2e monitoring
 	@command -v buildah >/dev/null || apt-get install -y -qq --no-install-recommends buildah runc debootstrap >/dev/null  # the image build test
 	$(MAKE) -s lint
-	$(PY) -m pytest
+	$(PY) tests/suite.py
 
-# The node-loss e2e module (power-off and partition of a database node on three real nodes), outside
-# `make test` until the multi-node sub-tier fits the CI budget.
-test-node-loss: venv binaries
-	$(PY) -m pytest -m node_loss tests/e2e/nodes

@@ -30,6 +30,8 @@ from typing import IO
 REPO = Path(__file__).resolve().parents[1]
 _BUILT = re.compile(r"^(\S+) (\S+): built in (\d+) s$")
 _SESSION = re.compile(r"^=*\s*(?:(\d+) failed, )?(\d+) passed.* in ([\d.]+)s")
+# tests/suite.py's verdict over its two pytest sessions, when the log has one.
+_SUITE = re.compile(r"^suite: (\d+) passed, (\d+) failed in ([\d.]+) s$")
 _SLOW = re.compile(r"^\s+([\d.]+) s\s+(\d+) tests\s+(\S+)$")
 
 
@@ -39,28 +41,34 @@ def _load() -> str:
 
 
 def summarize(log: str) -> dict[str, object]:
-    """The figures a `.ci/run` log holds (pure: unit-testable on a saved log)."""
-    built = {m[1]: int(m[3]) for m in map(_BUILT.match, log.splitlines()) if m}
-    session = None
-    for line in log.splitlines():
+    """The figures a `.ci/run` log holds (pure: unit-testable on a saved log). The verdict is
+    tests/suite.py's `suite:` line when there is one (two pytest sessions), else pytest's own."""
+    lines = log.splitlines()
+    built = {m[1]: int(m[3]) for m in map(_BUILT.match, lines) if m}
+    passed, failed, seconds = 0, None, None
+    for line in lines:
         m = _SESSION.search(line)
         if m:
-            session = m
-    lines = log.splitlines()
+            passed, failed, seconds = int(m[2]), int(m[1] or 0), float(m[3])
+    suite = next((m for m in map(_SUITE.match, reversed(lines)) if m), None)
+    if suite is not None:
+        passed, failed, seconds = int(suite[1]), int(suite[2]), float(suite[3])
+    # Every session's report of its slowest modules, merged.
     slowest: list[dict[str, object]] = []
     for i, line in enumerate(lines):
-        if "slowest 10 modules" in line:
-            slowest = []
+        if re.search(r"slowest \d+ modules", line):
             for row in lines[i + 1 : i + 11]:
                 m = _SLOW.match(row)
-                if m:
-                    slowest.append({"module": m[3], "seconds": float(m[1]), "tests": int(m[2])})
+                if not m:
+                    break
+                slowest.append({"module": m[3], "seconds": float(m[1]), "tests": int(m[2])})
+    slowest.sort(key=lambda row: -float(str(row["seconds"])))
     return {
         "binaries_s": built,
-        "pytest_s": float(session[3]) if session else None,
-        "passed": int(session[2]) if session else 0,
-        "failed": int(session[1] or 0) if session else None,
-        "slowest_modules": slowest,
+        "pytest_s": seconds,
+        "passed": passed,
+        "failed": failed,
+        "slowest_modules": slowest[:10],
     }
 
 

@@ -36,7 +36,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO)]
 
+import bench_drain  # noqa: E402
 from failover_nodes import NODE_KINDS, node_summary, node_trial, spec_additions  # noqa: E402
+
+# A drain of the primary's node: bench_drain.py's trials, on a cluster of its own (one JSON line of its own).
+DRAIN = "drain"
 from failover_watch import Watch  # noqa: E402  (bench/, the script's own directory)
 from localkube.common import Context  # noqa: E402
 
@@ -309,8 +313,8 @@ def main() -> int:
     parser.add_argument(
         "--kinds",
         default=",".join(KINDS),
-        help=f"comma-separated scenarios to run, of {','.join(KINDS + NODE_KINDS)} (default: all but the "
-        f"node kinds, which need PGOP_FULL_NODES=3)",
+        help=f"comma-separated scenarios to run, of {','.join((*KINDS, *NODE_KINDS, 'drain'))} (default: all "
+        f"but the node kinds and drain, which need PGOP_FULL_NODES=3)",
     )
     parser.add_argument(
         "--installed",
@@ -324,9 +328,16 @@ def main() -> int:
     )
     parser.add_argument("--evidence-over", type=float, default=4.0, help="seconds (default 4)")
     args = parser.parse_args()
-    unknown = sorted(set(args.kinds.split(",")) - set(KINDS) - set(NODE_KINDS))
+    unknown = sorted(set(args.kinds.split(",")) - set(KINDS) - set(NODE_KINDS) - {DRAIN})
     if unknown:
-        parser.error(f"--kinds: unknown {', '.join(unknown)} (choose from {', '.join(KINDS + NODE_KINDS)})")
+        choices = ", ".join((*KINDS, *NODE_KINDS, DRAIN))
+        parser.error(f"--kinds: unknown {', '.join(unknown)} (choose from {choices})")
+    if DRAIN in args.kinds.split(","):
+        # A drain needs a pooler, required spread and writers in pods: bench_drain.py's own cluster.
+        print(json.dumps(bench_drain.run(args.trials)), flush=True)
+        args.kinds = ",".join(k for k in args.kinds.split(",") if k != DRAIN)
+        if not args.kinds:
+            return 0
     ctx = Context()
     kube = Kube(profile="full", kubeconfig=str(ctx.admin_kubeconfig), ctx=ctx)
     if not args.installed:

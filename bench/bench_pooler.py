@@ -9,6 +9,12 @@ writer has committed again and the cluster is healthy. Per path: failed transact
 stall (the longest time between two commits) — the outage — summed and maximal over the trials. Before
 the trials, the steady-state latency: one client alternating a transaction through a persistent pooler
 connection and one through a persistent direct connection, medians and p95 over `--samples` each.
+Two more writers in every trial go through the pooler with drivers at their DEFAULT settings, which
+prepare statements on the server (psycopg 3 after 5 executions, asyncpg always; harness/pooler_drivers.py):
+failed transactions, stalls and acknowledged writes missing from the new primary afterwards (`lost`).
+Before the trials, the throughput through the pooler with prepared statements on and off: `--clients`
+clients of one driver setting at a time, back to back, for `--throughput-seconds` each; printed as a
+JSON line of its own (`"bench": "pooler_throughput"`).
 The machine is shared: the JSON carries the load average before and after.
 
   python3 localkube/cluster.py up full && .venv/bin/python bench/bench_pooler.py --switchovers 3 --kills 3
@@ -34,13 +40,18 @@ from localkube.common import Context  # noqa: E402
 from harness.deployed_operator import install_operator  # noqa: E402
 from harness.local_cluster import Kube  # noqa: E402
 from harness.pgcluster import healthy, kill_container, status  # noqa: E402
+from harness.pooler_drivers import DriverWriter, missing_rows  # noqa: E402
 from harness.pooler_load import Endpoint, TxWriter, endpoint  # noqa: E402
 from harness.waiting import wait_until  # noqa: E402
 
 NS, NAME = "bench-pooler", "bench-db"
 SMALL = {"requests": {"cpu": "100m", "memory": "512Mi"}}
 POOLER = {"instances": 2, "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}}}
-PATHS = ("pooler_new_connection", "pooler_persistent", "direct_new_connection", "direct_persistent")
+PATHS = ("pooler_new_connection", "pooler_persistent", "direct_new_connection", "direct_persistent",
+         "pooler_psycopg_default", "pooler_asyncpg_default")  # fmt: skip
+# Throughput settings: (name, driver, prepared statements on).
+THROUGHPUT = (("psycopg_default", "psycopg", True), ("psycopg_unprepared", "psycopg", False),
+              ("asyncpg_default", "asyncpg", True))  # fmt: skip
 
 
 def pooler_pointing_at(kube: Kube, primary: str) -> bool:
@@ -70,15 +81,42 @@ def steady_latency(pooler: Endpoint, direct: Endpoint, samples: int) -> dict[str
     return out
 
 
+def throughput(pooler: Endpoint, clients: int, seconds: float) -> dict[str, Any]:
+    """Transactions per second through the pooler, one driver setting at a time (closed loop, no pause)."""
+    out: dict[str, Any] = {"bench": "pooler_throughput", "clients": clients, "seconds": seconds}
+    for name, driver, prepare in THROUGHPUT:
+        writers = [DriverWriter(driver, pooler, f"tp_{name}_{c}", pause_s=0, prepare=prepare)
+                   for c in range(clients)]  # fmt: skip
+        for w in writers:
+            w.start()
+        try:
+            for w in writers:
+                if not w.wait_for(10, 60):
+                    raise AssertionError(f"no steady writes for {name}: {w.summary()}")
+            counted = sum(len(w.acked) for w in writers)
+            started = time.monotonic()
+            time.sleep(seconds)
+            done = sum(len(w.acked) for w in writers) - counted
+            took = time.monotonic() - started
+        finally:
+            for w in writers:
+                w.stop()
+        out[f"{name}_tps"] = round(done / took, 1)
+        out[f"{name}_failed"] = sum(w.failures for w in writers)
+    return out
+
+
 def trial(kube: Kube, how: str, i: int, pooler: Endpoint, direct: Endpoint) -> dict[str, Any]:
     st = wait_until("a healthy cluster", lambda: healthy(kube, NS, NAME, 3), 600, 1)
     old = st["currentPrimary"]
     wait_until("the pooler pointed at the primary", lambda: pooler_pointing_at(kube, old), 120, 0.5)
-    writers = {
+    writers: dict[str, TxWriter | DriverWriter] = {
         "pooler_new_connection": TxWriter(pooler, f"t{i}_pn", persistent=False),
         "pooler_persistent": TxWriter(pooler, f"t{i}_pp", persistent=True),
         "direct_new_connection": TxWriter(direct, f"t{i}_dn", persistent=False),
         "direct_persistent": TxWriter(direct, f"t{i}_dp", persistent=True),
+        "pooler_psycopg_default": DriverWriter("psycopg", pooler, f"t{i}_ps"),
+        "pooler_asyncpg_default": DriverWriter("asyncpg", pooler, f"t{i}_pa"),
     }
     for w in writers.values():
         w.start()
@@ -101,9 +139,12 @@ def trial(kube: Kube, how: str, i: int, pooler: Endpoint, direct: Endpoint) -> d
     finally:
         for w in writers.values():
             w.stop()
-    row = {"kind": how, "old": old, "new": new}
+    row: dict[str, Any] = {"kind": how, "old": old, "new": new}
     for path, w in writers.items():
         row[path] = {"failed": w.failures, "stall_s": round(w.stall, 2)}
+        if isinstance(w, DriverWriter):
+            row[path]["lost"] = len(missing_rows(direct, w.table, w.acked))
+            row[path]["errors"] = w.errors[:2]
     return row
 
 
@@ -114,6 +155,8 @@ def main() -> int:
     parser.add_argument("--switchovers", type=int, default=3)
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--samples", type=int, default=300, help="steady-state transactions per path")
+    parser.add_argument("--clients", type=int, default=4, help="clients per throughput setting")
+    parser.add_argument("--throughput-seconds", type=float, default=15.0)
     parser.add_argument(
         "--installed", action="store_true", help="use the images and the operator already in the cluster"
     )
@@ -140,6 +183,9 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     try:
         out.update(steady_latency(pooler, direct, args.samples))
+        tp = throughput(pooler, args.clients, args.throughput_seconds)
+        tp["load_avg_1m"] = round(os.getloadavg()[0], 2)
+        print(json.dumps(tp), flush=True)
         kinds = ["switchover"] * args.switchovers + ["kill"] * args.kills
         # Alternate the kinds so neither runs all on a warmer or a colder cluster.
         order = [k for pair in zip(kinds[: args.switchovers], kinds[args.switchovers:], strict=False)
@@ -159,6 +205,8 @@ def main() -> int:
                 out[f"{how}_{path}_stall_max_s"] = max(r[path]["stall_s"] for r in mine)
                 stalls = [r[path]["stall_s"] for r in mine]
                 out[f"{how}_{path}_stall_p50_s"] = round(statistics.median(stalls), 2)
+                if "lost" in mine[0][path]:
+                    out[f"{how}_{path}_lost"] = sum(r[path]["lost"] for r in mine)
     out["final_phase"] = final.get("phase")
     out["load_avg_1m_before"] = round(load_before[0], 2)
     out["load_avg_1m_after"] = round(os.getloadavg()[0], 2)

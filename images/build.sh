@@ -9,12 +9,13 @@
 #   REGISTRY   where the images are named: $REGISTRY/postgres:<version>, $REGISTRY/operator:<version>
 #              (default localhost/pg-operator, the names the operator uses by default)
 #   PUSH=1     push each image after building it (`buildah login $host` first, or REGISTRY_AUTH_FILE)
-#   BASE       auto (default): the Dockerfile's FROM (debian:bookworm-slim by digest) when the registry
-#              answers, else a Debian bookworm minbase of our own; dockerfile: always the FROM;
+#   BASE       auto (default): the Dockerfile's FROM (debian:<suite>-slim by digest: bookworm for
+#              postgres, trixie for the operator) when the registry answers, else a Debian minbase of
+#              that suite of our own; dockerfile: always the FROM;
 #              debootstrap: always our own (debootstrap from the Debian mirror, checked by apt's keys)
-#   DEBIAN_MIRROR  the mirror debootstrap uses (default: the host's apt mirror for bookworm); the base
-#              follows bookworm, bookworm-updates and bookworm-security (DEBIAN_SECURITY_MIRROR, default
-#              the mirror's debian-security) and is upgraded when it is made
+#   DEBIAN_MIRROR  the mirror debootstrap uses (default: the host's apt mirror for that suite, else
+#              deb.debian.org); the base follows <suite>, <suite>-updates and <suite>-security
+#              (DEBIAN_SECURITY_MIRROR, default the mirror's debian-security) and is upgraded when made
 #   BUILD_CA   a CA bundle pip needs behind a TLS-intercepting proxy, passed as the build secret
 #              `build-ca` (never in a layer); default: $PIP_CERT when set
 #
@@ -29,7 +30,7 @@ REGISTRY=${REGISTRY%/}
 PUSH=${PUSH:-0}
 BASE=${BASE:-auto}
 BUILD_CA=${BUILD_CA:-${PIP_CERT:-}}
-OWN_BASE=localhost/pg-operator/debian-minbase:bookworm
+OWN_BASE=localhost/pg-operator/debian-minbase  # :<suite>
 
 die() { echo "images/build.sh: $*" >&2; exit 1; }
 command -v buildah >/dev/null || die "buildah is missing: apt-get install -y buildah"
@@ -46,30 +47,31 @@ for key in sys.argv[2].split("."):
 print(" ".join(value) if isinstance(value, list) else value)' "$1" "$2"
 }
 
-host_mirror() {
+host_mirror() {  # host_mirror SUITE
   local uri
-  uri=$(awk '/^URIs:/ {u=$2} /^Suites:/ && / bookworm( |$)/ && u {print u; exit}' \
+  uri=$(awk -v s="$1" '/^URIs:/ {u=$2} /^Suites:/ && ($0 ~ " " s "( |$)") && u {print u; exit}' \
         /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-  [ -n "$uri" ] || uri=$(awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+  [ -n "$uri" ] || uri=$(awk -v s="$1" '$1 == "deb" && $3 == s {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
   echo "${uri:-http://deb.debian.org/debian}"
 }
 
-# A Debian bookworm minbase made here, as localkube's image builder makes its root filesystems: the
-# same Debian the slim image is made from, without a registry. Built once, then reused.
-own_base() {
-  if buildah inspect --type image "$OWN_BASE" >/dev/null 2>&1; then
+# A Debian minbase of SUITE made here, as localkube's image builder makes its root filesystems: the
+# same Debian the slim image is made from, without a registry. Built once per suite, then reused.
+own_base() {  # own_base SUITE
+  local suite=$1
+  if buildah inspect --type image "$OWN_BASE:$suite" >/dev/null 2>&1; then
     return
   fi
   command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install -y debootstrap"
   local root ctr
   root=$(mktemp -d /var/tmp/pg-operator-base.XXXXXX)
   trap 'rm -rf "$root" "$root.tar"' EXIT
-  echo "base: debootstrap --variant=minbase bookworm from ${DEBIAN_MIRROR:-$(host_mirror)}" >&2
-  debootstrap --variant=minbase bookworm "$root" "${DEBIAN_MIRROR:-$(host_mirror)}" >/dev/null
-  local mirror=${DEBIAN_MIRROR:-$(host_mirror)}
+  local mirror=${DEBIAN_MIRROR:-$(host_mirror "$suite")}
+  echo "base: debootstrap --variant=minbase $suite from $mirror" >&2
+  debootstrap --variant=minbase "$suite" "$root" "$mirror" >/dev/null
   # The suites the slim image follows too: the point release, its updates and the security archive.
-  printf 'deb %s bookworm main\ndeb %s bookworm-updates main\ndeb %s bookworm-security main\n' \
-    "$mirror" "$mirror" "${DEBIAN_SECURITY_MIRROR:-${mirror%/debian}/debian-security}" > "$root/etc/apt/sources.list"
+  printf 'deb %s %s main\ndeb %s %s-updates main\ndeb %s %s-security main\n' "$mirror" "$suite" "$mirror" "$suite" \
+    "${DEBIAN_SECURITY_MIRROR:-${mirror%/debian}/debian-security}" "$suite" > "$root/etc/apt/sources.list"
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/var/log/*.log
   : > "$root/etc/resolv.conf"  # the runtime mounts its own
   tar -C "$root" -cf "$root.tar" .
@@ -78,20 +80,23 @@ own_base() {
   buildah run --network=host "$ctr" -- sh -c 'export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq && apt-get upgrade -y -qq >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/*' >&2
   buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --cmd /bin/bash \
-    --label org.opencontainers.image.title="Debian bookworm minbase (images/build.sh)" "$ctr"
-  buildah commit --quiet --rm "$ctr" "$OWN_BASE" >/dev/null
+    --label org.opencontainers.image.title="Debian $suite minbase (images/build.sh)" "$ctr"
+  buildah commit --quiet --rm "$ctr" "$OWN_BASE:$suite" >/dev/null
   rm -rf "$root" "$root.tar"
   trap - EXIT
 }
 
-# The base for a Dockerfile: nothing (its own FROM) or `--from <our base>`.
+# The base for a Dockerfile: nothing (its own FROM) or `--from <our base of the FROM's suite>`.
 base_args() {
-  local from
+  local from suite
   from=$(awk 'toupper($1) == "FROM" {print $2; exit}' "$1")
   if [ "$BASE" = dockerfile ]; then return; fi
   if [ "$BASE" = auto ] && timeout 120 buildah pull --quiet "$from" >/dev/null 2>&1; then return; fi
-  own_base
-  echo "--from=$OWN_BASE"
+  # debian:<suite>-slim@sha256:… → <suite>
+  suite=$(printf '%s\n' "$from" | sed -n 's|^debian:\([a-z][a-z]*\)-slim@.*|\1|p')
+  [ -n "$suite" ] || die "$1: FROM $from is not debian:<suite>-slim@sha256:…; use BASE=dockerfile"
+  own_base "$suite"
+  echo "--from=$OWN_BASE:$suite"
 }
 
 build() {  # build DIR REFERENCE [--build-arg …]

@@ -1,7 +1,8 @@
 #!/bin/sh
 # The operator: a Python venv with this project's package, run as uid 999 under tini. Run as root inside a
-# Debian bookworm root filesystem, by images/operator/Dockerfile and by localkube's image builder alike
-# (contract: images/README.md).
+# Debian trixie root filesystem, by images/operator/Dockerfile and by localkube's image builder alike
+# (contract: images/README.md). Trixie, not bookworm: the pooler's pods run this image too, and PgBouncer
+# needs >= 1.21 for protocol-level prepared statements (drivers at their defaults; docs/pooler.md).
 #
 # Environment: BUILD_CONTEXT — where the repository was copied (default /build).
 set -eu
@@ -42,6 +43,13 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends ca-certificates tini python3 python3-venv pgbouncer >/dev/null
 # Debian's package starts nothing here (no init system); its default config and logs are not used.
 [ -x /usr/sbin/pgbouncer ] || { echo "recipe: /usr/sbin/pgbouncer is missing" >&2; exit 1; }
+# pgbouncer.ini sets max_prepared_statements, which PgBouncer knows from 1.21 on: refuse an image with
+# an older one (this recipe run on the wrong Debian release).
+pgbouncer_version=$(/usr/sbin/pgbouncer --version | sed -n '1s/^PgBouncer \([0-9][0-9]*\)\.\([0-9][0-9]*\).*/\1 \2/p')
+set -- $pgbouncer_version
+[ "$#" -eq 2 ] && { [ "$1" -gt 1 ] || { [ "$1" -eq 1 ] && [ "$2" -ge 21 ]; }; } || {
+  echo "recipe: PgBouncer >= 1.21 is needed, $(/usr/sbin/pgbouncer --version | head -1) is installed" >&2; exit 1; }
+step "PgBouncer $1.$2"
 
 step "venv $VENV with pg-operator"
 python3 -m venv "$VENV"

@@ -19,6 +19,7 @@ import pytest
 
 from harness.deployed_operator import E2E_OPERATOR_ARGS, EXAMPLE, EXAMPLE_NAMESPACE, install_operator
 from harness.e2e_backup import BRIDGE_HOST, BUCKET, DAY2_NAME, Day2, Moto, backup_cluster, credentials, s3
+from harness.e2e_monitoring import DAY2_QUERIES
 from harness.failure_report import report
 from harness.kube import apply_objects, get_json
 from harness.local_cluster import Kube
@@ -127,10 +128,15 @@ def day2(operator: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[D
     with _store(tmp_path_factory) as moto, _store_namespace(operator) as namespace:
         store = {"s3": s3(moto, DAY2_NAME), "archiveTimeout": "10s", "onDelete": "delete"}
         policy = {"metricsFrom": [{"ipBlock": {"cidr": f"{BRIDGE_HOST}/32"}}, {"namespaceSelector": {}}]}
+        # The monitoring module's custom queries (docs/monitoring.md#custom-metrics), from creation on.
+        monitoring = {"customQueries": {"configMapName": DAY2_QUERIES.name, "key": DAY2_QUERIES.key}}
         apply_objects(
             operator,
             credentials(moto, namespace, DAY2_NAME),
-            backup_cluster(DAY2_NAME, namespace, 2, backup=store, networkPolicy=policy),
+            DAY2_QUERIES.configmap(namespace),
+            backup_cluster(
+                DAY2_NAME, namespace, 2, backup=store, networkPolicy=policy, monitoring=monitoring
+            ),
         )
         wait_serving(operator, namespace, DAY2_NAME, 2, 900)
         yield Day2(namespace, DAY2_NAME, moto)

@@ -6,6 +6,8 @@ in the test's copy).
 
 On the e2e tier's day-2 cluster (two instances archiving to a store; the `kubectl pgc` module shares it):
 
+- a custom query (spec.monitoring.customQueries) is scraped from both instances, run as the monitoring
+  role, and a failing one is counted in pgop_custom_query_errors_total without costing the scrape;
 - every query of the dashboard returns data for a live two-instance cluster with archiving and a
   completed base backup (the operator's backup series included);
 - a replica whose PostgreSQL is stopped (Patroni paused so it stays down) fires PostgresInstanceDown and
@@ -29,6 +31,7 @@ import pytest
 
 from harness.deployed_operator import OPERATOR_NAMESPACE
 from harness.e2e_backup import DAY2_NAME, Day2, Moto, archived_after_switch, superuser_sql, wait_backup
+from harness.e2e_monitoring import DAY2_QUERIES
 from harness.kube import apply_objects, get_json
 from harness.local_cluster import Kube
 from harness.objects import backup
@@ -142,6 +145,34 @@ def test_instances_serve_their_figures_under_the_least_privileged_role(
              "    except Exception: pass\n")  # fmt: skip
     out = operator.kubectl("exec", "-n", ns, primary, "-c", "postgres", "--", "python3", "-c", probe).stdout
     assert re.search(r"^patroni_primary\{[^}]*\} 1$", out, re.M), out[:500]
+
+
+def test_a_custom_query_is_scraped_beside_the_built_in_set_and_a_failing_one_is_counted(
+    operator: Kube, ns: str, monitored: str, prom: Prometheus
+) -> None:
+    """spec.monitoring.customQueries (the day-2 cluster's ConfigMap, harness/e2e_monitoring.py): its
+    good query served by both instances as the monitoring role, its failing one counted per scrape."""
+    pods_served = {*pods(operator, ns, "primary"), *pods(operator, ns, "replica")}
+
+    def served() -> list[dict[str, Any]] | None:
+        found = prom.query(f'{DAY2_QUERIES.served}{{namespace="{ns}", cluster="{monitored}"}}')
+        return found if {r["metric"]["pod"] for r in found} == pods_served else None
+
+    samples = wait_until(f"{DAY2_QUERIES.served} from both instances", served, 120, 2)
+    assert {r["metric"]["role"] for r in samples} == {"pgop_monitor"}
+    errors = f'pgop_custom_query_errors_total{{namespace="{ns}", query="{DAY2_QUERIES.failing}"}}'
+
+    def counted() -> bool:
+        found = prom.query(errors)
+        return {r["metric"]["pod"] for r in found} == pods_served and all(
+            float(r["value"][1]) >= 2 for r in found
+        )
+
+    wait_until("the failing query counted on both instances", counted, 120, 2)
+    # The failing query costs nothing else: every instance is still up, the built-in set served.
+    up = prom.query(f'pg_up{{namespace="{ns}", cluster="{monitored}"}} == 1')
+    assert {r["metric"]["pod"] for r in up} == pods_served
+    assert not prom.query(f'pgop_custom_queries_invalid{{namespace="{ns}"}} == 1')
 
 
 def dashboard_targets() -> list[tuple[str, str]]:

@@ -25,6 +25,7 @@ from harness.e2e_backup import superuser_sql
 from harness.kube import get_json
 from harness.local_cluster import Kube
 from harness.pgcluster import kill_container, secret, service_ip, status, wait_serving
+from harness.pooler_drivers import DriverWriter, missing_rows
 from harness.pooler_load import TxWriter, endpoint
 from harness.waiting import wait_until
 
@@ -166,6 +167,67 @@ def test_no_transaction_through_the_pooler_fails_across_a_requested_switchover(p
     print(json.dumps({"measure": "pooler_switchover", "old": old, "new": new, **figures}), flush=True)
     assert writers["pooler_new_connection"].failures == 0, figures
     assert writers["pooler_persistent"].failures == 0, figures
+
+
+def prepared_statement_counters(kube: Kube) -> dict[str, float]:
+    """PgBouncer's protocol-level prepared statement counters, summed over the `-pooler-rw` pods."""
+    out = {"pgbouncer_stats_client_parses_total": 0.0, "pgbouncer_stats_server_parses_total": 0.0}
+    for pod in pooler_pods(kube):
+        if pod["metadata"]["labels"].get("db.example.com/pooler-side") != "rw":  # type: ignore[index]
+            continue
+        for line in scrape_pooler(kube, str(pod["status"]["podIP"])).splitlines():  # type: ignore[index]
+            name = line.split("{", 1)[0]
+            if name in out:
+                out[name] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def requested_switchover(kube: Kube) -> tuple[str, str]:
+    """Asks for a switchover from a serving cluster and waits until the pooler points at the new primary."""
+    old = wait_serving(kube, NS, NAME, 3, 300)["currentPrimary"]
+    wait_until("the pooler pointed at the primary", lambda: pointing_at(kube, old), 60, 0.5)
+    kube.kubectl("-n", NS, "annotate", "pgc", NAME, f"{SWITCHOVER}=auto", "--overwrite")
+    new = wait_until("a new primary", lambda: (st := status(kube, NS, NAME)).get("currentPrimary")
+                     not in (None, "", old) and st["currentPrimary"], 120, 0.5)  # fmt: skip
+    wait_until("the pooler pointed at the new primary", lambda: pointing_at(kube, new), 60, 0.5)
+    return old, new
+
+
+def test_drivers_at_their_defaults_lose_nothing_across_requested_switchovers(pooled: Kube) -> None:
+    """psycopg 3 and asyncpg, neither told to stop preparing statements, through `-pooler-rw` across
+    two requested switchovers: no transaction fails, every acknowledged row is on the new primary, and
+    PgBouncer prepared the drivers' statements again on the new primary's server connections."""
+    pooler = endpoint(pooled, NS, NAME, f"{NAME}-pooler-rw")
+    writers = [DriverWriter(driver, pooler, f"pooler_drv_{driver}_{i}")
+               for driver in ("psycopg", "asyncpg") for i in range(2)]  # fmt: skip
+    for w in writers:
+        w.start()
+    switchovers: list[tuple[str, str]] = []
+    try:
+        for w in writers:  # past psycopg's threshold of 5: its statement is prepared from here on
+            assert w.wait_for(20, 60), f"no steady writes: {w.summary()}"
+            w.reset()
+        before = prepared_statement_counters(pooled)
+        for _ in range(2):
+            switchovers.append(requested_switchover(pooled))
+            for w in writers:
+                assert w.wait_for(20, 60), f"writes did not resume: {w.summary()}"
+        after = prepared_statement_counters(pooled)
+    finally:
+        for w in writers:
+            w.stop()
+    figures = [w.summary() for w in writers]
+    print(json.dumps({"measure": "pooler_drivers_switchover", "switchovers": switchovers,
+                      "writers": figures, "before": before, "after": after}), flush=True)  # fmt: skip
+    assert all(w.failures == 0 for w in writers), figures
+    direct = endpoint(pooled, NS, NAME, f"{NAME}-rw")
+    lost = {w.table: missing_rows(direct, w.table, w.acked) for w in writers}
+    assert not any(lost.values()), lost
+    # The drivers really sent protocol-level prepared statements, and PgBouncer prepared them anew on
+    # the new primaries' server connections (parses reaching the servers after the switchovers).
+    assert after["pgbouncer_stats_client_parses_total"] > 0, after
+    assert after["pgbouncer_stats_server_parses_total"] > before["pgbouncer_stats_server_parses_total"], (
+        before, after)  # fmt: skip
 
 
 def test_a_killed_primary_is_recovered_through_the_pooler(pooled: Kube) -> None:

@@ -103,6 +103,13 @@ def test_version_14_is_refused(api: Api) -> None:
     refused(api.create("fourteen", version="14"), "spec.version", '"14"', '"15", "16"')
 
 
+def test_node_affinity_without_values_for_in_is_refused(api: Api) -> None:
+    bad = {"nodeAffinity": [{"key": "zone", "operator": "In"}]}
+    refused(api.create("node-affinity", affinity=bad), "spec.affinity.nodeAffinity[0].values", "take values")
+    good = {"nodeAffinity": [{"key": "zone", "operator": "In", "values": ["a"]}], "zoneSpread": "required"}
+    assert api.create("node-affinity-ok", affinity=good).returncode == 0
+
+
 def test_storage_in_gb_is_refused(api: Api) -> None:
     refused(api.create("gigabytes", storage="20GB"), "spec.storage", "20GB")
 
@@ -290,17 +297,18 @@ def test_every_child_the_builders_make_is_valid_for_the_api_server(api: Api) -> 
         "tolerations": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}, {"operator": "Exists"}],
         # The longest label key and value the schema admits are ones the StatefulSet may carry.
         "nodeSelector": {"disk": "ssd", f"example.com/{'n' * 63}": "v" * 63},
-        "affinity": {"podAntiAffinity": "required"},
+        "affinity": {"podAntiAffinity": "required", "zoneSpread": "required"},
         "resources": {"limits": {"cpu": 2}},
         "postgresql": {"parameters": {"shared_buffers": "128MB"}},
     }
     assert api.create("children", **spec).returncode == 0
     c = PostgresCluster.from_obj(api.get("children"))
-    objs = [*desired_children(c), *build_secrets(c, ClusterPasswords.generate())]
+    # nodes=(): as an operator that reads Nodes builds them (the primary's and the replicas' budgets).
+    objs = [*desired_children(c, nodes=()), *build_secrets(c, ClusterPasswords.generate())]
     result = server_side_apply(api, objs, dry_run=True)
     assert result.returncode == 0, result.stderr
     kinds = sorted(o["kind"] for o in objs)
-    assert result.stdout.count("serverside-applied (server dry run)") == len(objs) == 15, kinds
+    assert result.stdout.count("serverside-applied (server dry run)") == len(objs) == 16, kinds
     assert "NetworkPolicy" in kinds
 
 

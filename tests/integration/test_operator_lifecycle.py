@@ -21,6 +21,7 @@ from harness.paths import REPO
 from harness.waiting import wait_until
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.controller.diff import object_differences, with_hash
+from pg_operator.orchestration.nodes import NodeView, node_view
 from pg_operator.specs import desired_children, secret_names
 from pg_operator.specs.tls import tls_secret_names
 
@@ -55,9 +56,15 @@ def owned_objects(kube: Any, ns: str, name: str) -> dict[tuple[str, str], dict[s
     return out
 
 
+def nodes_seen(kube: Any) -> list[NodeView]:
+    """The Nodes as the operator reads them (it may: a cluster-wide operator), for the budgets it makes
+    when it handles drains (specs/pdb.py)."""
+    return [node_view(n) for n in get_json(kube, "nodes")["items"]]
+
+
 def expected_names(kube: Any, ns: str, name: str) -> set[tuple[str, str]]:
     cluster = PostgresCluster.from_obj(cluster_obj(kube, ns, name))
-    names = {(c["kind"], c["metadata"]["name"]) for c in desired_children(cluster)}
+    names = {(c["kind"], c["metadata"]["name"]) for c in desired_children(cluster, nodes=nodes_seen(kube))}
     return names | {("Secret", s) for s in secret_names(cluster) + tls_secret_names(cluster)}
 
 
@@ -65,7 +72,7 @@ def assert_children_match(kube: Any, ns: str, name: str) -> None:
     obj = cluster_obj(kube, ns, name)
     cluster = PostgresCluster.from_obj(obj)
     sts = get_or_none(kube, "statefulset", name, "-n", ns)
-    for desired in desired_children(cluster, existing_statefulset=sts):
+    for desired in desired_children(cluster, existing_statefulset=sts, nodes=nodes_seen(kube)):
         observed = get_or_none(
             kube, KINDS[(desired["apiVersion"], desired["kind"])], desired["metadata"]["name"], "-n", ns
         )

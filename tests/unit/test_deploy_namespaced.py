@@ -98,6 +98,7 @@ UNUSED = [
     ("db.example.com", "scheduledbackups", "create"),
     ("db.example.com", "backups/finalizers", "update"),
     ("storage.k8s.io", "storageclasses", "get"),
+    ("", "nodes", "get"),
     ("discovery.k8s.io", "endpointslices", "get"),
     ("", "nodes", "get"),
     ("", "nodes", "patch"),

@@ -102,13 +102,21 @@ LAYERS: dict[str, set[str]] = {
     CONTROLLER: set(),  # the package's docstring
     **{m: {*BUILDING_BLOCKS, f"{P}.specs", CONTROLLER, *PLUMBING} for m in PLUMBING},
     f"{CONTROLLER}.reconcilers": set(OPERATOR_BELOW_RECONCILERS),
+    # Drains and placement: the sub-reconcilers' base (the package) and the plumbing; the switchover it
+    # calls for is the high-availability sub-reconciler's, decided by orchestration.drains.
+    f"{CONTROLLER}.reconcilers.drains": {f"{CONTROLLER}.reconcilers", *OPERATOR_BELOW_RECONCILERS},
     f"{CONTROLLER}.backup_reconcilers": set(OPERATOR_BELOW_RECONCILERS),
-    f"{CONTROLLER}.reconcile": {f"{CONTROLLER}.reconcilers", *OPERATOR_BELOW_RECONCILERS},
+    f"{CONTROLLER}.reconcile": {
+        f"{CONTROLLER}.reconcilers",
+        f"{CONTROLLER}.reconcilers.drains",
+        *OPERATOR_BELOW_RECONCILERS,
+    },
     f"{CONTROLLER}.wakeups": {f"{CONTROLLER}.backup_reconcilers", *OPERATOR_BELOW_RECONCILERS},
     f"{CONTROLLER}.operator": {
         f"{CONTROLLER}.reconcile",
         f"{CONTROLLER}.wakeups",
         f"{CONTROLLER}.reconcilers",
+        f"{CONTROLLER}.reconcilers.drains",
         f"{CONTROLLER}.backup_reconcilers",
         *OPERATOR_BELOW_RECONCILERS,
     },

@@ -72,8 +72,8 @@ full name), or an existing one, which must then be named.
 {{/*
 What the operator may do where it acts: in every namespace (the ClusterRole) or in each watched one
 (a Role). The storageclasses, nodes and persistentvolumes rules are cluster-scoped, so only the
-ClusterRole has them; the namespaced operator skips the StorageClass check and the node-loss handling
-(docs/install.md). The rules, in the order of
+ClusterRole has them; the namespaced operator skips the StorageClass check, the node-loss handling and
+node drains (docs/install.md). The rules, in the order of
 deploy/operator/rbac.yaml, where each verb is explained.
 */}}
 {{- define "pg-operator.rules" -}}

@@ -51,6 +51,7 @@ from pg_operator.api.lifecycle import (
     FencedName,
     fencing_problems,
 )
+from pg_operator.api.monitoring import MonitoringSpec
 from pg_operator.api.network_policy import NetworkPolicySpec
 from pg_operator.api.node_loss import NodeLoss
 from pg_operator.api.placement import (
@@ -58,6 +59,7 @@ from pg_operator.api.placement import (
     NODE_SELECTOR_KEY_RULE,
     NODE_SELECTOR_VALUE_RULE,
     Affinity,
+    Disruption,
     Toleration,
     node_selector_problems,
 )
@@ -79,6 +81,7 @@ from pg_operator.api.schema import (
     rule,
     validations,
 )
+from pg_operator.api.services import ROOT_SERVICES_RULES, ServicesSpec, additional_problems
 from pg_operator.api.tls import TlsSpec
 from pg_operator.images import SUPPORTED_MAJORS
 
@@ -183,6 +186,9 @@ class PostgresClusterSpec(SpecModel):
         pattern=DNS_SUBDOMAIN_PATTERN,
         description="PriorityClass of the instance pods, so a database is not the first thing evicted.",
     )
+    disruption: Disruption = nested(
+        Disruption, "What node drains may do to the instances (docs/high-availability.md#drains)."
+    )
     synchronous: Synchronous = nested(Synchronous, "Synchronous replication.")
     bootstrap: Bootstrap = nested(
         Bootstrap,
@@ -240,6 +246,14 @@ class PostgresClusterSpec(SpecModel):
             "paused and re-pointed by the operator around switchovers and failovers (docs/pooler.md). "
             "Unset: no pooler."
         ),
+    )
+    monitoring: MonitoringSpec = nested(
+        MonitoringSpec, "Metrics beyond the built-in set: the tenant's own queries (docs/monitoring.md)."
+    )
+    services: ServicesSpec = nested(
+        ServicesSpec,
+        "How clients reach the cluster: annotations and labels on the operator's Services, and extra "
+        "NodePort or LoadBalancer Services the operator keeps (docs/exposure.md).",
     )
     hibernation: bool = Field(False, description=HIBERNATION_DESCRIPTION)
     fenced_instances: list[FencedName] | None = Field(
@@ -346,6 +360,15 @@ class PostgresCluster(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _services_names(self) -> PostgresCluster:
+        # Needs the name (the operator's Service names) and the pooler; ROOT_SERVICES_RULES is the same test.
+        sides = self.spec.pooler.sides if self.spec.pooler is not None else ()
+        problems = additional_problems(self.name, self.spec.services, sides)
+        if problems:
+            raise ValueError("; ".join(f"spec.{p}" for p in problems))
+        return self
+
+    @model_validator(mode="after")
     def _fenced_instances_of_this_cluster(self) -> PostgresCluster:
         problems = fencing_problems(self.name, self.spec.replicas, self.spec.fenced_instances or ())
         if problems:
@@ -400,7 +423,12 @@ NAME_RULE = rule(
     f"metadata.name must be a DNS label of at most {MAX_NAME_LENGTH} characters starting with a letter "
     "(Services and pods are named after it)",
 )
-ROOT_RULES: tuple[dict[str, str], ...] = (NAME_RULE, *ROOT_BACKUP_RULES, *FENCING_ROOT_RULES)
+ROOT_RULES: tuple[dict[str, str], ...] = (
+    NAME_RULE,
+    *ROOT_BACKUP_RULES,
+    *ROOT_SERVICES_RULES,
+    *FENCING_ROOT_RULES,
+)
 
 PRINTER_COLUMNS: tuple[dict[str, Any], ...] = (
     {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas", "description": "Desired instances"},

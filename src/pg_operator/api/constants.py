@@ -49,6 +49,10 @@ PATRONI_TLS_ANNOTATION: Final = "db.example.com/patroni-api-tls"
 FENCED_ANNOTATION: Final = "db.example.com/fenced"
 POSTGRES_STOPPED_ANNOTATION: Final = "db.example.com/postgres-stopped"
 CONFIG_MOUNT: Final = "/etc/pg-operator/config"
+# spec.monitoring.customQueries: the tenant's ConfigMap key, mounted (optional) as this file; the
+# entrypoint's /metrics reads it again when it changes (instance/metrics_custom.py).
+CUSTOM_QUERIES_MOUNT: Final = "/etc/pg-operator/custom-queries"
+CUSTOM_QUERIES_FILE: Final = "queries.yaml"
 INSTANCE_CONFIG_KEY: Final = "instance.yaml"
 SECRETS_MOUNT: Final = "/etc/pg-operator/secrets"
 # Secret <name>-server-tls: tls.crt, tls.key, ca.crt, replication.crt, replication.key.

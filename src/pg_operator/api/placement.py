@@ -1,5 +1,6 @@
-"""Types of the instances' placement: anti-affinity over a topology key, tolerations of taints, and the
-label keys and values a node selector, a topology key and a toleration are made of.
+"""Types of the instances' placement: anti-affinity over a topology key, spread over zones, tolerations
+of taints, what a drain may do to the instances (Disruption), and the label keys and values a node
+selector, a topology key and a toleration are made of.
 
 Label keys and values are held to what the API server checks on the StatefulSet's pod template, so a
 spec admitted here never yields a StatefulSet the API server refuses.
@@ -9,9 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, ValidationInfo, field_validator, model_validator
 
 from pg_operator.api.schema import SpecModel, rule, validations
 
@@ -81,12 +82,79 @@ def node_selector_problems(selector: Mapping[str, str]) -> list[str]:
     return problems
 
 
+_NodeLabelValue = Annotated[
+    str,
+    StringConstraints(max_length=MAX_LABEL_VALUE_LENGTH),
+    Field(json_schema_extra=validations(label_value_rule("nodeAffinity: a value"))),
+]
+
+
+class NodeRequirement(SpecModel):
+    """One node-label expression the instances' nodes must satisfy (a nodeAffinity matchExpression)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            rule(
+                "self.operator in ['Exists', 'DoesNotExist'] ? !has(self.values) || size(self.values) == 0 "
+                ": has(self.values) && size(self.values) > 0",
+                "nodeAffinity: operators In and NotIn take values, Exists and DoesNotExist none",
+                fieldPath=".values",
+            ),
+        )
+    )
+
+    key: str = Field(
+        max_length=MAX_LABEL_KEY_LENGTH,
+        description="Node label key.",
+        json_schema_extra=validations(label_key_rule("nodeAffinity: key")),
+    )
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="How the label is matched."
+    )
+    values: list[_NodeLabelValue] | None = Field(
+        None, max_length=32, description="Label values, with In and NotIn."
+    )
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, key: str) -> str:
+        if not is_label_key(key):
+            raise ValueError(f"nodeAffinity: key {LABEL_KEY_REASON}")
+        return key
+
+    @model_validator(mode="after")
+    def _values(self) -> NodeRequirement:
+        takes_values = self.operator in ("In", "NotIn")
+        if takes_values != bool(self.values):
+            raise ValueError("nodeAffinity: operators In and NotIn take values, Exists and DoesNotExist none")
+        for value in self.values or ():
+            if not is_label_value(value):
+                raise ValueError(f"nodeAffinity: a value {LABEL_VALUE_REASON}")
+        return self
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        if self.operator == "Exists":
+            return present
+        if self.operator == "DoesNotExist":
+            return not present
+        inside = present and labels[self.key] in (self.values or ())
+        return inside if self.operator == "In" else not inside
+
+
+ANTI_AFFINITY_AUTO: Literal["auto"] = "auto"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
 class Affinity(SpecModel):
-    pod_anti_affinity: Literal["preferred", "required", "none"] = Field(
-        "preferred",
+    pod_anti_affinity: Literal["auto", "preferred", "required", "none"] = Field(
+        ANTI_AFFINITY_AUTO,
         description=(
-            "Spread instances over topologyKey: 'preferred' (default; schedules anyway when it cannot), "
-            "'required' (an instance stays Pending rather than share), or 'none'."
+            "Keep instances apart over topologyKey: 'required' (an instance stays Pending rather than "
+            "share), 'preferred' (shares when it cannot), 'none', or 'auto' (default): 'required' when "
+            "the StatefulSet is created and at least spec.replicas schedulable nodes match the instances' "
+            "nodeSelector and tolerations, else 'preferred'. The choice is kept afterwards: a node lost "
+            "or drained never changes it. A change applies to each instance when its pod is next recreated."
         ),
     )
     topology_key: str = Field(
@@ -95,13 +163,50 @@ class Affinity(SpecModel):
         description="Node label that defines the failure domain instances are spread over.",
         json_schema_extra=validations(label_key_rule("affinity.topologyKey")),
     )
+    zone_spread: Literal["preferred", "required", "none"] = Field(
+        "preferred",
+        description=(
+            "Spread instances evenly over zoneTopologyKey (topologySpreadConstraints, maxSkew 1): "
+            "'preferred' (default, ScheduleAnyway), 'required' (DoNotSchedule: an instance stays Pending "
+            "rather than unbalance the zones; nodes without the label are not used), or 'none'."
+        ),
+    )
+    node_affinity: list[NodeRequirement] = Field(
+        default_factory=list,
+        max_length=16,
+        description=(
+            "Node-label expressions every node of the instances and pooler pods must satisfy (all of them; "
+            "beside nodeSelector): e.g. {key: node.kubernetes.io/instance-type, operator: In, values: [...]}."
+        ),
+    )
+    zone_topology_key: str = Field(
+        ZONE_LABEL,
+        max_length=MAX_LABEL_KEY_LENGTH,
+        description="Node label that names a node's zone.",
+        json_schema_extra=validations(label_key_rule("affinity.zoneTopologyKey")),
+    )
 
-    @field_validator("topology_key")
+    @field_validator("topology_key", "zone_topology_key")
     @classmethod
-    def _topology_key(cls, key: str) -> str:
+    def _topology_key(cls, key: str, info: ValidationInfo) -> str:
         if not is_label_key(key):
-            raise ValueError(f"affinity.topologyKey {LABEL_KEY_REASON}")
+            field = "topologyKey" if info.field_name == "topology_key" else "zoneTopologyKey"
+            raise ValueError(f"affinity.{field} {LABEL_KEY_REASON}")
         return key
+
+
+class Disruption(SpecModel):
+    """What voluntary disruptions (node drains, evictions) may do to the instances."""
+
+    single_instance: Literal["Evict", "Block"] = Field(
+        "Evict",
+        description=(
+            "A one-instance cluster on a node being drained: 'Evict' (default) lets the drain evict it "
+            "(the database is down until the pod runs again; with node-local volumes, until the node is "
+            "back); 'Block' keeps a PodDisruptionBudget that refuses the eviction, so the drain waits "
+            "until the pod is deleted by hand, the cluster scaled up, or this set to 'Evict'."
+        ),
+    )
 
 
 class Toleration(SpecModel):

@@ -26,6 +26,7 @@ SIDES = ("rw", "ro")
 MAX_INSTANCES = 10
 MAX_POOL_SIZE = 10000
 MAX_CLIENT_CONNECTIONS = 100000
+MAX_PREPARED_STATEMENTS = 10000  # pooler/config.py accepts the same range
 
 
 def pooler_pod_labels(cluster_name: str, side: str) -> dict[str, str]:
@@ -102,6 +103,15 @@ class PoolerSpec(SpecModel):
         ge=1,
         le=MAX_CLIENT_CONNECTIONS,
         description="Client connections each pooler pod accepts (PgBouncer's max_client_conn; default 1000).",
+    )
+    max_prepared_statements: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_PREPARED_STATEMENTS,
+        description="Protocol-level prepared statements PgBouncer keeps on each server connection; it "
+        "prepares a client's statement on whichever server connection runs the client's transaction, so "
+        "drivers that prepare statements by default work in transaction mode (PgBouncer's "
+        "max_prepared_statements; default 200; 0 turns the support off).",
     )
     # The whole default object, not {}: the API server checks a default against the object's CEL rules as
     # it stands, before nested defaults (its rules read self.limits).

@@ -27,6 +27,7 @@ from pg_operator.controller.cache_admission import Admissions, Holding, SecretRe
 from pg_operator.controller.cache_sync import ListedKind, SyncGate
 from pg_operator.controller.keys import ClusterKey, cluster_key_of_child, cluster_key_of_cluster
 from pg_operator.orchestration.instance_pods import instance_pods
+from pg_operator.orchestration.nodes import NodeView, node_view
 from pg_operator.specs.status import SERVICE_NAME_LABEL, rw_service_name
 
 log = logging.getLogger(__name__)
@@ -177,6 +178,12 @@ class Snapshot:
     # Pods carrying the cluster's label that are none of its instances (orchestration/instance_pods.py):
     # never among the Pods above; named here for a Warning.
     foreign_pods: tuple[str, ...] = ()
+    # Every Node, as orchestration/nodes.py reads it; None when the operator may not read Nodes (a
+    # namespaced install without that grant) or its cache has not seen them all yet.
+    nodes: tuple[NodeView, ...] | None = None
+
+    def node(self, name: str) -> NodeView | None:
+        return next((n for n in self.nodes or () if n.name == name), None)
 
     def of_kind(self, api_version: str, kind: str) -> list[dict[str, Any]]:
         return self.children.get((api_version, kind), [])
@@ -239,6 +246,7 @@ class _Store:
 
 CLUSTER_KIND = (API_VERSION, KIND)
 STORAGE_CLASS_KIND = ("storage.k8s.io/v1", "StorageClass")
+NODE_KIND = ("v1", "Node")
 # The backup kinds, for the backup reconcilers: Backups by their cluster (namespace, spec.cluster),
 # ScheduledBackups by (namespace, name). Not awaited by the sync gate: a missing backup CRD must not
 # keep the operator from syncing (its informers only warn about it).
@@ -248,6 +256,7 @@ SCHEDULED_BACKUP_KIND_KEY = (API_VERSION, SCHEDULED_BACKUP_KIND)
 
 CLUSTERS = ListedKind(CLUSTER_KIND[0], CLUSTER_KIND[1], PLURAL)
 STORAGE_CLASSES = ListedKind(STORAGE_CLASS_KIND[0], STORAGE_CLASS_KIND[1], "storageclasses", namespaced=False)
+NODES = ListedKind(NODE_KIND[0], NODE_KIND[1], "nodes", namespaced=False)
 BACKUPS = ListedKind(API_VERSION, BACKUP_KIND, BACKUP_PLURAL)
 SCHEDULED_BACKUPS = ListedKind(API_VERSION, SCHEDULED_BACKUP_KIND, SCHEDULED_BACKUP_PLURAL)
 
@@ -283,6 +292,13 @@ class Cache:
         # False when the operator may not read StorageClasses (a namespaced install): none are watched, so
         # a snapshot never claims to know them (reconcilers/storage.py skips its check).
         self.storage_classes_readable = True
+        # Nodes, kept as NodeViews by name (not packed: a few fields each, and every snapshot shares one
+        # tuple of them, made again only when a node's view changes). False: the operator may not read
+        # Nodes, and no snapshot claims to know them (no drain handling, specs/pdb.py).
+        self.nodes_readable = True
+        self._nodes: dict[str, NodeView] = {}
+        self._node_uids: dict[str, str] = {}  # name -> uid, to prune by a listing's uids
+        self._node_tuple: tuple[NodeView, ...] = ()
         # What is kept of the labelled Secrets, ConfigMaps, Pods and PVCs (cache_admission.py).
         self.admissions = Admissions()
 
@@ -296,6 +312,8 @@ class Cache:
         api_version, kind = str(body.get("apiVersion") or ""), str(body.get("kind") or "")
         store = self._stores.get((api_version, kind))
         uid = _uid(body)
+        if (api_version, kind) == NODE_KIND:
+            return self._observe_node(body, event_type)
         if store is None or not uid:
             return False
         if event_type == "DELETED":
@@ -323,6 +341,40 @@ class Cache:
         else:
             return self._observe_child(store, uid, body)
         return True
+
+    def _observe_node(self, body: Mapping[str, Any], event_type: str | None) -> bool:
+        """A Node event: True when what the operator reads of the node changed (a heartbeat does not) in a
+        way the clusters on it must see. A node first seen Ready and not draining (every node of a first
+        listing, or one just joined) has no instance on it yet: nothing to wake."""
+        name = objects.name(body)
+        if event_type == "DELETED":
+            changed = self._nodes.pop(name, None) is not None
+            self._node_uids.pop(name, None)
+        else:
+            self._node_uids[name] = _uid(body)
+            view = node_view(body)
+            before = self._nodes.get(name)
+            changed = before != view
+            self._nodes[name] = view
+            if before is None and view.ready is True and not view.draining:
+                self._node_tuple = tuple(self._nodes[n] for n in sorted(self._nodes))
+                return False
+        if changed:
+            self._node_tuple = tuple(self._nodes[n] for n in sorted(self._nodes))
+        return changed
+
+    def node(self, name: str) -> NodeView | None:
+        return self._nodes.get(name)
+
+    def prune_nodes(self, keep: set[str]) -> set[str]:
+        """Drop the nodes a new listing did not hold (`keep`: its uids); the names dropped."""
+        gone = {name for name, uid in self._node_uids.items() if uid not in keep}
+        for name in gone:
+            self._nodes.pop(name, None)
+            self._node_uids.pop(name, None)
+        if gone:
+            self._node_tuple = tuple(self._nodes[n] for n in sorted(self._nodes))
+        return gone
 
     def _observe_child(self, store: _Store, uid: str, body: Mapping[str, Any]) -> bool:
         key = cluster_key_of_child(body)
@@ -431,6 +483,12 @@ class Cache:
             children[POD_KIND] = list(split.ours)
             foreign.update(split.foreign)
         known = self.synced and self.storage_classes_readable
+        nodes = self._node_tuple if self.synced and self.nodes_readable else None
         return Snapshot(
-            cluster, children, self.storage_classes() if known else frozenset(), known, tuple(sorted(foreign))
+            cluster,
+            children,
+            self.storage_classes() if known else frozenset(),
+            known,
+            tuple(sorted(foreign)),
+            nodes,
         )

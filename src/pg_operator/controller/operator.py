@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -34,7 +34,7 @@ from pg_operator.controller.kube_api import SERVICE_ACCOUNT_DIR, Api, load_confi
 from pg_operator.controller.lease import LeaseConfig, LeaseElector, LeaseLost
 from pg_operator.controller.loop import ReconcileLoop
 from pg_operator.controller.metrics import Metrics
-from pg_operator.controller.nodes import NodeDirectory, may_read_nodes
+from pg_operator.controller.nodes import NODES_UNREADABLE, nodes_readable
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcile import Reconciler, namespace_terminating
 from pg_operator.controller.reconcilers.storage import STORAGE_CLASSES_UNREADABLE, storage_classes_readable
@@ -106,26 +106,33 @@ async def unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> t
     return True, task.result()
 
 
-async def may_read_storage_classes(api: Api, opts: Options) -> bool:
-    """A cluster-wide install holds StorageClass reads (deploy/operator/rbac.yaml); a namespaced one may
-    not (deploy/namespaced/): the API server's authorizer says, asked until it answers."""
-    if not opts.namespaces:
-        return True
+async def may_read(what: str, ask: Callable[[], Awaitable[bool]], unreadable: str) -> bool:
+    """A cluster-wide install holds the reads of cluster-scoped kinds (deploy/operator/rbac.yaml); a
+    namespaced one may not (deploy/namespaced/), nor may one whose ClusterRole predates a kind's reads: the
+    API server's authorizer says, asked until it answers (a listing it refuses would be waited on forever)."""
     backoff = Backoff()
     failures = 0
     while True:
         try:
-            readable = await storage_classes_readable(api)
+            readable = await ask()
             break
         except Exception as exc:
             failures += 1
             delay = backoff.delay(failures)
-            log.warning("asking whether StorageClasses are readable failed, retrying in %.1fs: %s",
-                        delay, exc)  # fmt: skip
+            log.warning("asking whether %s are readable failed, retrying in %.1fs: %s", what, delay, exc)
             await asyncio.sleep(delay)
     if not readable:
-        log.warning("%s", STORAGE_CLASSES_UNREADABLE)
+        log.warning("%s", unreadable)
     return readable
+
+
+async def may_read_storage_classes(api: Api) -> bool:
+    return await may_read("StorageClasses", lambda: storage_classes_readable(api),
+                          STORAGE_CLASSES_UNREADABLE)  # fmt: skip
+
+
+async def may_read_nodes(api: Api) -> bool:
+    return await may_read("Nodes", lambda: nodes_readable(api), NODES_UNREADABLE)
 
 
 async def run(opts: Options) -> int:
@@ -170,14 +177,14 @@ async def run(opts: Options) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        done, readable = await unless_stopped(may_read_storage_classes(api, opts), stop)
+        done, readable = await unless_stopped(may_read_storage_classes(api), stop)
         if not done:
             return 0
         storage_classes = bool(readable)
-        done, node_reads = await unless_stopped(may_read_nodes(api), stop)
+        done, readable = await unless_stopped(may_read_nodes(api), stop)
         if not done:
             return 0
-        nodes = NodeDirectory(readable=bool(node_reads))
+        nodes = bool(readable)
         state.role = "candidate"
         log.info("candidate %s for lease %s/%s", opts.identity, opts.lease_namespace, opts.lease_name)
         done, _ = await unless_stopped(elector.acquire(), stop)
@@ -213,26 +220,27 @@ async def _lead(
     gate: cache_sync.SyncGate,
     *,
     storage_classes: bool = True,
-    nodes: NodeDirectory | None = None,
+    nodes: bool = True,
 ) -> int:
     cache = Cache(kinds, gate)
     cache.storage_classes_readable = storage_classes
+    cache.nodes_readable = nodes
     pod_exec = PodExec(load_config(), metrics)
     reconciler = Reconciler(api, cache, metrics, EventRecorder(api, opts.identity), pod_exec,
                             ca_trust_period=dt.timedelta(seconds=opts.ca_trust_period_seconds),
                             allowed_images=opts.allowed_image_repositories,
-                            monitoring_namespace=opts.monitoring_namespace, nodes=nodes)  # fmt: skip
+                            monitoring_namespace=opts.monitoring_namespace)  # fmt: skip
     controller = ReconcileLoop(reconciler, metrics, workers=opts.workers, resync_seconds=opts.resync_seconds,
                                gives_up=namespace_being_deleted,
                                on_failure=reconciler.report_failure)  # fmt: skip
     backups = BackupLoops(api, cache, metrics, pod_exec, opts.identity,
                           retention_seconds=opts.backup_retention_seconds,
                           store_limits=opts.store_limits)  # fmt: skip
-    wakeups = Wakeups(controller, cache, backups, api_reader(api), nodes)
+    wakeups = Wakeups(controller, cache, backups, api_reader(api))
     # A client of its own: the watches' streams never wait behind the reconciles' writes.
     watch_api = Api(metrics, for_watches=True)
-    informers = Informers(watch_api, feeds(wakeups, kinds, storage_classes=storage_classes), opts.namespaces,
-                          wakeups.listed)  # fmt: skip
+    informers = Informers(watch_api, feeds(wakeups, kinds, storage_classes=storage_classes, nodes=nodes),
+                          opts.namespaces, wakeups.listed)  # fmt: skip
     gate.expect(informers.awaited())
     watching = asyncio.create_task(informers.run(), name="informers")
 

@@ -40,10 +40,10 @@ from pg_operator.controller.instance_metrics import InstanceMetrics
 from pg_operator.controller.keys import ClusterKey, is_owned_by
 from pg_operator.controller.kube_api import Api, PostgresClusterResource, is_conflict, is_not_found
 from pg_operator.controller.metrics import Metrics
-from pg_operator.controller.nodes import NodeDirectory
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcilers import ObjectId, Problem, ReconcileContext, SubReconciler
 from pg_operator.controller.reconcilers.credentials import CredentialsReconciler
+from pg_operator.controller.reconcilers.drains import DrainsReconciler
 from pg_operator.controller.reconcilers.high_availability import HighAvailabilityReconciler
 from pg_operator.controller.reconcilers.instances import InstancesReconciler
 from pg_operator.controller.reconcilers.lifecycle import LifecycleReconciler
@@ -151,7 +151,6 @@ class Reconciler(RemembersClusters):
         ca_trust_period: timedelta = TRUST_PERIOD,
         allowed_images: AllowedRepositories = DEFAULT_ALLOWED_REPOSITORIES,
         monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE,
-        nodes: NodeDirectory | None = None,
     ) -> None:
         self.api = api
         self.allowed_images = allowed_images
@@ -180,8 +179,9 @@ class Reconciler(RemembersClusters):
             MajorUpgradeReconciler(api, events, pod_exec, self.high_availability),
             StorageReconciler(api, self.memo),
             # Before the others' problems: an instance on a lost node is what a person must hear first.
-            NodeLossReconciler(api, events, nodes),
+            NodeLossReconciler(api, events),
             self.high_availability,
+            DrainsReconciler(),
             InstancesReconciler(events, monitoring_namespace=monitoring_namespace),
             CredentialsReconciler(api, self.memo, events, pod_exec),
             TlsReconciler(api, self.memo, events, registry=metrics.registry, ca_trust_period=ca_trust_period),
@@ -232,7 +232,7 @@ class Reconciler(RemembersClusters):
         # Observe: at the cluster's names only its own objects are read as its (the others set aside).
         children, foreign = set_aside(snapshot.children, cluster.uid, generated_names(cluster))
         snapshot = Snapshot(snapshot.cluster, children, snapshot.storage_classes,
-                            snapshot.storage_classes_known)  # fmt: skip
+                            snapshot.storage_classes_known, nodes=snapshot.nodes)  # fmt: skip
         now = time.monotonic()
         met = {
             i: seen

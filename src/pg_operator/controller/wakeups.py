@@ -13,6 +13,7 @@ from pg_operator.controller.backup_reconcilers.loops import BackupLoops
 from pg_operator.controller.cache import (
     BACKUPS,
     CLUSTERS,
+    NODES,
     SCHEDULED_BACKUPS,
     SECRET_KIND,
     STORAGE_CLASSES,
@@ -29,7 +30,7 @@ from pg_operator.controller.keys import (
     owning_cluster_name,
 )
 from pg_operator.controller.loop import ReconcileLoop
-from pg_operator.controller.nodes import NODE_KIND, NODES, NodeDirectory, NodeFeed, pods_on
+from pg_operator.controller.nodes import pods_on
 from pg_operator.controller.secret_reads import Read, SecretReader
 from pg_operator.orchestration.instances import loaded_tls, pending_restart_settings
 from pg_operator.orchestration.stuck_pods import stuck_signature
@@ -88,7 +89,6 @@ class Wakeups:
         cache: Cache,
         backups: BackupLoops | None = None,
         read_secret: Read | None = None,
-        nodes: NodeDirectory | None = None,
     ) -> None:
         self.controller = controller
         self.cache = cache
@@ -100,16 +100,20 @@ class Wakeups:
         # kept for the life of the process (an equal hash for a changed fingerprint would only defer the
         # wake-up to the next event or resync).
         self._seen: dict[str, int] = {}
-        # The Nodes' readiness (controller/nodes.py), when the operator may read them.
-        self.node_feed = NodeFeed(nodes, self.on_node) if nodes is not None and nodes.readable else None
 
     def listed(self, feed: Feed, namespace: str | None, uids: set[str], first: bool) -> None:
         """A complete listing of a kind: what the cache holds of it beyond that listing is gone (deleted
         while no watch was there to say so), and the clusters it belonged to are woken; the first
         listing of each kind is what the sync gate waits for."""
         kind = feed.kind.key
-        if kind == NODE_KIND and self.node_feed is not None:
-            self.node_feed.listed(uids)
+        if kind == NODES.key:
+            gone = self.cache.prune_nodes(uids)
+            for name in sorted(gone):
+                log.info("node %s: gone while the watch was down", name)
+                self._wake_clusters_on(name)
+            if self.cache.gate is not None:
+                self.cache.gate.listed(kind, namespace)
+            return
         woken = self.cache.prune(kind, uids, namespace)
         if woken:
             log.info("cache: %s of %d cluster(s) gone while the watch was down; waking them",
@@ -190,12 +194,6 @@ class Wakeups:
             self._seen[uid] = fingerprint
         self.controller.wake_soon(key)
 
-    def on_node(self, node: str) -> None:
-        """A node's readiness changed (or it went): the clusters with an instance on it are woken."""
-        for key in self.cache.cluster_keys():
-            if pods_on(self.cache.pods_held(key), node):
-                self.controller.wake(key)
-
     def on_backup(self, body: Mapping[str, Any], event_type: str | None) -> None:
         self.cache.observe(body, event_type)
         if self.backups is not None:
@@ -214,20 +212,39 @@ class Wakeups:
             if objects.spec(cluster).get("storageClassName") == name:
                 self.controller.wake(key)
 
+    def on_node(self, body: Mapping[str, Any], event_type: str | None) -> None:
+        """A node cordoned, tainted, relabelled, changing readiness or deleted wakes the clusters with a pod
+        on it (a drain of the primary's node: reconcilers/drains.py; a lost node: reconcilers/node_loss.py);
+        a heartbeat changes nothing read."""
+        if not self.cache.observe(body, event_type):
+            return
+        name = objects.name(body)
+        view = self.cache.node(name)
+        if view is None or view.lost:
+            log.info("node %s: %s", name, "gone" if view is None else view.readiness.value)
+        self._wake_clusters_on(name)
 
-def feeds(wakeups: Wakeups, kinds: list[WatchedKind], *, storage_classes: bool = True) -> list[Feed]:
+    def _wake_clusters_on(self, node: str) -> None:
+        for key in self.cache.cluster_keys():
+            if pods_on(self.cache.pods_held(key), node):
+                self.controller.wake(key)
+
+
+def feeds(
+    wakeups: Wakeups, kinds: list[WatchedKind], *, storage_classes: bool = True, nodes: bool = True
+) -> list[Feed]:
     """Every kind the informers list and watch: the clusters, their children (those carrying the cluster
     label), the StorageClasses (`storage_classes`: False when the operator may not read them,
-    reconcilers/storage.py), the Nodes (when the wake-ups were given a readable directory,
-    controller/nodes.py) and, for the backup reconcilers, Backups and ScheduledBackups, whose CRDs may
-    be missing: the sync gate does not wait for those."""
+    reconcilers/storage.py), the Nodes (`nodes`: likewise; controller/nodes.py) and, for the backup
+    reconcilers, Backups and ScheduledBackups, whose CRDs may be missing: the sync gate does not wait for
+    those."""
     out = [Feed(CLUSTERS, wakeups.on_cluster)]
     out += [Feed(kind, wakeups.on_child, after=CLUSTERS.key if kind.key == SECRET_KIND else None)
             for kind in child_kinds(kinds, CLUSTER_LABEL)]  # fmt: skip
     if storage_classes:
         out.append(Feed(STORAGE_CLASSES, wakeups.on_storage_class))
-    if wakeups.node_feed is not None:
-        out.append(Feed(NODES, wakeups.node_feed.deliver))
+    if nodes:
+        out.append(Feed(NODES, wakeups.on_node))
     if wakeups.backups is not None:
         out.append(Feed(BACKUPS, wakeups.on_backup, awaited=False))
         out.append(Feed(SCHEDULED_BACKUPS, wakeups.on_scheduled_backup, awaited=False))

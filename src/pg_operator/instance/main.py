@@ -318,17 +318,25 @@ def follow_secrets(env: Mapping[str, str], pod: PodEnvironment, path: Path, patr
 
 def start_metrics(pod: PodEnvironment, env: Mapping[str, str]) -> None:
     """/metrics on PGOP_METRICS_PORT (default 9187, 0 = off), HTTPS with the server certificate."""
-    from pg_operator.api.constants import METRICS_PORT, MONITOR_ROLE
+    from pg_operator.api.constants import (
+        CUSTOM_QUERIES_FILE,
+        CUSTOM_QUERIES_MOUNT,
+        METRICS_PORT,
+        MONITOR_ROLE,
+    )
     from pg_operator.instance import metrics_server
 
     port = int(env.get("PGOP_METRICS_PORT") or METRICS_PORT)
     if port:
         tls = tls_files(pod.run_dir)
         pg_port = int(read_instance_settings(pod.config_file)["postgresql"]["port"])
+        # The tenant's queries: their volume is there only when spec.monitoring.customQueries is set.
+        mount = env.get("PGOP_CUSTOM_QUERIES_DIR") or CUSTOM_QUERIES_MOUNT
+        custom_file = os.path.join(mount, CUSTOM_QUERIES_FILE) if os.path.isdir(mount) else None
         # Its own role, through its own peer map (patroni_config.pg_hba), never the superuser.
         metrics_server.start(
             socket_dir=pod.run_dir, pg_port=pg_port, login_user=MONITOR_ROLE,
-            listen_host=pod.listen_host, port=port, cert=tls.cert, key=tls.key,
+            listen_host=pod.listen_host, port=port, cert=tls.cert, key=tls.key, custom_file=custom_file,
         )  # fmt: skip
 
 

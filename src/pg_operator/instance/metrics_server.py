@@ -25,10 +25,14 @@ from psycopg.rows import dict_row
 from pg_operator import tls_server
 from pg_operator.api.constants import MONITOR_ROLE
 from pg_operator.instance import metrics as m
+from pg_operator.instance.metrics_custom_runner import CustomQueries
 from pg_operator.privileged_sql import PINNED_SEARCH_PATH
 
 # A scrape must never hang on a stuck PostgreSQL (Prometheus' default scrape timeout is 10 s).
 STATEMENT_TIMEOUT_MS = 5000
+# The tenant's queries run after the built-in set, each within the same statement timeout, and stop
+# once the scrape has run this long: the answer still beats Prometheus' timeout.
+CUSTOM_BUDGET_SECONDS = 8.0
 CONNECT_TIMEOUT_SECONDS = 3
 APPLICATION_NAME = "pg-operator-metrics"
 
@@ -40,8 +44,11 @@ def _log(message: str) -> None:
 class Collector:
     """One connection, reused across scrapes and re-opened after an error; scrapes run one at a time."""
 
-    def __init__(self, *, socket_dir: str, port: int, login_user: str = MONITOR_ROLE) -> None:
+    def __init__(
+        self, *, socket_dir: str, port: int, login_user: str = MONITOR_ROLE, custom_file: str | None = None
+    ) -> None:
         self.socket_dir = socket_dir
+        self.custom = CustomQueries(custom_file)
         self.port = port
         # The monitoring role itself, through its own peer map (session_roles.py): the session holds no
         # more than pg_monitor, with no superuser to RESET back to.
@@ -54,11 +61,11 @@ class Collector:
         self._sizes: dict[str, float] = {}
         self._sizes_at: float | None = None  # monotonic time of the last size query
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def _connect(self, dbname: str = "postgres") -> psycopg.Connection[Any]:
         conn = psycopg.connect(
             host=self.socket_dir,
             port=self.port,
-            dbname="postgres",
+            dbname=dbname,
             user=self.login_user,
             application_name=APPLICATION_NAME,
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
@@ -78,7 +85,8 @@ class Collector:
         counter[0] += 1
         return conn.execute(text).fetchall()
 
-    def _read(self, conn: psycopg.Connection[Any], out: m.Families, counter: list[int]) -> None:
+    def _read(self, conn: psycopg.Connection[Any], out: m.Families, counter: list[int]) -> bool:
+        """The built-in set into `out`; whether the instance is in recovery (a replica)."""
         (instance,) = self._query(conn, m.INSTANCE_SQL, counter)
         m.instance_samples(out, instance)
         databases = self._query(conn, m.DATABASE_SQL, counter)
@@ -94,15 +102,21 @@ class Collector:
         m.archiver_samples(out, archiver)
         (checkpoints,) = self._query(conn, m.checkpoints_sql(int(instance["version_num"])), counter)
         m.checkpoint_samples(out, checkpoints)
+        return bool(instance["in_recovery"])
 
     def collect(self) -> str:
         with self._lock:
             started, cpu_started = time.monotonic(), time.thread_time()
             out, counter, up = m.Families(), [0], True
+            custom: list[m.Family] = []
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = self._connect()
-                self._read(self._conn, out, counter)
+                in_recovery = self._read(self._conn, out, counter)
+                custom = self.custom.collect(
+                    self._conn, in_recovery=in_recovery, deadline=started + CUSTOM_BUDGET_SECONDS,
+                    timeout_ms=STATEMENT_TIMEOUT_MS, counter=counter, connect=self._connect,
+                )  # fmt: skip
             except psycopg.Error as e:
                 up = False
                 out = m.Families()  # no half scrape: only pg_up 0 and the exporter's own figures
@@ -126,13 +140,14 @@ class Collector:
                 queries=counter[0], sizes_age=sizes_age,
             )  # fmt: skip
             m.exporter_samples(out, stats, self.scrapes, self.errors)
-            return m.render(out)
+            return m.render([*out, *custom, *self.custom.own_families()])
 
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            self.custom.close()
 
 
 NOT_FOUND = tls_server.Response(404, "text/plain; charset=utf-8", b"not found: the endpoint is /metrics\n")
@@ -187,9 +202,11 @@ def start(
     port: int,
     cert: str | None,
     key: str | None,
+    custom_file: str | None = None,
 ) -> MetricsServer:
-    """Serve /metrics from a daemon thread; returns the server (its server_address holds the port)."""
-    collector = Collector(socket_dir=socket_dir, port=pg_port, login_user=login_user)
+    """Serve /metrics from a daemon thread; returns the server (its server_address holds the port).
+    `custom_file`: the tenant's queries.yaml, if the cluster declares one (it may not exist yet)."""
+    collector = Collector(socket_dir=socket_dir, port=pg_port, login_user=login_user, custom_file=custom_file)
     server = MetricsServer((listen_host, port), collector.collect, cert=cert, key=key)
     server.start("metrics")
     scheme = "https" if cert else "http"

@@ -34,26 +34,9 @@ from typing import Any
 
 from pg_operator import objects
 from pg_operator.api.node_loss import NodeLoss
+from pg_operator.orchestration.nodes import NodeHealth, Readiness
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-
-
-class Readiness(Enum):
-    READY = "Ready"
-    NOT_READY = "NotReady"  # the kubelet reports it is not ready
-    UNKNOWN = "Unknown"  # no heartbeat within the node-monitor grace period
-    GONE = "gone"  # the Node object was deleted
-
-
-@dataclass(frozen=True)
-class NodeHealth:
-    name: str
-    readiness: Readiness
-    since: datetime | None  # the Ready condition's last transition (when it was lost)
-
-    @property
-    def lost(self) -> bool:
-        return self.readiness is not Readiness.READY
 
 
 def describe(readiness: Readiness) -> str:

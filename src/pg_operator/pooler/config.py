@@ -25,6 +25,7 @@ from pg_operator.pooler_contract import (
     ENV_CLUSTER,
     ENV_DEFAULT_POOL_SIZE,
     ENV_MAX_CLIENT_CONN,
+    ENV_MAX_PREPARED_STATEMENTS,
     ENV_MODE,
     ENV_RUN_DIR,
     ENV_SERVER_PORT,
@@ -37,6 +38,12 @@ from pg_operator.pooler_contract import (
 AUTH_QUERY = f"SELECT usename, passwd FROM {AUTH_FUNCTION}($1)"  # noqa: S608 - constants only
 DEFAULT_POOL_SIZE = 20
 DEFAULT_MAX_CLIENT_CONN = 1000
+# Protocol-level prepared statements in transaction mode (PgBouncer >= 1.21): PgBouncer prepares a client's
+# statement on whichever server connection runs the client's transaction, keeping up to this many on each
+# server connection, so drivers that prepare by default (psycopg 3, asyncpg, pgx, JDBC) work through the
+# pooler. 0 turns it off. Kept in step with api/pooler.py's bounds.
+DEFAULT_MAX_PREPARED_STATEMENTS = 200
+MAX_PREPARED_STATEMENTS = 10000
 TARGET_FILE = "target"  # in the run dir: the host the pooler points at now
 PAUSE_DEADLINE_FILE = "pause-deadline"  # in the run dir: when the watchdog resumes a pause (epoch seconds)
 INI_FILE = "pgbouncer.ini"
@@ -58,6 +65,7 @@ class Settings:
     auth_password_file: str = ""
     default_pool_size: int = DEFAULT_POOL_SIZE
     max_client_conn: int = DEFAULT_MAX_CLIENT_CONN
+    max_prepared_statements: int = DEFAULT_MAX_PREPARED_STATEMENTS
     tls_dir: str = DEFAULT_TLS_DIR
     run_dir: str = DEFAULT_RUN_DIR
     port: int = POOLER_PORT
@@ -111,6 +119,9 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         auth_password_file=env.get(ENV_AUTH_PASSWORD_FILE, "").strip(),
         default_pool_size=_int(env, ENV_DEFAULT_POOL_SIZE, DEFAULT_POOL_SIZE, 1, 10000),
         max_client_conn=_int(env, ENV_MAX_CLIENT_CONN, DEFAULT_MAX_CLIENT_CONN, 1, 100000),
+        max_prepared_statements=_int(
+            env, ENV_MAX_PREPARED_STATEMENTS, DEFAULT_MAX_PREPARED_STATEMENTS, 0, MAX_PREPARED_STATEMENTS
+        ),
         tls_dir=env.get(ENV_TLS_DIR, DEFAULT_TLS_DIR).strip() or DEFAULT_TLS_DIR,
         run_dir=env.get(ENV_RUN_DIR, DEFAULT_RUN_DIR).strip() or DEFAULT_RUN_DIR,
         server_port=_int(env, ENV_SERVER_PORT, 5432, 1, 65535),
@@ -141,6 +152,7 @@ def render_ini(s: Settings, target: str) -> str:
         f"pool_mode = {s.mode}",
         f"default_pool_size = {s.default_pool_size}",
         f"max_client_conn = {s.max_client_conn}",
+        f"max_prepared_statements = {s.max_prepared_statements}",
         # JDBC and some drivers send these at startup; PgBouncer refuses unknown ones otherwise.
         "ignore_startup_parameters = extra_float_digits,options,search_path",
         # Retry a failed server login after 1 s, not 15: after a failover the new primary is there at once.

@@ -83,6 +83,27 @@ STAT_COUNTERS: tuple[tuple[str, str, str, float], ...] = (
         "Time spent by clients waiting for a server in seconds",
         1e6,
     ),
+    # Protocol-level prepared statements (PgBouncer 1.21+; absent columns give no samples): the clients'
+    # Parse messages, the ones PgBouncer sent to a server (a first use, or again on a new server
+    # connection: after a switchover), and the Bind messages.
+    (
+        "total_client_parse_count",
+        "pgbouncer_stats_client_parses_total",
+        "Total number of prepared statements created by clients",
+        1.0,
+    ),
+    (
+        "total_server_parse_count",
+        "pgbouncer_stats_server_parses_total",
+        "Total number of prepared statements created by pgbouncer on a server",
+        1.0,
+    ),
+    (
+        "total_bind_count",
+        "pgbouncer_stats_binds_total",
+        "Total number of prepared statements readied for execution by clients and forwarded to a server",
+        1.0,
+    ),
 )
 
 

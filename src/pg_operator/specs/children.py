@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pg_operator.api.cluster import PostgresCluster
+from pg_operator.orchestration.nodes import NodeView
 from pg_operator.specs.configmap import configmap
 from pg_operator.specs.network_policy import DEFAULT_OPERATOR_PEER, OperatorPeer, network_policy
-from pg_operator.specs.pdb import pdb
+from pg_operator.specs.pdb import pdbs
 from pg_operator.specs.rbac import role, role_binding, service_account
 from pg_operator.specs.services import services
 from pg_operator.specs.statefulset import statefulset
@@ -37,21 +38,21 @@ def desired_children(
     *,
     existing_statefulset: Mapping[str, Any] | None = None,
     operator: OperatorPeer = DEFAULT_OPERATOR_PEER,
+    nodes: Sequence[NodeView] | None = None,
     fenced: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
-    """`operator`: where the operator's connections come from, for the NetworkPolicy; `fenced`: the
-    instances told to stop PostgreSQL (instance.yaml)."""
+    """`operator`: where the operator's connections come from, for the NetworkPolicy. `nodes`: the Nodes
+    the operator sees, None when it may not read them (no drain handling: specs/pdb.py; the `auto`
+    anti-affinity: specs/placement.py); `fenced`: the instances told to stop PostgreSQL (instance.yaml)."""
     children = [
         service_account(cluster),
         role(cluster),
         role_binding(cluster),
         configmap(cluster, fenced),
         *services(cluster),
-        statefulset(cluster, existing_statefulset),
+        statefulset(cluster, existing_statefulset, nodes),
+        *pdbs(cluster, drains_handled=nodes is not None),
     ]
-    budget = pdb(cluster)
-    if budget is not None:
-        children.append(budget)
     policy = network_policy(cluster, operator)
     if policy is not None:
         children.append(policy)

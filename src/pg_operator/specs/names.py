@@ -33,7 +33,13 @@ def instance(cluster: PostgresCluster) -> str:
 
 
 def pdb(cluster: PostgresCluster) -> str:
+    """The replicas' PodDisruptionBudget (every instance's, where drains are not handled: specs/pdb.py)."""
     return cluster.name
+
+
+def primary_pdb(cluster: PostgresCluster) -> str:
+    """The primary's PodDisruptionBudget (specs/pdb.py)."""
+    return f"{cluster.name}-primary"
 
 
 def superuser_secret(cluster: PostgresCluster) -> str:

@@ -23,6 +23,7 @@ from pg_operator.specs import names, pooler
 from pg_operator.specs import network_policy as instance_policy
 from pg_operator.specs.roles import declared_roles, generates_secret, role_secret_name
 from pg_operator.specs.secrets import secret_names
+from pg_operator.specs.services import additional_service_names
 from pg_operator.specs.tls import tls_secret_names
 
 ObjectId = tuple[str, str, str]  # (apiVersion, kind, name)
@@ -71,11 +72,14 @@ def generated_names(cluster: PostgresCluster) -> set[ObjectId]:
     out: set[ObjectId] = {
         (*SERVICE_ACCOUNT, instance), (*ROLE, instance), (*ROLE_BINDING, instance), (*CONFIG_MAP, instance),
         (*STATEFULSET, names.statefulset(cluster)), (*PDB, names.pdb(cluster)),
+        (*PDB, names.primary_pdb(cluster)),
         (*NETWORK_POLICY, instance_policy.name(cluster)), (*NETWORK_POLICY, pooler.policy_name(cluster)),
         (*SECRET, pooler.auth_secret_name(cluster)),
     }  # fmt: skip
     for service in (names.headless_service, names.rw_service, names.ro_service, names.r_service):
         out.add((*SERVICE, service(cluster)))
+    # The additional Services are named by the tenant: a foreign Service there is a conflict, never adopted.
+    out |= {(*SERVICE, name) for name in additional_service_names(cluster)}
     for side in ("rw", "ro"):
         out |= {
             (*DEPLOYMENT, pooler.deployment_name(cluster, side)),

@@ -32,6 +32,7 @@ from pg_operator.pooler_contract import (
     ENV_CLUSTER,
     ENV_DEFAULT_POOL_SIZE,
     ENV_MAX_CLIENT_CONN,
+    ENV_MAX_PREPARED_STATEMENTS,
     ENV_MODE,
     ENV_RUN_DIR,
     ENV_SIDE,
@@ -41,7 +42,7 @@ from pg_operator.pooler_contract import (
     POOLER_PORT,
 )
 from pg_operator.scram import scram_sha256_verifier
-from pg_operator.specs import names
+from pg_operator.specs import names, placement
 from pg_operator.specs.labels import MANAGED_BY, child_metadata
 from pg_operator.specs.network_policy import (
     DEFAULT_OPERATOR_PEER,
@@ -50,6 +51,7 @@ from pg_operator.specs.network_policy import (
     default_scrapers,
     operator_peers,
 )
+from pg_operator.specs.services import client_metadata
 
 COMPONENT_POOLER = "pooler"
 CONTAINER = "pgbouncer"
@@ -149,6 +151,8 @@ def deployment(cluster: PostgresCluster, side: str, image: str | None = None) ->
         env[ENV_DEFAULT_POOL_SIZE] = str(pooler.default_pool_size)
     if pooler.max_client_connections is not None:
         env[ENV_MAX_CLIENT_CONN] = str(pooler.max_client_connections)
+    if pooler.max_prepared_statements is not None:
+        env[ENV_MAX_PREPARED_STATEMENTS] = str(pooler.max_prepared_statements)
     probe = {"tcpSocket": {"port": "pgbouncer"}}
     container = {
         "name": CONTAINER,
@@ -208,26 +212,22 @@ def deployment(cluster: PostgresCluster, side: str, image: str | None = None) ->
                 },
             },
         ],
-        "affinity": {
-            "podAntiAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "weight": 100,
-                        "podAffinityTerm": {
-                            "topologyKey": "kubernetes.io/hostname",
-                            "labelSelector": {"matchLabels": pooler_pod_labels(cluster.name, side)},
-                        },
-                    }
-                ]
-            }
-        },
+        # Apart from each other over nodes (preferred: a Deployment's surge pod must find a place on a
+        # small cluster), and spread over zones as the instances are (spec.affinity.zoneSpread).
+        "affinity": placement.pod_affinity(
+            cluster, "preferred", pooler_pod_labels(cluster.name, side), "kubernetes.io/hostname"
+        ),
     }
+    zones = placement.zone_spread(
+        cluster.spec.affinity.zone_spread,
+        cluster.spec.affinity.zone_topology_key,
+        pooler_pod_labels(cluster.name, side),
+    )
+    if zones:
+        pod_spec["topologySpreadConstraints"] = zones
     if cluster.spec.node_selector:
         pod_spec["nodeSelector"] = dict(cluster.spec.node_selector)
-    if cluster.spec.tolerations:
-        pod_spec["tolerations"] = [
-            t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in cluster.spec.tolerations
-        ]
+    pod_spec["tolerations"] = placement.pooler_tolerations(cluster)
     pull_secrets = image_pull_secrets()  # the install's --image-pull-secrets
     if pull_secrets:
         pod_spec["imagePullSecrets"] = pull_secrets
@@ -248,7 +248,9 @@ def service(cluster: PostgresCluster, side: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": child_metadata(cluster, service_name(cluster, side), COMPONENT_POOLER),
+        "metadata": client_metadata(
+            cluster, child_metadata(cluster, service_name(cluster, side), COMPONENT_POOLER)
+        ),
         "spec": {
             "type": "ClusterIP",
             "selector": pooler_pod_labels(cluster.name, side),
@@ -267,8 +269,10 @@ def pdb(cluster: PostgresCluster, side: str) -> dict[str, Any] | None:
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": child_metadata(cluster, deployment_name(cluster, side), COMPONENT_POOLER),
+        # One pod at a time: a drain never takes every pod of a side at once (with three or more pods,
+        # minAvailable 1 would let it take all but one together).
         "spec": {
-            "minAvailable": 1,
+            "maxUnavailable": 1,
             "selector": {"matchLabels": pooler_pod_labels(cluster.name, side)},
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },

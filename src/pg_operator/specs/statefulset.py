@@ -7,13 +7,15 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pg_operator.api.cluster import PostgresCluster
 from pg_operator.api.constants import (
     CONFIG_MOUNT,
     CONTAINER_NAME,
+    CUSTOM_QUERIES_FILE,
+    CUSTOM_QUERIES_MOUNT,
     DATA_MOUNT,
     DATA_VOLUME,
     GROUP,
@@ -30,7 +32,8 @@ from pg_operator.api.constants import (
     TLS_MOUNT,
 )
 from pg_operator.images import default_image, image_pull_secrets
-from pg_operator.specs import names
+from pg_operator.orchestration.nodes import NodeView
+from pg_operator.specs import names, placement
 from pg_operator.specs.backup_pod import instance_backup_section, pod_env
 from pg_operator.specs.labels import COMPONENT_INSTANCE, child_labels, child_metadata, selector_labels
 from pg_operator.tls_files import TLS_FILES
@@ -121,6 +124,8 @@ def _container(cluster: PostgresCluster) -> dict[str, Any]:
         {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True},
         {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - a pod-private memory volume
     ]
+    if spec.monitoring.custom_queries is not None:
+        mounts.append({"name": "custom-queries", "mountPath": CUSTOM_QUERIES_MOUNT, "readOnly": True})
     return {
         "name": CONTAINER_NAME,
         # No command: the image's entrypoint is the instance manager.
@@ -152,6 +157,17 @@ def _container(cluster: PostgresCluster) -> dict[str, Any]:
     }
 
 
+def _custom_queries_volume(cluster: PostgresCluster) -> list[dict[str, Any]]:
+    # Optional: a missing ConfigMap or key leaves /metrics with the built-in set, never a pod that cannot
+    # start. Mounted as a directory (not subPath), so the kubelet updates the file in place.
+    custom = cluster.spec.monitoring.custom_queries
+    if custom is None:
+        return []
+    items = [{"key": custom.key, "path": CUSTOM_QUERIES_FILE}]
+    source = {"name": custom.config_map_name, "items": items, "optional": True, "defaultMode": 0o444}
+    return [{"name": "custom-queries", "configMap": source}]
+
+
 def _volumes(cluster: PostgresCluster) -> list[dict[str, Any]]:
     secret_items = [{"key": "username", "path": "username"}, {"key": "password", "path": "password"}]
     return [
@@ -175,27 +191,11 @@ def _volumes(cluster: PostgresCluster) -> list[dict[str, Any]]:
         },
         # The container runtime's default 64Mi /dev/shm is too small for PostgreSQL's parallel queries.
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        *_custom_queries_volume(cluster),
     ]
 
 
-def _affinity(cluster: PostgresCluster) -> dict[str, Any] | None:
-    mode = cluster.spec.affinity.pod_anti_affinity
-    if mode == "none":
-        return None
-    term = {
-        "labelSelector": {"matchLabels": selector_labels(cluster)},
-        "topologyKey": cluster.spec.affinity.topology_key,
-    }
-    if mode == "required":
-        return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
-    return {
-        "podAntiAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]
-        }
-    }
-
-
-def _pod_template(cluster: PostgresCluster) -> dict[str, Any]:
+def _pod_template(cluster: PostgresCluster, anti: placement.AntiAffinity) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
         "serviceAccountName": names.instance(cluster),
         # Patroni talks to the API server (leader lock, pod labels).
@@ -216,9 +216,13 @@ def _pod_template(cluster: PostgresCluster) -> dict[str, Any]:
         "containers": [_container(cluster)],
         "volumes": _volumes(cluster),
     }
-    affinity = _affinity(cluster)
+    spread = cluster.spec.affinity
+    affinity = placement.pod_affinity(cluster, anti, selector_labels(cluster), spread.topology_key)
     if affinity is not None:
         pod_spec["affinity"] = affinity
+    zones = placement.zone_spread(spread.zone_spread, spread.zone_topology_key, selector_labels(cluster))
+    if zones:
+        pod_spec["topologySpreadConstraints"] = zones
     if cluster.spec.node_selector:
         pod_spec["nodeSelector"] = dict(cluster.spec.node_selector)
     if cluster.spec.tolerations:
@@ -257,10 +261,15 @@ def _volume_claim_template(cluster: PostgresCluster) -> dict[str, Any]:
     }
 
 
-def statefulset(cluster: PostgresCluster, existing: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def statefulset(
+    cluster: PostgresCluster,
+    existing: Mapping[str, Any] | None = None,
+    nodes: Sequence[NodeView] | None = None,
+) -> dict[str, Any]:
     """The desired StatefulSet. With `existing` (the live object), its immutable fields are kept as they
     are, so applying the result never asks the API server for a forbidden change; storage growth goes to
-    the PVCs directly (see pvc.py)."""
+    the PVCs directly (see pvc.py). `nodes`: the Nodes the operator sees (None: it may not read them),
+    for the `auto` anti-affinity of a StatefulSet not created yet (specs/placement.py)."""
     spec: dict[str, Any] = {
         "replicas": cluster.spec.replicas,
         "serviceName": names.headless_service(cluster),
@@ -272,7 +281,7 @@ def statefulset(cluster: PostgresCluster, existing: Mapping[str, Any] | None = N
         # The operator rolls pods itself (replicas first, then a switchover, then the old primary), so the
         # StatefulSet controller must never restart pods on its own.
         "updateStrategy": {"type": "OnDelete"},
-        "template": _pod_template(cluster),
+        "template": _pod_template(cluster, placement.anti_affinity(cluster, existing, nodes)),
         "volumeClaimTemplates": [_volume_claim_template(cluster)],
         # Data outlives the cluster object and scale-downs; deleting volumes is left to a person.
         "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},

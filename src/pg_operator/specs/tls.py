@@ -3,11 +3,13 @@
 The operator is the CA: Secret `<name>-ca` holds its certificate and key (the key never leaves the
 operator and that Secret; no pod mounts it). Secret `<name>-server-tls` (type kubernetes.io/tls) holds the
 instances' server certificate, its key and the CA certificate, and is mounted in every pod. The server
-certificate names every way a client reaches an instance: each Service (`<name>`, `-rw`, `-ro`, `-r`) in
-its short, `.<ns>`, `.<ns>.svc` and `.svc.cluster.local` forms, every pod through the headless Service
-(wildcards), and loopback. The same Secret holds the replication role's client certificate (CN =
-`replicator`), with which the instances authenticate to each other. ECDSA P-256 keys; a leaf is renewed
-once a third of its life is left, and re-issued at once when the names it must carry or its CA changed.
+certificate names every way a client reaches an instance: each Service (`<name>`, `-rw`, `-ro`, `-r`, the
+pooler's and the additional ones of spec.services) in its short, `.<ns>`, `.<ns>.svc` and
+`.svc.cluster.local` forms, every pod through the headless Service (wildcards), loopback, and the host
+names and addresses spec.services.additional[].hosts declares. The same Secret holds the replication
+role's client certificate (CN = `replicator`), with which the instances authenticate to each other.
+ECDSA P-256 keys; a leaf is renewed once a third of its life is left, and re-issued at once when the
+names or addresses it must carry or its CA changed.
 Pure: the caller passes the time.
 """
 
@@ -17,7 +19,7 @@ import base64
 import datetime as dt
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +67,11 @@ def tls_secret_names(cluster: PostgresCluster) -> list[str]:
     return [names.ca_secret(cluster), names.server_tls_secret(cluster)]
 
 
-def server_dns_names(cluster: PostgresCluster, domain: str = CLUSTER_DOMAIN) -> list[str]:
+def server_dns_names(
+    cluster: PostgresCluster, domain: str = CLUSTER_DOMAIN, assigned: Sequence[str] = ()
+) -> list[str]:
+    """`assigned`: the addresses and host names load balancers gave the additional Services
+    (specs.services.assigned_addresses); their host names are named too."""
     ns = cluster.namespace
     out: list[str] = []
     # The pooler's Services too, whether it is on or not (turning it on then costs no new certificate):
@@ -77,10 +83,32 @@ def server_dns_names(cluster: PostgresCluster, domain: str = CLUSTER_DOMAIN) -> 
         out += [svc, f"{svc}.{ns}", f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.{domain}"]
     headless = names.headless_service(cluster)
     out += [f"*.{headless}.{ns}.svc", f"*.{headless}.{ns}.svc.{domain}", "localhost"]
+    # The additional Services (spec.services.additional) and the host names clients dial to reach them.
+    for extra in cluster.spec.services.additional:
+        out += [extra.name, f"{extra.name}.{ns}", f"{extra.name}.{ns}.svc", f"{extra.name}.{ns}.svc.{domain}"]
+    hosts = [h for extra in cluster.spec.services.additional for h in extra.hosts if not _is_ip(h)]
+    hosts += [h for h in assigned if not _is_ip(h)]
+    out += [h for h in dict.fromkeys(hosts) if h not in out]
     return out
 
 
 SERVER_IPS = ("127.0.0.1", "::1")
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def server_ip_addresses(cluster: PostgresCluster, assigned: Sequence[str] = ()) -> list[str]:
+    """Loopback, the addresses declared in spec.services.additional[].hosts and those load balancers
+    assigned (`assigned`), normalised."""
+    declared = [h for extra in cluster.spec.services.additional for h in extra.hosts]
+    return list(dict.fromkeys([*SERVER_IPS, *(str(ipaddress.ip_address(h)) for h in [*declared, *assigned]
+                                              if _is_ip(h))]))  # fmt: skip
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -172,10 +200,12 @@ def _leaf(
     )
 
 
-def issue_server(cluster: PostgresCluster, ca: KeyPair, now: dt.datetime) -> KeyPair:
-    """The instances' server certificate, signed by the cluster's CA."""
-    alt: list[x509.GeneralName] = [x509.DNSName(n) for n in server_dns_names(cluster)]
-    alt += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in SERVER_IPS]
+def issue_server(
+    cluster: PostgresCluster, ca: KeyPair, now: dt.datetime, assigned: Sequence[str] = ()
+) -> KeyPair:
+    """The instances' server certificate, signed by the cluster's CA; `assigned` as for server_dns_names."""
+    alt: list[x509.GeneralName] = [x509.DNSName(n) for n in server_dns_names(cluster, assigned=assigned)]
+    alt += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ip_addresses(cluster, assigned)]
     return _leaf(ca, now, names.rw_host(cluster), ExtendedKeyUsageOID.SERVER_AUTH, alt)
 
 
@@ -236,6 +266,7 @@ def server_renewal(
     secret: Mapping[str, Any] | None,
     now: dt.datetime,
     trust_pem: bytes | None = None,
+    assigned: Sequence[str] = (),
 ) -> str | None:
     """Why the server certificate must be (re-)issued now, or None while it is good. `ca` signs the
     leaves; `trust_pem` is what the instances must trust (the CA bundle during a rotation)."""
@@ -254,8 +285,12 @@ def server_renewal(
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         return "the server certificate names no host"
-    if sorted(sans.get_values_for_type(x509.DNSName)) != sorted(server_dns_names(cluster)):
+    if sorted(sans.get_values_for_type(x509.DNSName)) != sorted(server_dns_names(cluster, assigned=assigned)):
         return "the names the server certificate must carry changed"
+    if sorted(str(ip) for ip in sans.get_values_for_type(x509.IPAddress)) != sorted(
+        server_ip_addresses(cluster, assigned)
+    ):
+        return "the addresses the server certificate must carry changed"
     start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
     if now >= end - (end - start) / 3:
         return f"the server certificate expires at {end.isoformat()}"

@@ -112,7 +112,7 @@ def user_server(
     except x509.ExtensionNotFound:
         names = set()
     # Loopback too: Patroni asks its own PostgreSQL over TLS, verifying it, when an old primary rejoins.
-    wanted = [*tls.server_dns_names(cluster), *tls.SERVER_IPS]
+    wanted = [*tls.server_dns_names(cluster), *tls.server_ip_addresses(cluster)]
     absent = [n for n in wanted if n not in names]
     if absent:
         shown = ", ".join(absent[:6]) + (f" and {len(absent) - 6} more" if len(absent) > 6 else "")

@@ -7,6 +7,9 @@
 - `nodes_operator` (session): the operator installed on it with the chart, as the e2e tier's `operator`
   (the session-scoped `operator` and the shared clusters of tests/e2e/conftest.py belong to the single-node
   cluster the rest of the tier ran on: modules here must not ask for them).
+- `nodes_cluster` (session): harness/nodes_cluster.py's cluster — three instances, synchronous, a pooler,
+  one instance per node and zone — serving; a module that uses it leaves it serving 3/3 (every node back,
+  uncordoned, healed) for the next. A module that must break it for good brings its own.
 
 tests/conftest.py orders this directory after the rest of the e2e tier, its single-node lifecycle tests
 included, so the tier switches node count once; its own `cluster_lifecycle` tests run last. Every test
@@ -16,6 +19,7 @@ three nodes share two cores. Test files need names unique across tests/ (the tre
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 
@@ -24,6 +28,8 @@ from localkube import topology
 
 from harness.deployed_operator import E2E_OPERATOR_ARGS, install_operator
 from harness.local_cluster import ClusterManager, Kube
+from harness.nodes_cluster import NAME, NAMESPACE, SPEC, NodesCluster
+from harness.objects import cluster
 
 NODES = 3
 
@@ -45,3 +51,16 @@ def nodes_operator(nodes_kube: Kube) -> Iterator[Kube]:
     node's containerd), with the e2e tier's flags."""
     install_operator(nodes_kube, E2E_OPERATOR_ARGS)
     yield nodes_kube
+
+
+@pytest.fixture(scope="session")
+def nodes_cluster(nodes_operator: Kube) -> Iterator[NodesCluster]:
+    """The shared three-instance cluster, serving (its primary Ready, the pooler on it)."""
+    nodes_operator.kubectl("create", "namespace", NAMESPACE)
+    nodes_operator.kubectl("apply", "-f", "-", input=json.dumps(cluster(NAME, NAMESPACE, **SPEC)))
+    shared = NodesCluster(nodes_operator, NAMESPACE, NAME)
+    shared.serving()
+    yield shared
+    nodes_operator.kubectl(
+        "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false", check=False
+    )

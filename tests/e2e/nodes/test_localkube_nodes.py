@@ -1,7 +1,9 @@
 """The full profile with three real nodes (PGOP_FULL_NODES=3): zones and hostnames per node, pod and
-Service networking and DNS across nodes, node-local volumes, and the node verbs — a powered-off node goes
-NotReady with its pods unreachable and comes back Ready; a partitioned node is cut off while its processes
-live on, and heals. Runs on the multi-node sub-tier's cluster (tests/e2e/nodes/conftest.py)."""
+Service networking and DNS across nodes, node-local volumes, and the node verbs — a powered-off node's
+every process and container is gone and its pods unreachable, and it comes back Ready; a partitioned node
+is cut off while its processes live on, and heals. (That a lost node goes `Unknown` after the node-monitor
+grace period is shown by test_node_loss.py, whose NodeLost waits for it.) Runs on the multi-node
+sub-tier's cluster (tests/e2e/nodes/conftest.py)."""
 
 from __future__ import annotations
 
@@ -252,8 +254,8 @@ def test_poweroff_makes_the_node_not_ready_and_its_pods_unreachable_and_poweron_
     assert nodes.container_pids(ctx, victim) == set(), "a container of the node survived"
     assert not nodenet.node_netns_exists(victim)
     assert probe(nodes_kube, ns, "client-1", target)[0].startswith("ERR")
-    assert wait_node_ready(nodes_kube, victim.name, "Unknown", NOT_READY_WITHIN) == "Unknown"
-    assert probe(nodes_kube, ns, "client-1", target)[0].startswith("ERR")
+    # The node going Unknown after the node-monitor grace period (50 s) is test_node_loss.py's: the
+    # operator's NodeLost waits for it there.
     # The pod is still bound to the node: the API server only knows the node stopped reporting.
     assert get(nodes_kube, "pod", f"greeter-{victim.index}", ns)["spec"]["nodeName"] == victim.name
 
@@ -280,7 +282,6 @@ def test_partition_cuts_the_node_off_while_its_processes_live_and_heal_restores_
     localkube("partition", victim.name)
     assert topology.power_state(ctx, victim) is topology.PowerState.PARTITIONED
     assert probe(nodes_kube, ns, "client-1", target)[0].startswith("ERR")
-    assert wait_node_ready(nodes_kube, victim.name, "Unknown", NOT_READY_WITHIN) == "Unknown"
     assert {c: ctx.pid_of(c) for c in nodes.components([victim])} == pids, "a daemon of the node died"
     # Its greeter still runs and answers inside the node: only the link is gone.
     inside = nodenet.in_node(victim, "python3", "-c", PROBE, target)

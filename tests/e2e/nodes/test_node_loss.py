@@ -8,8 +8,10 @@ standby required), with one three-instance cluster for both tests:
   acknowledged write is on the winner;
 - a power-off: writes resume on a replica, nothing acknowledged is lost, the operator reports NodeLost
   and, its volume being node-local, replaces the instance on one of the two remaining nodes after
-  spec.nodeLoss.after (a new volume cloned from the primary), back to 3/3 ready; when the node comes back
-  nothing splits (the old pod is gone from the API, the kubelet kills its containers).
+  spec.nodeLoss.after (a new volume cloned from the primary), back to 3/3 ready; the pooler, two pods kept
+  apart, is back to 2/2 on live nodes pointing at the new primary (its pods leave a lost node after 30 s);
+  when the node comes back nothing splits (the old pod is gone from the API, the kubelet kills its
+  containers).
 
 The measured times are printed as JSON lines; their goals live in bench/bench_failover.py."""
 
@@ -33,9 +35,6 @@ from harness.paths import LOCALKUBE
 from harness.pgcluster import SMALL, healthy, secret, sql_in_netns, status
 from harness.rw_endpoints import EndpointWriter, rw_addresses
 from harness.waiting import wait_until
-
-# Outside `make test` until the sub-tier fits the CI budget; `make test-node-loss` runs it.
-pytestmark = pytest.mark.node_loss
 
 NS, NAME = "node-loss", "nl-db"
 TTL, LOOP_WAIT, RETRY_TIMEOUT = 20, 5, 5
@@ -70,6 +69,7 @@ def db(nodes_operator: Kube, layout: list[topology.NodeSpec]) -> Iterator[Kube]:
         "affinity": {"podAntiAffinity": "preferred"},
         "networkPolicy": {"allowFrom": peers},
         "nodeLoss": {"after": PARTITION_AFTER},
+        "pooler": {"instances": 2},
     })  # fmt: skip
     kube.kubectl("apply", "-f", "-", input=json.dumps(body))
     wait_until("the cluster to be healthy", lambda: healthy(kube, NS, NAME, 3), 900, 2)
@@ -119,6 +119,23 @@ def node_lost_condition(kube: Kube) -> str:
 def events(kube: Kube, reason: str) -> list[str]:
     items = get_json(kube, "events", "-n", NS, "--field-selector", f"involvedObject.name={NAME}")["items"]
     return [e.get("message", "") for e in items if e.get("reason") == reason]
+
+
+def pooler_back(kube: Kube, lost_node: str, primary: str) -> dict[str, str] | None:
+    """The pooler's ready pods and their nodes once two are ready off the lost node and the cluster's
+    Pooler condition says they point at `primary`, else None."""
+    items = get_json(kube, "pods", "-n", NS, "-l", f"db.example.com/pooler={NAME}")["items"]
+    ready = {
+        p["metadata"]["name"]: str(p["spec"].get("nodeName"))
+        for p in items
+        if not p["metadata"].get("deletionTimestamp")
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])
+    }
+    conditions = {c["type"]: c for c in status(kube, NS, NAME).get("conditions") or []}
+    pooler = conditions.get("Pooler") or {}
+    pointing = pooler.get("status") == "True" and f"pointing at {primary}" in str(pooler.get("message"))
+    placed = [n for n in ready.values() if n != lost_node]
+    return ready if len(placed) >= 2 and pointing else None
 
 
 def find(layout: list[topology.NodeSpec], name: str) -> topology.NodeSpec:
@@ -228,6 +245,10 @@ def test_a_powered_off_primary_node_fails_over_and_its_instance_is_replaced_else
 
             wait_until("3/3 ready on the remaining nodes", back, 600, 2)
             figures["three_ready_after_s"] = round(time.monotonic() - off, 1)
+            pooled = wait_until("the pooler 2/2 on live nodes, pointing at the new primary",
+                                lambda: pooler_back(db, node.name, promoted), 300, 2)  # fmt: skip
+            figures["pooler_back_after_s"] = round(time.monotonic() - off, 1)
+            assert node.name not in pooled.values(), pooled
             writer.wait_for_writes(10, 60)
         lost = writer.missing()
         figures.update(write_gap_s=round(writer.longest_outage, 2), acknowledged=len(writer.acked),

@@ -36,7 +36,10 @@ def test_minimal_spec_gets_every_default() -> None:
     assert (s.resources.requests.cpu, s.resources.requests.memory) == ("250m", "512Mi")
     assert s.resources.limits.cpu is None and s.memory_limit == "512Mi"
     assert s.postgresql.parameters == {} and s.postgresql.allowed_cidrs == ["0.0.0.0/0", "::/0"]
-    assert s.affinity.pod_anti_affinity == "preferred" and s.affinity.topology_key == "kubernetes.io/hostname"
+    assert s.affinity.pod_anti_affinity == "auto" and s.affinity.topology_key == "kubernetes.io/hostname"
+    assert s.affinity.zone_spread == "preferred"
+    assert s.affinity.zone_topology_key == "topology.kubernetes.io/zone"
+    assert s.disruption.single_instance == "Evict"
     assert (s.synchronous.number, s.synchronous.data_durability) == (0, "required")
     assert (s.bootstrap.initdb.database, s.bootstrap.initdb.owner) == ("app", "app")
     assert (s.patroni.ttl, s.patroni.loop_wait, s.patroni.retry_timeout) == (20, 5, 5)

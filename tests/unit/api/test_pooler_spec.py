@@ -16,6 +16,7 @@ def test_defaults() -> None:
     assert pooler is not None
     assert (pooler.instances, pooler.mode, pooler.read_only) == (2, "transaction", False)
     assert (pooler.default_pool_size, pooler.max_client_connections) == (None, None)
+    assert pooler.max_prepared_statements is None  # the pod's default: 200 (pooler/config.py)
     assert pooler.sides == ("rw",)
     assert pooler.memory_limit == "64Mi"
     assert cluster().spec.pooler is None
@@ -29,6 +30,9 @@ def test_defaults() -> None:
         ({"mode": "statement"}, "mode"),
         ({"defaultPoolSize": 0}, "defaultPoolSize"),
         ({"maxClientConnections": 0}, "maxClientConnections"),
+        ({"maxPreparedStatements": -1}, "maxPreparedStatements"),
+        ({"maxPreparedStatements": 10001}, "maxPreparedStatements"),
+        ({"maxPreparedStatements": "many"}, "maxPreparedStatements"),
         ({"defaultPoolSize": 50, "maxClientConnections": 10}, "defaultPoolSize"),
         ({"resources": {"requests": {"cpu": "lots"}}}, "cpu"),
         ({"resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}}, "memory"),
@@ -44,3 +48,10 @@ def test_the_crd_carries_the_pooler_rules() -> None:
     text = "".join(rendered_files().values())
     assert "pooler.defaultPoolSize must not exceed pooler.maxClientConnections" in text
     assert "pooler.resources.requests.memory must not exceed pooler.resources.limits.memory" in text
+
+
+def test_max_prepared_statements_zero_turns_them_off_and_the_crd_bounds_it() -> None:
+    pooler = cluster(pooler={"maxPreparedStatements": 0}).spec.pooler
+    assert pooler is not None and pooler.max_prepared_statements == 0
+    text = "".join(rendered_files().values())
+    assert "maxPreparedStatements" in text

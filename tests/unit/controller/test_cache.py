@@ -234,7 +234,7 @@ def test_storage_classes_are_known_only_once_the_cache_has_synced() -> None:
 def test_the_feeds_watch_every_kind_the_cache_holds_the_children_by_their_label_only() -> None:
     kinds = watched_kinds(MANAGED_KINDS)
     every = {f.kind.key: f for f in feeds(wakeups_over(Cache(kinds)), kinds)}
-    assert set(every) == {CLUSTER_KIND, ("storage.k8s.io/v1", "StorageClass")} | {
+    assert set(every) == {CLUSTER_KIND, ("storage.k8s.io/v1", "StorageClass"), ("v1", "Node")} | {
         (k.api_version, k.kind) for k in kinds
     }
     observed = [("v1", "Pod"), ("v1", "PersistentVolumeClaim"), ("v1", "Secret")]
@@ -255,6 +255,8 @@ def test_the_feeds_watch_every_kind_the_cache_holds_the_children_by_their_label_
     assert ("storage.k8s.io/v1", "StorageClass") not in {
         f.kind.key for f in feeds(wakeups_over(Cache(kinds)), kinds, storage_classes=False)
     }
+    assert every[("v1", "Node")].kind.params() == {} and every[("v1", "Node")].kind.path() == "/api/v1/nodes"
+    assert ("v1", "Node") not in {f.kind.key for f in feeds(wakeups_over(Cache(kinds)), kinds, nodes=False)}
 
 
 def test_a_relisting_drops_what_it_did_not_show_in_its_namespace_and_wakes_those_clusters() -> None:

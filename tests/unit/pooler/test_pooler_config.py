@@ -35,6 +35,7 @@ def test_defaults_from_a_minimal_environment() -> None:
     assert (s.cluster, s.side, s.mode) == ("orders-db", "rw", "transaction")
     assert s.target == "orders-db-rw.shop.svc"
     assert (s.default_pool_size, s.max_client_conn, s.server_port) == (20, 1000, 5432)
+    assert s.max_prepared_statements == 200
     assert s.socket == "/run/pooler/.s.PGSQL.5432"
 
 
@@ -62,6 +63,8 @@ def test_the_ini_points_every_database_at_the_target_over_verified_tls() -> None
         ("POOLER_SIDE", "rx", "POOLER_SIDE"),
         ("POOLER_DEFAULT_POOL_SIZE", "lots", "POOLER_DEFAULT_POOL_SIZE"),
         ("POOLER_MAX_CLIENT_CONN", "0", "POOLER_MAX_CLIENT_CONN"),
+        ("POOLER_MAX_PREPARED_STATEMENTS", "-1", "POOLER_MAX_PREPARED_STATEMENTS"),
+        ("POOLER_MAX_PREPARED_STATEMENTS", "10001", "POOLER_MAX_PREPARED_STATEMENTS"),
         ("POOLER_TARGET_HOST", "a host; evil=1", "POOLER_TARGET_HOST"),
         ("POOLER_CLUSTER", "", "POOLER_CLUSTER"),
     ],
@@ -69,6 +72,15 @@ def test_the_ini_points_every_database_at_the_target_over_verified_tls() -> None
 def test_a_bad_environment_is_refused_naming_the_variable(key: str, value: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         settings_from_env({**ENV, key: value})
+
+
+def test_protocol_level_prepared_statements_are_on_by_default_and_settable() -> None:
+    """Drivers that prepare statements by default (psycopg 3, asyncpg, pgx, JDBC) need PgBouncer to track
+    them in transaction mode; 0 turns that off."""
+    assert ini_settings(render_ini(settings_from_env(ENV), "h"))["max_prepared_statements"] == "200"
+    for value in ("0", "50"):
+        s = settings_from_env({**ENV, "POOLER_MAX_PREPARED_STATEMENTS": value})
+        assert ini_settings(render_ini(s, "h"))["max_prepared_statements"] == value
 
 
 def test_a_target_cannot_inject_settings() -> None:

@@ -53,6 +53,19 @@ def test_pools_and_stats_by_exporter_names() -> None:
     assert got['pg_operator_pooler_target_info{host="db-0.db.shop.svc"}'] == "1"
 
 
+def test_prepared_statement_counters_when_pgbouncer_has_them() -> None:
+    newer = [{**STATS[0], "total_client_parse_count": "9", "total_server_parse_count": "4",
+              "total_bind_count": "300"}]  # fmt: skip
+    got = samples(render(up=True, stats=newer))
+    assert got['pgbouncer_stats_client_parses_total{database="app"}'] == "9"
+    assert got['pgbouncer_stats_server_parses_total{database="app"}'] == "4"
+    assert got['pgbouncer_stats_binds_total{database="app"}'] == "300"
+    # A PgBouncer before 1.21 has no such columns: no samples, and nothing else breaks.
+    older = samples(render(up=True, stats=STATS))
+    assert not any(k.startswith("pgbouncer_stats_client_parses_total") for k in older)
+    assert older['pgbouncer_stats_sql_transactions_pooled_total{database="app"}'] == "120"
+
+
 def test_down_says_so_and_nothing_else_of_pools() -> None:
     got = samples(render(up=False))
     assert got == {"pgbouncer_up": "0", "pg_operator_pooler_paused": "0"}

@@ -73,6 +73,7 @@ def test_read_only_side_one_instance_no_budget_and_settings() -> None:
             "mode": "session",
             "defaultPoolSize": 5,
             "maxClientConnections": 50,
+            "maxPreparedStatements": 0,
             "resources": {"requests": {"cpu": "10m"}},
         }
     )
@@ -86,6 +87,7 @@ def test_read_only_side_one_instance_no_budget_and_settings() -> None:
         ]
     }
     assert env["POOLER_TARGET_HOST"] == "orders-db-ro.shop.svc"
+    assert env["POOLER_MAX_PREPARED_STATEMENTS"] == "0"
     assert (env["POOLER_MODE"], env["POOLER_DEFAULT_POOL_SIZE"], env["POOLER_MAX_CLIENT_CONN"]) == (
         "session",
         "5",

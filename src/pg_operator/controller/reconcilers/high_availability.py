@@ -9,6 +9,8 @@ per reconcile.
   changes nothing, at most once a second and ten times in a row per member).
 - Scale-down never removes the primary: the StatefulSet keeps its size until a switchover moved the
   primary to a surviving ordinal (orchestration.rollout.plan_scale).
+- Drains: when the primary's node is cordoned or tainted for a drain, a switchover to a replica on a node
+  that stays, before the drain may evict the primary (orchestration.drains; reconcilers/drains.py).
 - Rolling image changes: replicas first, then a switchover, then the old primary; a stalled instance
   halts the rollout as a reported problem (orchestration.rollout.plan_update).
 - Settings: PostgreSQL parameters, synchronous replication and Patroni's timing are kept in Patroni's
@@ -61,6 +63,7 @@ from pg_operator.controller.reconcilers.patroni_upkeep import (
 from pg_operator.controller.reconcilers.settings_changes import SettingsChanges
 from pg_operator.controller.writes import WriteMemo
 from pg_operator.orchestration import requested_restart as restart_request
+from pg_operator.orchestration.drains import draining_primary_node, plan_drain
 from pg_operator.orchestration.instances import Instance, Member, instances_from_pods, parse_members
 from pg_operator.orchestration.requested_switchover import Asked, answered
 from pg_operator.orchestration.rollout import Action, best_candidate, plan_restart, plan_scale, plan_update
@@ -209,6 +212,16 @@ class HighAvailabilityReconciler(SubReconciler):
             result.writes += await self._requested_switchover(ctx, pods, requested, result)
             return result
 
+        # The primary's node is being drained: switch over before the drain may evict it (its budget
+        # refuses until then, specs/pdb.py); Patroni's view says which replica may take over.
+        # With one instance there is nothing to switch over to (reconcilers/drains.py reports it).
+        if len(instances) > 1 and draining_primary_node(instances, pods, snapshot.nodes) is not None:
+            planned = instances_from_pods(pods, await self._members(ctx, instances))
+            drain = plan_drain(planned, pods, snapshot.nodes)
+            if drain is not None:
+                result.writes += await self._act(ctx, planned, drain, result)
+                return result
+
         replicas, scale_action = plan_scale(instances, cluster.spec.replicas)
         if replicas != cluster.spec.replicas:
             result.replicas = replicas
@@ -219,11 +232,8 @@ class HighAvailabilityReconciler(SubReconciler):
             result.writes += await self._act(ctx, instances, scale_action, result)
             return result
 
-        if ctx.fenced & {i.name for i in instances}:
-            # A fenced instance is not ready on purpose: rollouts and restarts wait until it is unfenced
-            # rather than halt on it (reconcilers/lifecycle.py).
-            result.message = f"rollouts and restarts wait while {', '.join(sorted(ctx.fenced))} are fenced"
-            return result
+        if ctx.fenced & {i.name for i in instances}:  # not ready on purpose: rollouts and restarts wait
+            return result  # until it is unfenced rather than halt on it (reconcilers/lifecycle.py)
         image = _desired_image(ctx.statefulset)
         if image and any(i.image != image for i in instances):
             members = await self._members(ctx, instances)
@@ -259,14 +269,12 @@ class HighAvailabilityReconciler(SubReconciler):
         """A switchover to `target` for another sub-reconciler (fencing the primary), with the pooler held
         around it as for any planned switchover; whether Patroni did it."""
         pods = [p for p in ctx.snapshot.of_kind("v1", "Pod") if objects.label(p, CLUSTER_LABEL) == ctx.name]
-        result = StepResult()
-        action = Action("switchover", target=target, reason=reason)
+        result, action = StepResult(), Action("switchover", target=target, reason=reason)
         writes = await self._act(ctx, instances_from_pods(pods), action, result)
         ctx.writes += writes
         if result.credentials_pending or result.refused or not writes:
             ctx.again_in(SWITCHOVER_RETRY_SECONDS)
-            return False
-        return True
+        return writes > 0 and not (result.credentials_pending or result.refused)
 
     async def _requested_switchover(
         self, ctx: ReconcileContext, pods: list[dict[str, Any]], requested: str, result: StepResult

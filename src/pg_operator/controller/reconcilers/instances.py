@@ -143,7 +143,7 @@ class InstancesReconciler(SubReconciler):
 
         cluster = wired_for_pods(ctx.cluster, allow_insecure=allow_insecure, labelled=labelled)
         desired = desired_children(cluster, existing_statefulset=ctx.statefulset, operator=operator,
-                                   fenced=ctx.fenced)  # fmt: skip
+                                   nodes=ctx.snapshot.nodes, fenced=ctx.fenced)  # fmt: skip
         refused = recovery_refusals(ctx.cluster, allow_insecure=allow_insecure, labelled=labelled)
         if refused and ctx.statefulset is None:
             ctx.report(refused[0].as_problem())

@@ -10,8 +10,9 @@ scheduler places it on a Ready node (the lost one carries the unreachable or not
 provisioner makes a new empty volume, and Patroni clones the member from the primary. The old
 PersistentVolume is the provisioner's: never deleted here, named in the Event.
 
-Nodes come from the node directory (controller/nodes.py), which the Node informer keeps; whether a volume
-is pinned to its node is read from its PersistentVolume, by name, only once an instance is lost.
+Nodes come from the snapshot (`Snapshot.nodes`: the Node informer's views, controller/nodes.py; None when
+the operator may not read Nodes, and then nothing is reported); whether a volume is pinned to its node is
+read from its PersistentVolume, by name, only once an instance is lost.
 """
 
 from __future__ import annotations
@@ -29,14 +30,11 @@ from pg_operator.api.constants import DATA_VOLUME
 from pg_operator.controller.cluster_memory import ClusterMemory
 from pg_operator.controller.events import EventRecorder, OncePerMessage
 from pg_operator.controller.kube_api import Api, is_conflict, is_not_found, resource_for
-from pg_operator.controller.nodes import NodeDirectory
 from pg_operator.controller.reconcilers import ReconcileContext, SubReconciler
 from pg_operator.controller.writes import uid_refused
 from pg_operator.orchestration.failover import leader_configmap_name
 from pg_operator.orchestration.node_loss import (
     LostInstance,
-    NodeHealth,
-    Readiness,
     Replacement,
     Verdict,
     leader_key,
@@ -45,6 +43,8 @@ from pg_operator.orchestration.node_loss import (
     plan_replacement,
     problem_message,
 )
+from pg_operator.orchestration.nodes import NodeHealth, Readiness
+from pg_operator.specs.placement import too_few_nodes
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +76,10 @@ def is_ready(pod: Mapping[str, Any]) -> bool:
 
 
 class NodeLossReconciler(SubReconciler):
-    def __init__(self, api: Api, events: EventRecorder, nodes: NodeDirectory | None,
+    def __init__(self, api: Api, events: EventRecorder,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:  # fmt: skip
         self.api = api
         self.events = events
-        self.nodes = nodes
         self.clock = clock
         self._warned = OncePerMessage(events)
         self._memory: ClusterMemory[Remembered] = ClusterMemory(Remembered)
@@ -90,11 +89,11 @@ class NodeLossReconciler(SubReconciler):
     ) -> dict[str, NodeHealth]:
         """The health of every node the instances are bound to; a node no longer there is gone since the
         first pass that saw it so."""
-        assert self.nodes is not None
         memory = self._memory.of(ctx.key)
         view: dict[str, NodeHealth] = {}
         for node in {str(objects.spec(p).get("nodeName") or "") for p in pods} - {""}:
-            health = self.nodes.health(node)
+            seen = ctx.snapshot.node(node)
+            health = seen.health if seen is not None else None
             if health is None:
                 since = memory.gone_since.setdefault(node, now)
                 health = NodeHealth(node, Readiness.GONE, since)
@@ -105,7 +104,7 @@ class NodeLossReconciler(SubReconciler):
 
     async def act(self, ctx: ReconcileContext) -> None:
         # A hibernating cluster's pods stop and start on purpose: none is replaced (reconcilers/lifecycle.py).
-        if self.nodes is None or not self.nodes.known() or ctx.hibernating:
+        if ctx.snapshot.nodes is None or ctx.hibernating:
             return
         now = self.clock()
         pods = ctx.snapshot.of_kind("v1", "Pod")
@@ -146,6 +145,14 @@ class NodeLossReconciler(SubReconciler):
             lost_names=frozenset(i.pod for i in lost),
             now=now,
         )
+        if plan.verdict is Verdict.REPLACE:
+            short = too_few_nodes(ctx.cluster, ctx.statefulset, ctx.snapshot.nodes)
+            if short is not None:
+                # A replacement would stay Pending, its claim deleted for nothing: keep the instance until a
+                # node can take it (the node returns, one is added, or anti-affinity becomes preferred).
+                return Replacement(
+                    Verdict.HOLD, one, f"not replaced while no other node can take it: {short}"
+                )
         if plan.verdict is Verdict.WAIT:
             due = now + timedelta(seconds=plan.wait_seconds)
             # A reason that stays the same from pass to pass: the status is written once, not every pass.

@@ -48,7 +48,9 @@ from pg_operator.specs.ca_rotation import (
     secret_digest,
     start,
 )
+from pg_operator.specs.ownership import controlled_by
 from pg_operator.specs.secrets import APP_CA_KEY
+from pg_operator.specs.services import assigned_addresses
 from pg_operator.specs.tls import (
     CA_CERT_KEY,
     REPLICATION_CA_KEY,
@@ -341,8 +343,11 @@ class TlsReconciler(SubReconciler):
         certificates are accepted from (the replication CA's: `replication_trust`)."""
         name = names.server_tls_secret(ctx.cluster)
         observed = ctx.snapshot.find("v1", "Secret", name)
+        # Addresses load balancers gave the additional Services (the cluster's own, from the snapshot).
+        own = [svc for svc in ctx.snapshot.of_kind("v1", "Service") if controlled_by(svc, ctx.cluster.uid)]
+        assigned = assigned_addresses(ctx.cluster, own)
         if user is None:
-            why = server_renewal(ctx.cluster, ca, observed, now, trust_pem)
+            why = server_renewal(ctx.cluster, ca, observed, now, trust_pem, assigned)
         else:
             why = user_server_renewal(user, trust_pem, observed)
         everyone_loaded = observed is not None and not self._behind(ctx, observed)
@@ -358,7 +363,8 @@ class TlsReconciler(SubReconciler):
         rv = objects.resource_version(observed)
         if self.memo.pending(ident, rv, why):
             return 0
-        served = issue_server(ctx.cluster, ca, now) if user is None else KeyPair(user.cert_pem, user.key_pem)
+        served = (issue_server(ctx.cluster, ca, now, assigned) if user is None
+                  else KeyPair(user.cert_pem, user.key_pem))  # fmt: skip
         observed_trust = secret_bytes(observed, CA_CERT_KEY)
         if (
             why == TRUST_CHANGED

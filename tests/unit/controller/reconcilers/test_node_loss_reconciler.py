@@ -1,7 +1,8 @@
 """The node-loss sub-reconciler on stand-ins: an instance on a lost node makes the cluster Degraded
 NodeLost naming pod and node, with one Warning Event; after the delay, with the leader elsewhere and
 the other instances ready, its claim is deleted and its pod force-deleted (grace 0), each pinned to its
-uid, once; the volume's node affinity decides by default; nothing happens without a node listing."""
+uid, once; the volume's node affinity decides by default; nothing happens without the nodes (a snapshot
+whose nodes are None: not readable, or not listed yet)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Any
 from reconciler_fakes import NAME, UID, FakeApi, RecordedEvents, context, instance_pod, owned, primary_pod
 
 from harness.objects import cluster_model
-from pg_operator.controller.nodes import NodeDirectory
 from pg_operator.controller.reconcilers.node_loss import NodeLossReconciler
+from pg_operator.orchestration.nodes import NodeView, node_view
 
 NOW = datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
 HOST = "kubernetes.io/hostname"
@@ -22,14 +23,20 @@ HOST = "kubernetes.io/hostname"
 def node(name: str, ready: str, lost_minutes_ago: float = 10) -> dict[str, Any]:
     at = (NOW - timedelta(minutes=lost_minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
     condition = {"type": "Ready", "status": ready, "lastTransitionTime": at}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": f"uid-{name}"},
-            "status": {"conditions": [condition]}}  # fmt: skip
+    # The node lifecycle controller's taint on a node that stopped reporting.
+    taints = [] if ready == "True" else [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}]
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "uid": f"uid-{name}", "labels": {HOST: name}},
+            "spec": {"taints": taints}, "status": {"conditions": [condition]}}  # fmt: skip
 
 
-def directory(n3: str = "Unknown", lost_minutes_ago: float = 10) -> NodeDirectory:
-    nodes = NodeDirectory()
-    nodes.fill([node("n1", "True"), node("n2", "True"), node("n3", n3, lost_minutes_ago)])
-    return nodes
+Nodes = tuple[NodeView, ...] | None
+
+
+def directory(n3: str = "Unknown", lost_minutes_ago: float = 10) -> Nodes:
+    return tuple(
+        node_view(n) for n in (node("n1", "True"), node("n2", "True"), node("n3", n3, lost_minutes_ago))
+    )
 
 
 def on(pod: dict[str, Any], node_name: str, ready: bool = True) -> dict[str, Any]:
@@ -79,12 +86,12 @@ class VolumeApi(FakeApi):
 STATEFULSET = {"spec": {"replicas": 3}}
 
 
-def run(api: FakeApi, nodes: NodeDirectory, kids: list[dict[str, Any]], cluster: Any = None,
+def run(api: FakeApi, nodes: Nodes, kids: list[dict[str, Any]], cluster: Any = None,
         events: RecordedEvents | None = None,
         reconciler: NodeLossReconciler | None = None) -> Any:  # fmt: skip
     events = events or RecordedEvents()
-    reconciler = reconciler or NodeLossReconciler(api, events, nodes, clock=lambda: NOW)  # type: ignore[arg-type]
-    ctx = context(kids, cluster=cluster, statefulset=STATEFULSET)
+    reconciler = reconciler or NodeLossReconciler(api, events, clock=lambda: NOW)  # type: ignore[arg-type]
+    ctx = context(kids, cluster=cluster, statefulset=STATEFULSET, nodes=nodes)
     asyncio.run(reconciler.act(ctx))
     return ctx, events, reconciler
 
@@ -139,17 +146,30 @@ def test_nothing_is_lost_on_ready_nodes_or_before_nodes_are_listed() -> None:
     api = VolumeApi()
     ctx, events, _ = run(api, directory(n3="True"), children())
     assert ctx.problem is None and api.deleted == [] and events.posted == []
-    ctx, events, _ = run(api, NodeDirectory(), children())
-    assert ctx.problem is None and api.volume_reads == 0
-    ctx, events, _ = run(api, NodeDirectory(readable=False), children())
-    assert ctx.problem is None and api.deleted == []
+    ctx, events, _ = run(api, None, children())
+    assert ctx.problem is None and api.volume_reads == 0 and api.deleted == []
 
 
 def test_an_instance_on_a_deleted_node_is_lost_from_when_it_was_seen_gone() -> None:
     api = VolumeApi()
-    nodes = NodeDirectory()
-    nodes.fill([node("n1", "True"), node("n2", "True")])  # n3's Node was deleted
+    nodes = (node_view(node("n1", "True")), node_view(node("n2", "True")))  # n3's Node was deleted
     ctx, _, _ = run(api, nodes, children())
     assert ctx.problem is not None and "n3, which is gone (the Node was deleted)" in ctx.problem[1]
     assert api.deleted == []  # lost from now on: the delay starts
     assert "to be replaced at 2026-01-02T12:05:00Z" in ctx.problem[1]
+
+
+def test_with_required_anti_affinity_and_no_free_node_the_instance_is_kept() -> None:
+    """Three instances, one per node, anti-affinity required: the two nodes left cannot take a
+    replacement, so its claim is not deleted for a pod that would stay Pending."""
+    api = VolumeApi()
+    term = {"labelSelector": {"matchLabels": {"app": NAME}}, "topologyKey": HOST}
+    required = {"spec": {"replicas": 3, "template": {"spec": {"affinity": {"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [term]}}}}}}  # fmt: skip
+    events = RecordedEvents()
+    reconciler = NodeLossReconciler(api, events, clock=lambda: NOW)  # type: ignore[arg-type]
+    ctx = context(children(), statefulset=required, nodes=directory())
+    asyncio.run(reconciler.act(ctx))
+    assert api.deleted == [] and events.reasons() == ["NodeLost"]
+    assert ctx.problem is not None and "not replaced while no other node can take it" in ctx.problem[1]
+    assert "only 2 node(s) admit the instances" in ctx.problem[1]
