@@ -330,3 +330,33 @@ def test_statefulset_update_keeps_the_immutable_fields(api: Api) -> None:
     # ...built from it, the same spec applies (the PVCs are grown directly instead).
     result = server_side_apply(api, [build("30Gi", 2, live)], dry_run=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_fenced_instances_must_be_this_clusters_and_hibernation_is_a_boolean(api: Api) -> None:
+    assert api.create("fence", fencedInstances=["fence-2", "fence-0"], hibernation=True).returncode == 0
+    assert api.create("fenceall", fencedInstances=["*"]).returncode == 0
+    for bad in (["fence-3"], ["other-0"], ["fence-01"], ["*", "fence-0"], ["fence-1", "fence-1"]):
+        refused(api.patch("fence", {"fencedInstances": bad}), "spec.fencedInstances")
+    refused(api.create("sleepy", hibernation="yes"), "spec.hibernation")
+    # Scaling below a fenced instance is refused too (through the scale subresource as well): unfence first.
+    refused(api.run("scale", "pgc/fence", "--replicas=2", check=False), "spec.fencedInstances")
+    assert api.run("scale", "pgc/fenceall", "--replicas=2", check=False).returncode == 0
+
+
+def test_hibernation_and_fencing_status_is_accepted(api: Api) -> None:
+    assert api.create("asleep", hibernation=True).returncode == 0
+    status = {
+        "phase": "Hibernated",
+        "hibernation": {"phase": "Hibernated", "primary": "asleep-1"},
+        "fencedInstances": ["asleep-0"],
+        "conditions": [
+            {"type": t, "status": "True", "reason": "Hibernated", "message": "", "observedGeneration": 1,
+             "lastTransitionTime": "2026-12-01T12:00:00Z"} for t in ("Hibernated", "Fenced")
+        ],
+    }  # fmt: skip
+    api.run(
+        "patch", "pgc", "asleep", "--subresource=status", "--type=merge", "-p", json.dumps({"status": status})
+    )
+    got = api.get("asleep")["status"]
+    assert got["hibernation"] == status["hibernation"] and got["fencedInstances"] == ["asleep-0"]
+    assert [c["type"] for c in got["conditions"]] == ["Hibernated", "Fenced"]

@@ -533,3 +533,74 @@ def check_pair(
     with (RUNTIME / "failover-results.jsonl").open("a") as f:
         f.write(json.dumps({**clean, "at": time.time()}) + "\n")
     assert lock_holder() == leader.name
+
+
+def set_fenced(inst: Instance, fenced: list[str] | None) -> None:
+    """What the operator's ConfigMap does to the mounted instance.yaml: the same settings, this list."""
+    path = inst.root / "config" / "instance.yaml"
+    settings = InstanceConfig.from_yaml(path.read_text()).model_copy(update={"fenced": fenced})
+    path.write_text(settings.to_yaml())
+
+
+def test_a_fenced_instance_keeps_running_without_postgresql_and_rejoins(
+    kube: Kube, patroni_pair: Pair
+) -> None:
+    """Fencing in the entrypoint (instance/fencing.py): listed in instance.yaml, the replica's Patroni and
+    PostgreSQL stop while the entrypoint lives on and answers the probes on Patroni's port (alive, not
+    ready); its data directory is left alone; unlisted, Patroni starts again and the replica streams."""
+    ns, cluster, instances = patroni_pair.ns, patroni_pair.cluster, patroni_pair.instances
+    su = patroni_pair.passwords["superuser"]
+    for inst in instances:
+        inst.start()
+
+    def leader_name() -> str:
+        res = kube.kubectl("get", "configmap", f"{cluster}-leader", "-n", ns, "-o", "json", check=False)
+        return (
+            json.loads(res.stdout)["metadata"]["annotations"].get("leader", "") if res.returncode == 0 else ""
+        )
+
+    holder = wait_until("a leader", leader_name, 180)
+    leader = next(i for i in instances if i.name == holder)
+    replica = next(i for i in instances if i.name != holder)
+
+    def streams() -> bool:
+        with leader.connect("postgres", su) as conn:
+            query = (
+                "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND application_name = %s"
+            )
+            row = conn.execute(query, (replica.name,)).fetchone()
+            return bool(row and row[0] == 1)
+
+    wait_until("the replica to stream", streams, 120)
+    set_fenced(replica, [replica.name])
+
+    def fenced() -> bool:
+        return (replica.postmaster_pid() is None and replica.api("/liveness")[0] == 200
+                and replica.api("/readiness")[0] == 503)  # fmt: skip
+
+    wait_until("the replica's PostgreSQL to stop behind the fence", fenced, 60, 1)
+    assert (
+        replica.proc is not None and replica.proc.poll() is None
+    )  # the entrypoint, the pod's process, lives
+    control = replica.pgdata / "global" / "pg_control"
+    before = (
+        control.stat().st_mtime_ns,
+        control.read_bytes(),
+        sorted(p.name for p in replica.pgdata.iterdir()),
+    )
+    with leader.connect("postgres", su) as conn:  # the leader goes on taking writes
+        conn.execute("CREATE TABLE behind_the_fence AS SELECT generate_series(1, 1000) AS id")
+    time.sleep(5)  # two of the entrypoint's looks at instance.yaml
+    after = (
+        control.stat().st_mtime_ns,
+        control.read_bytes(),
+        sorted(p.name for p in replica.pgdata.iterdir()),
+    )
+    assert after == before and replica.postmaster_pid() is None
+
+    set_fenced(replica, None)
+    wait_until("the unfenced replica to stream again", streams, 120, 1)
+    wait_until("the unfenced replica to be ready", lambda: replica.api("/readiness")[0] == 200, 60, 1)
+    with replica.connect("postgres", su) as conn:
+        assert conn.execute("SELECT count(*) FROM behind_the_fence").fetchone() == (1000,)
+    patroni_pair.failed = False

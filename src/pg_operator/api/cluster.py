@@ -43,6 +43,14 @@ from pg_operator.api.cluster_sections import (
 from pg_operator.api.cluster_status import PostgresClusterStatus
 from pg_operator.api.constants import KIND, PLURAL, SHORT
 from pg_operator.api.crd import CustomResource
+from pg_operator.api.lifecycle import (
+    FENCED_DESCRIPTION,
+    FENCING_ROOT_RULES,
+    HIBERNATION_DESCRIPTION,
+    MAX_FENCED,
+    FencedName,
+    fencing_problems,
+)
 from pg_operator.api.monitoring import MonitoringSpec
 from pg_operator.api.network_policy import NetworkPolicySpec
 from pg_operator.api.node_loss import NodeLoss
@@ -247,6 +255,10 @@ class PostgresClusterSpec(SpecModel):
         "How clients reach the cluster: annotations and labels on the operator's Services, and extra "
         "NodePort or LoadBalancer Services the operator keeps (docs/exposure.md).",
     )
+    hibernation: bool = Field(False, description=HIBERNATION_DESCRIPTION)
+    fenced_instances: list[FencedName] | None = Field(
+        None, max_length=MAX_FENCED, description=FENCED_DESCRIPTION
+    )
 
     @field_validator("version")
     @classmethod
@@ -356,6 +368,13 @@ class PostgresCluster(BaseModel):
             raise ValueError("; ".join(f"spec.{p}" for p in problems))
         return self
 
+    @model_validator(mode="after")
+    def _fenced_instances_of_this_cluster(self) -> PostgresCluster:
+        problems = fencing_problems(self.name, self.spec.replicas, self.spec.fenced_instances or ())
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> PostgresCluster:
         """Parse a whole object as the API server gives it; ValueError naming the field on bad input."""
@@ -397,13 +416,19 @@ def _matches(pattern: str, value: str) -> bool:
 
 
 # Rules at the root of the CRD schema: names derived from metadata.name must stay valid (NAME_RULE); a
-# restored cluster must not archive into its source's path (ROOT_BACKUP_RULES, api/backup.py).
+# restored cluster must not archive into its source's path (ROOT_BACKUP_RULES, api/backup.py); fenced
+# instances must be this cluster's (FENCING_ROOT_RULES, api/lifecycle.py).
 NAME_RULE = rule(
     f"self.metadata.name.size() <= {MAX_NAME_LENGTH} && self.metadata.name.matches('{NAME_PATTERN}')",
     f"metadata.name must be a DNS label of at most {MAX_NAME_LENGTH} characters starting with a letter "
     "(Services and pods are named after it)",
 )
-ROOT_RULES: tuple[dict[str, str], ...] = (NAME_RULE, *ROOT_BACKUP_RULES, *ROOT_SERVICES_RULES)
+ROOT_RULES: tuple[dict[str, str], ...] = (
+    NAME_RULE,
+    *ROOT_BACKUP_RULES,
+    *ROOT_SERVICES_RULES,
+    *FENCING_ROOT_RULES,
+)
 
 PRINTER_COLUMNS: tuple[dict[str, Any], ...] = (
     {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas", "description": "Desired instances"},

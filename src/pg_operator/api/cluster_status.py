@@ -15,7 +15,8 @@ class Condition(StatusModel):
     # (controller/backup_reconcilers; specs/backup_status.py keeps them); RolesApplied and DatabasesApplied
     # the roles sub-reconciler's (controller/reconcilers/roles.py), present only while spec.roles or
     # spec.databases are; Pooler the pooler sub-reconciler's (controller/reconcilers/pooler.py), present only
-    # while spec.pooler is.
+    # while spec.pooler is; Hibernated and Fenced the lifecycle sub-reconciler's
+    # (controller/reconcilers/lifecycle.py), present while spec.hibernation or spec.fencedInstances is.
     type: Literal[
         "Ready",
         "Progressing",
@@ -26,6 +27,8 @@ class Condition(StatusModel):
         "RolesApplied",
         "DatabasesApplied",
         "Pooler",
+        "Hibernated",
+        "Fenced",
     ]
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(max_length=1024)
@@ -116,6 +119,17 @@ class DeclaredObjectStatus(StatusModel):
     reason: str | None = Field(None, max_length=4096, description="Why it is not (yet) as declared.")
 
 
+class HibernationStatus(StatusModel):
+    """Where a hibernation or a wake stands (orchestration/hibernation.py), kept here so an operator
+    restarted in the middle carries on: the primary it recorded before stopping is the one it starts
+    first."""
+
+    phase: Literal["StoppingReplicas", "StoppingPrimary", "Hibernated", "WakingPrimary"] = Field(
+        description="The step of the hibernation or the wake."
+    )
+    primary: str | None = Field(None, description="The instance that was primary when the cluster stopped.")
+
+
 class PostgresClusterStatus(StatusModel):
     """What the operator observed; written only when it changes."""
 
@@ -143,4 +157,10 @@ class PostgresClusterStatus(StatusModel):
         None,
         description="Each declared database, with its extensions and schemas, checked against the database.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    hibernation: HibernationStatus | None = Field(
+        None, description="A hibernation or a wake in progress, or done (spec.hibernation)."
+    )
+    fenced_instances: list[str] | None = Field(
+        None, description="Instances whose PostgreSQL is stopped because spec.fencedInstances names them."
     )

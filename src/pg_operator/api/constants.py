@@ -43,6 +43,11 @@ METRICS_PORT_NAME: Final = "metrics"
 # On the instances' pods: their Patroni serves its REST API over HTTPS. Informational only: the operator
 # speaks HTTPS to every pod, verified against the cluster's CA, whatever the pod says (no plain HTTP).
 PATRONI_TLS_ANNOTATION: Final = "db.example.com/patroni-api-tls"
+# Fencing (docs/lifecycle.md). The operator marks the pods it fences (a pod update also makes the kubelet
+# refresh the mounted instance.yaml at once, which lists the fenced instances); the instance answers with
+# the time its PostgreSQL stopped, and removes that once it runs PostgreSQL again.
+FENCED_ANNOTATION: Final = "db.example.com/fenced"
+POSTGRES_STOPPED_ANNOTATION: Final = "db.example.com/postgres-stopped"
 CONFIG_MOUNT: Final = "/etc/pg-operator/config"
 # spec.monitoring.customQueries: the tenant's ConfigMap key, mounted (optional) as this file; the
 # entrypoint's /metrics reads it again when it changes (instance/metrics_custom.py).

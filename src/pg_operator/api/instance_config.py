@@ -75,6 +75,10 @@ class InstanceConfig(SpecModel):
     # cluster has neither. Plain camelCase mappings: their contents are checked by the parsers that read
     # them (instance_hook.apply, when the entrypoint renders Patroni's config), only their shape here.
     backup: dict[str, Any] | None = None
+    # Instances (pod names) that must not run PostgreSQL: fenced, or stopped for a hibernation. The
+    # entrypoint of each listed instance stops Patroni and keeps its pod (instance/fencing.py). Absent
+    # when none, so older entrypoints read the same file as before.
+    fenced: list[str] | None = None
 
     @field_validator("backup")
     @classmethod

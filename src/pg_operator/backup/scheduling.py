@@ -42,7 +42,17 @@ class SchedulePass:
     requeue: float  # seconds until the next look
 
 
-def schedule_pass(obj: Mapping[str, Any], now: dt.datetime) -> SchedulePass:
+def cluster_hibernating(cluster: Mapping[str, Any] | None) -> bool:
+    """The cluster is hibernating, hibernated or waking (spec.hibernation, or status.hibernation while a
+    wake is under way): its scheduled backups pause, as if suspended, and the runs missed meanwhile collapse
+    into one once it runs again (cron.decide)."""
+    if cluster is None:
+        return False
+    return bool(objects.spec(cluster).get("hibernation")) or bool(objects.status(cluster).get("hibernation"))
+
+
+def schedule_pass(obj: Mapping[str, Any], now: dt.datetime, *, paused: bool = False) -> SchedulePass:
+    """`paused`: the cluster hibernates (cluster_hibernating): no Backup is created."""
     own_name, spec, status = objects.name(obj), objects.spec(obj), dict(objects.status(obj))
     created = parse_stamp(objects.meta(obj).get("creationTimestamp")) or now
     last = parse_stamp(status.get("lastScheduleTime"))
@@ -51,7 +61,7 @@ def schedule_pass(obj: Mapping[str, Any], now: dt.datetime) -> SchedulePass:
         now=now,
         created=created,
         last_schedule=last,
-        suspend=bool(spec.get("suspend")),
+        suspend=bool(spec.get("suspend")) or paused,
         immediate=bool(spec.get("immediate")),
     )
     status["nextScheduleTime"] = rfc3339(decision.next_time)

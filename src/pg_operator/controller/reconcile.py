@@ -46,6 +46,7 @@ from pg_operator.controller.reconcilers.credentials import CredentialsReconciler
 from pg_operator.controller.reconcilers.drains import DrainsReconciler
 from pg_operator.controller.reconcilers.high_availability import HighAvailabilityReconciler
 from pg_operator.controller.reconcilers.instances import InstancesReconciler
+from pg_operator.controller.reconcilers.lifecycle import LifecycleReconciler
 from pg_operator.controller.reconcilers.major_upgrade import MajorUpgradeReconciler
 from pg_operator.controller.reconcilers.node_loss import NodeLossReconciler
 from pg_operator.controller.reconcilers.pooler import PoolerReconciler
@@ -171,6 +172,8 @@ class Reconciler(RemembersClusters):
         self.high_availability.switchover_guard = pooler  # paused around the switchovers it drives
         # In phase order: the storage check comes first so the StatefulSet waits for its class.
         self.sub_reconcilers: tuple[SubReconciler, ...] = (
+            # Before all: what is stopped on purpose (fenced, hibernating), which the others stand aside for.
+            LifecycleReconciler(api, events, self.high_availability),
             # First: until the data is on the new major it holds every other sub-reconciler at the running
             # one.
             MajorUpgradeReconciler(api, events, pod_exec, self.high_availability),

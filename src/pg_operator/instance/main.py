@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from pg_operator.instance.fencing import Fence, stop_leftover_postgres
 from pg_operator.instance.inputs import (
     SECRET_ROLES,
     Credentials,
@@ -219,7 +221,9 @@ def secrets_digests(secrets_dir: str, tls_dir: str) -> dict[str, str]:
 def run(env: Mapping[str, str]) -> int:
     """Render the config, run Patroni, and while it runs follow the mounted Secrets: the kubelet rewrites
     them when a Secret changes, and Patroni reloads a re-rendered config on SIGHUP (new replication,
-    superuser and REST API passwords, a renewed certificate: no restart). Returns Patroni's exit status."""
+    superuser and REST API passwords, a renewed certificate: no restart). While instance.yaml fences this
+    instance, Patroni is stopped and the container stays (instance/fencing.py). Returns Patroni's exit
+    status."""
     loaded = install_tls(pod_environment(env))
     pod, config = build_config(env, loaded)
     version = check_server_major(pod)
@@ -229,23 +233,50 @@ def run(env: Mapping[str, str]) -> int:
     start_monitor_role_keeper(pod)
     start_metrics(pod, env)
     start_archive_report(pod, env)
-    patroni = subprocess.Popen([sys.executable, "-m", "patroni", str(path)])
+    fence = Fence(pod, env, int(read_instance_settings(pod.config_file)["patroni"]["port"]))
+    patroni: list[subprocess.Popen[bytes]] = []  # the running Patroni, none while fenced
     stopping: list[bool] = []  # per stop signal: whether a primary was running when it came
+    stop_asked = threading.Event()
 
     def forward(signum: int, _frame: object) -> None:
         if signum in STOPPING_SIGNALS:
             stopping.append(serving_as_primary(pod.pgdata))
-        patroni.send_signal(signum)
+            stop_asked.set()
+        for child in patroni:
+            child.send_signal(signum)
 
     for sig in (*STOPPING_SIGNALS, signal.SIGHUP):
         signal.signal(sig, forward)
+    if fence.wanted:
+        fence.stopped()
+    else:
+        fence.report.set(stopped=False)  # a report left by this pod's previous container
+        patroni.append(subprocess.Popen([sys.executable, "-m", "patroni", str(path)]))
     seen = secrets_digests(pod.secrets_dir, pod.tls_dir)
     while True:
+        if not patroni:  # fenced: only a stop signal or the end of the fencing changes anything
+            if stop_asked.wait(SECRETS_POLL_SECONDS):
+                fence.close()
+                return 0
+            if not fence.read():
+                _log("unfenced: starting Patroni, which rejoins the cluster")
+                fence.unfenced()
+                loaded = install_tls(pod)
+                _, config = build_config(env, loaded)
+                write_private(path, yaml.safe_dump(config, sort_keys=False))
+                seen = secrets_digests(pod.secrets_dir, pod.tls_dir)
+                patroni.append(subprocess.Popen([sys.executable, "-m", "patroni", str(path)]))
+            continue
         try:
-            code = patroni.wait(timeout=SECRETS_POLL_SECONDS)
+            code = patroni[0].wait(timeout=SECRETS_POLL_SECONDS)
         except subprocess.TimeoutExpired:
             pass
         else:
+            patroni.clear()
+            if fence.stopping and not stop_asked.is_set():
+                stop_leftover_postgres(pod)
+                fence.stopped()
+                continue
             code = code if code >= 0 else 128 - code
             linger = linger_seconds(any(stopping), code)
             if linger:
@@ -255,22 +286,34 @@ def run(env: Mapping[str, str]) -> int:
                 )
                 time.sleep(linger)
             return code
-        now = secrets_digests(pod.secrets_dir, pod.tls_dir)
-        if now == seen:
+        if fence.read() and not fence.stopping:
+            _log("fenced: stopping Patroni and PostgreSQL; the pod keeps running")
+            fence.stopping = True
+            patroni[0].send_signal(signal.SIGTERM)
             continue
-        changed = ", ".join(role for role in now if now[role] != seen[role])
-        try:
-            if now["tls"] != seen["tls"]:
-                # Patroni's reload makes PostgreSQL read the new files, and publishes their digest.
-                loaded = install_tls(pod)
-            _, config = build_config(env, loaded)
-        except ValueError as e:  # a half-written or broken Secret: keep what runs, try on the next change
-            _log(f"the mounted Secrets changed ({changed}) but cannot be used: {e}")
-        else:
-            write_private(path, yaml.safe_dump(config, sort_keys=False))
-            patroni.send_signal(signal.SIGHUP)
-            _log(f"the mounted Secrets changed ({changed}): Patroni reloads its configuration")
-        seen = now
+        seen, loaded = follow_secrets(env, pod, path, patroni[0], seen, loaded)
+
+
+def follow_secrets(env: Mapping[str, str], pod: PodEnvironment, path: Path, patroni: subprocess.Popen[bytes],
+                   seen: dict[str, str], loaded: str) -> tuple[dict[str, str], str]:  # fmt: skip
+    """When a mounted Secret changed: re-render the config and make Patroni reload it. Returns the digests
+    and the TLS version now installed."""
+    now = secrets_digests(pod.secrets_dir, pod.tls_dir)
+    if now == seen:
+        return seen, loaded
+    changed = ", ".join(role for role in now if now[role] != seen[role])
+    try:
+        if now["tls"] != seen["tls"]:
+            # Patroni's reload makes PostgreSQL read the new files, and publishes their digest.
+            loaded = install_tls(pod)
+        _, config = build_config(env, loaded)
+    except ValueError as e:  # a half-written or broken Secret: keep what runs, try on the next change
+        _log(f"the mounted Secrets changed ({changed}) but cannot be used: {e}")
+    else:
+        write_private(path, yaml.safe_dump(config, sort_keys=False))
+        patroni.send_signal(signal.SIGHUP)
+        _log(f"the mounted Secrets changed ({changed}): Patroni reloads its configuration")
+    return now, loaded
 
 
 def start_metrics(pod: PodEnvironment, env: Mapping[str, str]) -> None:

@@ -39,15 +39,16 @@ def desired_children(
     existing_statefulset: Mapping[str, Any] | None = None,
     operator: OperatorPeer = DEFAULT_OPERATOR_PEER,
     nodes: Sequence[NodeView] | None = None,
+    fenced: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """`operator`: where the operator's connections come from, for the NetworkPolicy. `nodes`: the Nodes
     the operator sees, None when it may not read them (no drain handling: specs/pdb.py; the `auto`
-    anti-affinity: specs/placement.py)."""
+    anti-affinity: specs/placement.py); `fenced`: the instances told to stop PostgreSQL (instance.yaml)."""
     children = [
         service_account(cluster),
         role(cluster),
         role_binding(cluster),
-        configmap(cluster),
+        configmap(cluster, fenced),
         *services(cluster),
         statefulset(cluster, existing_statefulset, nodes),
         *pdbs(cluster, drains_handled=nodes is not None),

@@ -19,7 +19,8 @@ from pg_operator.specs.backup_pod import instance_backup_section
 from pg_operator.specs.labels import COMPONENT_CONFIG, child_metadata
 
 
-def instance_config(cluster: PostgresCluster) -> InstanceConfig:
+def instance_config(cluster: PostgresCluster, fenced: frozenset[str] = frozenset()) -> InstanceConfig:
+    """`fenced`: the instances told to stop PostgreSQL (orchestration/fencing.py, hibernation.py)."""
     spec = cluster.spec
     return InstanceConfig(
         cluster=cluster.name,
@@ -39,15 +40,16 @@ def instance_config(cluster: PostgresCluster) -> InstanceConfig:
         ),
         # Where WAL goes and, for a restored cluster, where it comes from; no credentials (pod env only).
         backup=instance_backup_section(cluster.name, spec.backup, spec.bootstrap.recovery),
+        fenced=sorted(fenced) or None,
     )
 
 
-def configmap(cluster: PostgresCluster) -> dict[str, Any]:
+def configmap(cluster: PostgresCluster, fenced: frozenset[str] = frozenset()) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": child_metadata(cluster, names.instance(cluster), COMPONENT_CONFIG),
-        "data": {INSTANCE_CONFIG_KEY: instance_config(cluster).to_yaml()},
+        "data": {INSTANCE_CONFIG_KEY: instance_config(cluster, fenced).to_yaml()},
     }
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from lightkube.core.exceptions import ApiError
 
 from pg_operator import objects
-from pg_operator.backup.scheduling import schedule_pass
+from pg_operator.backup.scheduling import cluster_hibernating, schedule_pass
 from pg_operator.controller.backup_kinds import ScheduledBackupResource
 from pg_operator.controller.backup_reconcilers.shared import Notices, again, wrote
 from pg_operator.controller.cache import Cache
@@ -35,7 +35,8 @@ class ScheduledBackupReconciler:
             return Result(gone=True)
         if objects.deleting(body):
             return again(None)
-        sp = schedule_pass(body, self.clock())
+        cluster = self.cache.cluster((namespace, str(objects.spec(body).get("cluster") or "")))
+        sp = schedule_pass(body, self.clock(), paused=cluster_hibernating(cluster))
         if sp.backup is not None:
             created = sp.backup["metadata"]["name"]
             try:

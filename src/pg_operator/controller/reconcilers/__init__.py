@@ -56,6 +56,13 @@ class ReconcileContext:
     # Come back after this many seconds even if nothing changes (a step waits on something no watch
     # event announces, e.g. an instance reloading a rotated password).
     requeue_after: float | None = None
+    # Set first, by the lifecycle sub-reconciler: the instances told to stop PostgreSQL (fenced, or for a
+    # hibernation) and whether a hibernation or a wake is under way or done. The other sub-reconcilers
+    # stand aside on a hibernating cluster (no rollout, upgrade, replacement or stuck-pod report), and no
+    # rollout or restart waits on an instance that is stopped on purpose.
+    fenced: frozenset[str] = frozenset()
+    hibernating: bool = False
+    pooler_stopped: bool = False  # the pooler's Deployment is scaled to 0
 
     def __post_init__(self) -> None:
         if not self.claims.owner_uid:

@@ -165,6 +165,8 @@ class HighAvailabilityReconciler(SubReconciler):
     async def act(self, ctx: ReconcileContext) -> None:
         if ctx.statefulset is None:
             return  # nothing runs yet: Patroni bootstraps the first instance on its own
+        if ctx.hibernating:
+            return  # stopping or starting on purpose, in the lifecycle sub-reconciler's order
         try:
             step = await self.step(ctx)
         except ApiError as exc:
@@ -230,6 +232,8 @@ class HighAvailabilityReconciler(SubReconciler):
             result.writes += await self._act(ctx, instances, scale_action, result)
             return result
 
+        if ctx.fenced & {i.name for i in instances}:  # not ready on purpose: rollouts and restarts wait
+            return result  # until it is unfenced rather than halt on it (reconcilers/lifecycle.py)
         image = _desired_image(ctx.statefulset)
         if image and any(i.image != image for i in instances):
             members = await self._members(ctx, instances)
@@ -260,6 +264,17 @@ class HighAvailabilityReconciler(SubReconciler):
                 # than at the next resync minutes later (a halted rollout waits for its instance's events).
                 ctx.again_in(RESTART_RECHECK_SECONDS)
         return result
+
+    async def hand_over(self, ctx: ReconcileContext, target: str, reason: str) -> bool:
+        """A switchover to `target` for another sub-reconciler (fencing the primary), with the pooler held
+        around it as for any planned switchover; whether Patroni did it."""
+        pods = [p for p in ctx.snapshot.of_kind("v1", "Pod") if objects.label(p, CLUSTER_LABEL) == ctx.name]
+        result, action = StepResult(), Action("switchover", target=target, reason=reason)
+        writes = await self._act(ctx, instances_from_pods(pods), action, result)
+        ctx.writes += writes
+        if result.credentials_pending or result.refused or not writes:
+            ctx.again_in(SWITCHOVER_RETRY_SECONDS)
+        return writes > 0 and not (result.credentials_pending or result.refused)
 
     async def _requested_switchover(
         self, ctx: ReconcileContext, pods: list[dict[str, Any]], requested: str, result: StepResult

@@ -83,6 +83,8 @@ class InstancesReconciler(SubReconciler):
         self.in_cluster = runs_in_cluster() if in_cluster is None else in_cluster
 
     async def follow_up(self, ctx: ReconcileContext) -> int:
+        if ctx.hibernating:  # pods stopping or starting on purpose are not stuck (reconcilers/lifecycle.py)
+            return await self._report_foreign(ctx)
         return await self._report_stuck(ctx) + await self._report_foreign(ctx)
 
     async def _report_foreign(self, ctx: ReconcileContext) -> int:
@@ -140,9 +142,8 @@ class InstancesReconciler(SubReconciler):
             return ctx.snapshot.find("v1", "Secret", name) is not None
 
         cluster = wired_for_pods(ctx.cluster, allow_insecure=allow_insecure, labelled=labelled)
-        desired = desired_children(
-            cluster, existing_statefulset=ctx.statefulset, operator=operator, nodes=ctx.snapshot.nodes
-        )
+        desired = desired_children(cluster, existing_statefulset=ctx.statefulset, operator=operator,
+                                   nodes=ctx.snapshot.nodes, fenced=ctx.fenced)  # fmt: skip
         refused = recovery_refusals(ctx.cluster, allow_insecure=allow_insecure, labelled=labelled)
         if refused and ctx.statefulset is None:
             ctx.report(refused[0].as_problem())

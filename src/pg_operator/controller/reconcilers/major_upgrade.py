@@ -45,6 +45,11 @@ class MajorUpgradeReconciler(SubReconciler):
         self.plane = UpgradePlane(api, events, pod_exec, high_availability)
 
     async def act(self, ctx: ReconcileContext) -> None:
+        if ctx.hibernating:
+            # Stopped or starting on purpose (reconcilers/lifecycle.py): nothing is upgraded, and the cluster
+            # is built at the major its data is on; an upgrade asked for meanwhile begins after the wake.
+            self._hold_hibernating(ctx)
+            return
         if ctx.cluster.spec.bootstrap.recovery is not None:
             await recovery_generation(self.plane, ctx)
         try:
@@ -54,6 +59,18 @@ class MajorUpgradeReconciler(SubReconciler):
             return
         await self._act(ctx, state)
         follow_generation(ctx, self.plane.state(ctx))
+
+    def _hold_hibernating(self, ctx: ReconcileContext) -> None:
+        try:
+            state = self.plane.state(ctx)
+        except ValueError:
+            state = None
+        if state is not None:
+            self._hold(ctx, state)
+            return
+        running = running_major(ctx.statefulset)
+        if running is not None:
+            ctx.cluster = at_major(ctx.cluster, running, running_image(ctx.statefulset))
 
     def _unreadable(self, ctx: ReconcileContext, why: str) -> None:
         """An annotation this operator cannot read: nothing is done, the cluster is held where it runs."""
@@ -107,6 +124,8 @@ class MajorUpgradeReconciler(SubReconciler):
     async def follow_up(self, ctx: ReconcileContext) -> int:
         """While Starting: the pods of the old image deleted (the primary's first), so the StatefulSet
         recreates them at the new major."""
+        if ctx.hibernating:
+            return 0
         try:
             state = self.plane.state(ctx)
         except ValueError:

@@ -103,7 +103,8 @@ class NodeLossReconciler(SubReconciler):
         return view
 
     async def act(self, ctx: ReconcileContext) -> None:
-        if ctx.snapshot.nodes is None:
+        # A hibernating cluster's pods stop and start on purpose: none is replaced (reconcilers/lifecycle.py).
+        if ctx.snapshot.nodes is None or ctx.hibernating:
             return
         now = self.clock()
         pods = ctx.snapshot.of_kind("v1", "Pod")

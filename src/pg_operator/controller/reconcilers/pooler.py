@@ -20,10 +20,9 @@ Pooler pods are not in the watch cache (they must not carry the cluster label), 
 their metadata when it has to look at them.
 
 - Stuck pods: while fewer pooler pods are ready than wanted, their whole objects are listed and one that
-  cannot run (orchestration/stuck_pods.py: an image that cannot be pulled, a crash loop, no node for
-  it) makes the Pooler condition False with that reason and the cause; one Warning Event per cause.
-  Nothing announces a change in pods the cache does not hold, so it looks again every
-  STUCK_RECHECK_SECONDS until they are ready.
+  cannot run (orchestration/stuck_pods.py: an image that cannot be pulled, a crash loop, no node for it) makes
+  the Pooler condition False with that reason and the cause; one Warning Event per cause. Nothing announces a
+  change in pods the cache does not hold, so it looks again every STUCK_RECHECK_SECONDS until they are ready.
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ from pg_operator.controller.writes import Made, WriteMemo
 from pg_operator.controller.writes import create as create_owned
 from pg_operator.images import pooler_image
 from pg_operator.orchestration.failover import leader_configmap_name
+from pg_operator.orchestration.hibernation import without_pods
 from pg_operator.orchestration.instances import instances_from_pods, patroni_state
 from pg_operator.orchestration.stuck_pods import StuckPod, problem, stuck_pods
 from pg_operator.specs.network_policy import DEFAULT_MONITORING_NAMESPACE, OperatorPeer
@@ -166,8 +166,8 @@ class PoolerReconciler(SubReconciler):
 
     # --- children ---------------------------------------------------------------------------------------
 
-    def children(self, ctx: ReconcileContext) -> list[dict[str, Any]]:
-        return children(ctx.cluster, self.image, self.peers)
+    def children(self, ctx: ReconcileContext) -> list[dict[str, Any]]:  # none run while hibernating
+        return without_pods(children(ctx.cluster, self.image, self.peers), ctx.pooler_stopped)
 
     async def create(self, ctx: ReconcileContext) -> int:
         if ctx.cluster.spec.pooler is None:
@@ -194,6 +194,8 @@ class PoolerReconciler(SubReconciler):
         if ctx.cluster.spec.pooler is None:
             self._state.drop(ctx.key)
             await self._tear_down_auth(ctx)
+            return
+        if ctx.pooler_stopped:  # scaled to 0 with the hibernating cluster (reconcilers/lifecycle.py)
             return
         state = self._of(ctx)
         state.problem = None
@@ -479,7 +481,7 @@ class PoolerReconciler(SubReconciler):
     # --- status -----------------------------------------------------------------------------------------
 
     def status(self, ctx: ReconcileContext, status: dict[str, Any]) -> None:
-        if ctx.cluster.spec.pooler is None:
+        if ctx.cluster.spec.pooler is None or ctx.pooler_stopped:  # the Hibernated condition says it
             return
         state = self._of(ctx)
         ready = ready_pods(ctx.cluster, ctx.snapshot.of_kind("apps/v1", "Deployment"))
