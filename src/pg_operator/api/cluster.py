@@ -63,6 +63,8 @@ from pg_operator.api.roles import (
     Role,
     spec_problems,
 )
+from pg_operator.api.parameters import SPEC_RULES as PARAMETERS_SPEC_RULES
+from pg_operator.api.parameters import missing_library_problems
 from pg_operator.api.roles import SPEC_RULES as ROLES_SPEC_RULES
 from pg_operator.api.schema import (
     MAX_NAME_LENGTH,
@@ -88,6 +90,7 @@ _SPEC_RULES = (
         reason="FieldValueForbidden",
     ),
     *ROLES_SPEC_RULES,
+    *PARAMETERS_SPEC_RULES,
 )
 
 
@@ -263,6 +266,13 @@ class PostgresClusterSpec(SpecModel):
             raise ValueError(
                 "synchronous.number must be less than replicas: each synchronous standby is another instance"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _libraries_in_the_image(self) -> PostgresClusterSpec:
+        problems = missing_library_problems(self.postgresql.parameters, self.version)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @model_validator(mode="after")
