@@ -182,6 +182,12 @@ def test_preloaded_libraries_are_admitted_from_the_allow_list_only(api: Api) -> 
     assert api.create("audited", version="18", postgresql={"parameters": audited}).returncode == 0
     refused(api.create("audited-16", version="16", postgresql={"parameters": audited}),
             "shared_preload_libraries: pgaudit is not in the image of PostgreSQL 16 or 17")  # fmt: skip
+    # CREATE EXTENSION pgaudit fails unless the library is preloaded: refused before it gets that far.
+    database = [{"name": "shop", "owner": "app", "extensions": ["vector", "pgaudit"]}]
+    refused(api.create("audit-db", version="18", databases=database), "spec.databases",
+            "extension pgaudit needs pgaudit in postgresql.parameters.shared_preload_libraries")  # fmt: skip
+    accepted = api.create("audit-db", version="18", databases=database, postgresql={"parameters": audited})
+    assert accepted.returncode == 0, accepted.stderr
 
 
 @pytest.mark.parametrize(

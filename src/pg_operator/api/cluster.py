@@ -45,6 +45,8 @@ from pg_operator.api.constants import KIND, PLURAL, SHORT
 from pg_operator.api.crd import CustomResource
 from pg_operator.api.network_policy import NetworkPolicySpec
 from pg_operator.api.node_loss import NodeLoss
+from pg_operator.api.parameters import SPEC_RULES as PARAMETERS_SPEC_RULES
+from pg_operator.api.parameters import missing_library_problems, unpreloaded_extension_problems
 from pg_operator.api.placement import (
     MAX_LABEL_VALUE_LENGTH,
     NODE_SELECTOR_KEY_RULE,
@@ -63,8 +65,6 @@ from pg_operator.api.roles import (
     Role,
     spec_problems,
 )
-from pg_operator.api.parameters import SPEC_RULES as PARAMETERS_SPEC_RULES
-from pg_operator.api.parameters import missing_library_problems
 from pg_operator.api.roles import SPEC_RULES as ROLES_SPEC_RULES
 from pg_operator.api.schema import (
     MAX_NAME_LENGTH,
@@ -270,7 +270,10 @@ class PostgresClusterSpec(SpecModel):
 
     @model_validator(mode="after")
     def _libraries_in_the_image(self) -> PostgresClusterSpec:
-        problems = missing_library_problems(self.postgresql.parameters, self.version)
+        params = self.postgresql.parameters
+        declared = [ext for db in self.databases or () for ext in db.extensions]
+        problems = [*missing_library_problems(params, self.version),
+                    *unpreloaded_extension_problems(params, declared)]  # fmt: skip
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -10,7 +10,7 @@ lookups in CEL are enough and Python compares `name.lower()`.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from pg_operator.api.constants import MONITOR_ROLE, PATRONI_API_USER, REPLICATION_USER, SUPERUSER
 from pg_operator.api.schema import rule
@@ -178,6 +178,21 @@ def missing_library_problems(parameters: Mapping[str, str], version: str) -> lis
     ]
 
 
+# Extensions whose library refuses to load unless preloaded (pgaudit's CREATE EXTENSION fails otherwise):
+# a database may declare one only when shared_preload_libraries names it.
+PRELOAD_ONLY_EXTENSIONS: tuple[str, ...] = ("pgaudit",)
+
+
+def unpreloaded_extension_problems(parameters: Mapping[str, str], extensions: Iterable[str]) -> list[str]:
+    """Declared extensions (spec.databases[].extensions) that need a preload the parameters lack."""
+    entries = preload_entries(parameters.get(PRELOAD_PARAMETER, ""))
+    return [
+        f"databases: extension {ext} needs {ext} in postgresql.parameters.{PRELOAD_PARAMETER}"
+        for ext in PRELOAD_ONLY_EXTENSIONS
+        if ext in set(extensions) and ext not in entries
+    ]
+
+
 # --- pgaudit's settings ---------------------------------------------------------------------------------
 # Each setting pgaudit defines, and what its value may be. pgaudit.role names a role whose privileges
 # select what object audit logs: tenant input, so it must be a plain role name and not one of the
@@ -336,6 +351,16 @@ SPEC_RULES: tuple[dict[str, str], ...] = tuple(
         fieldPath=".postgresql.parameters",
     )
     for library, majors in MISSING_LIBRARIES.items()
+) + tuple(
+    rule(
+        f"!has(self.databases) || !self.databases.exists(d, has(d.extensions) && '{ext}' in d.extensions) || "
+        f"(has(self.postgresql) && has(self.postgresql.parameters) && "
+        f"'{PRELOAD_PARAMETER}' in self.postgresql.parameters && "
+        f"self.postgresql.parameters['{PRELOAD_PARAMETER}'].split(',').exists(e, e.trim() == '{ext}'))",
+        f"databases: extension {ext} needs {ext} in postgresql.parameters.{PRELOAD_PARAMETER}",
+        fieldPath=".databases",
+    )
+    for ext in PRELOAD_ONLY_EXTENSIONS
 )
 
 # On each value (the error's path names the parameter: spec.postgresql.parameters[work_mem]). A raw CEL

@@ -113,6 +113,28 @@ def test_pgaudit_is_admitted_where_the_image_has_it(version: str) -> None:
     assert kept({"shared_preload_libraries": "pgaudit"}, version)
 
 
+def with_database(parameters: dict[str, str], extensions: list[str]) -> dict[str, Any]:
+    body = obj(parameters)
+    body["spec"]["databases"] = [{"name": "shop", "owner": "app", "extensions": extensions}]
+    return body
+
+
+def test_a_database_may_declare_pgaudit_only_when_it_is_preloaded() -> None:
+    with pytest.raises(ValueError) as info:
+        PostgresCluster.from_obj(
+            with_database({"shared_preload_libraries": "pg_stat_statements"}, ["pgaudit"])
+        )
+    assert str(info.value) == (
+        "spec.databases: extension pgaudit needs pgaudit in postgresql.parameters.shared_preload_libraries"
+    )
+    admitted = with_database(
+        {"shared_preload_libraries": "pg_stat_statements, pgaudit"}, ["pgaudit", "vector"]
+    )
+    assert PostgresCluster.from_obj(admitted).spec.databases
+    # Extensions that load without a preload need none.
+    assert PostgresCluster.from_obj(with_database({}, ["vector", "pg_stat_statements"])).spec.databases
+
+
 # --- pgaudit's settings ---------------------------------------------------------------------------------
 
 
@@ -185,5 +207,6 @@ def test_the_generated_crd_carries_the_version_rule() -> None:
     spec = build(POSTGRES_CLUSTER)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     for r in SPEC_RULES:
         assert r in spec["x-kubernetes-validations"]
-    (only,) = SPEC_RULES
-    assert "['16', '17']" in only["rule"] and "'pgaudit'" in only["rule"]
+    missing, preload_only = SPEC_RULES
+    assert "['16', '17']" in missing["rule"] and "'pgaudit'" in missing["rule"]
+    assert "self.databases.exists(d, has(d.extensions) && 'pgaudit' in d.extensions)" in preload_only["rule"]
