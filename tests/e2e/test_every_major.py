@@ -32,9 +32,9 @@ from harness.extensions import (
     connect_database,
     instance_log,
     nearest_neighbours,
-    on_each_pod,
     patch_spec,
     pending_restart,
+    preloaded_on_each_pod,
     start_times,
     wait_database,
 )
@@ -193,7 +193,7 @@ def extensions(operator: Kube, ns: str, clusters: dict[str, str]) -> dict[str, d
         cluster = clusters[m]
 
         def applied(m: str = m, cluster: str = cluster) -> bool:
-            libraries = on_each_pod(operator, ns, cluster, "show shared_preload_libraries")
+            libraries = preloaded_on_each_pod(operator, ns, cluster)
             return (
                 len(libraries) == 2
                 and set(libraries.values()) == {preloaded(m)}

@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 
+from harness.e2e_backup import superuser_sql
 from harness.kube import get_json
 from harness.local_cluster import Kube
 from harness.pgcluster import secret, service_ip, status
@@ -46,6 +47,17 @@ def on_each_pod(kube: Kube, ns: str, cluster: str, query: str) -> dict[str, Any]
             row = conn.execute(query).fetchone()
             values[pod["metadata"]["name"]] = row[0] if row else None
     return values
+
+
+def preloaded_on_each_pod(kube: Kube, ns: str, cluster: str) -> dict[str, str]:
+    """shared_preload_libraries as each instance runs with it. Read as the superuser over the pod's socket:
+    PostgreSQL shows the setting only to superusers and pg_read_all_settings."""
+    return {
+        pod["metadata"]["name"]: superuser_sql(
+            kube, ns, pod["metadata"]["name"], "SHOW shared_preload_libraries"
+        )
+        for pod in pods(kube, ns, cluster)
+    }
 
 
 def start_times(kube: Kube, ns: str, cluster: str) -> dict[str, datetime]:
