@@ -175,20 +175,18 @@ def preloaded(major: str) -> str:
 
 @pytest.fixture(scope="module")
 def extensions(operator: Kube, ns: str, clusters: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """Per major: every instance's start time before the libraries were declared. Applied together (the
-    rolling restarts overlap), then each cluster waits until no instance waits for a restart any more,
-    every instance preloads the declared list and the database is applied."""
+    """Per major: every instance's start time before the libraries were declared. The libraries first,
+    on every cluster at once (the rolling restarts overlap), each cluster waiting until every instance
+    preloads the list and none waits for a restart; then the database with its extensions (pgaudit's
+    CREATE EXTENSION needs the library loaded, and a retry that fails meanwhile is WAL the restarted
+    replicas must replay)."""
     before: dict[str, dict[str, Any]] = {}
     for m in MAJORS:
         wait_serving(operator, ns, clusters[m], 2, 300)
         before[m] = start_times(operator, ns, clusters[m])
         audit = {"pgaudit.log": "ddl", "pgaudit.log_relation": "on"} if has_pgaudit(m) else {}
-        extensions = ["vector", "pg_stat_statements", *(["pgaudit"] if has_pgaudit(m) else [])]
-        owner = secret(operator, ns, f"{clusters[m]}-app")["username"]  # the application owner
-        patch_spec(operator, ns, clusters[m], {
-            "postgresql": {"parameters": {"shared_preload_libraries": preloaded(m), **audit}},
-            "databases": [{"name": DATABASE, "owner": owner, "extensions": extensions}],
-        })  # fmt: skip
+        parameters = {"shared_preload_libraries": preloaded(m), **audit}
+        patch_spec(operator, ns, clusters[m], {"postgresql": {"parameters": parameters}})
     for m in MAJORS:
         cluster = clusters[m]
 
@@ -200,9 +198,15 @@ def extensions(operator: Kube, ns: str, clusters: dict[str, str]) -> dict[str, d
                 and not pending_restart(operator, ns, cluster)
             )
 
-        wait_until(f"{cluster}: {preloaded(m)} preloaded on every instance", applied, 600, 3)
-        wait_serving(operator, ns, cluster, 2, 300)
-        wait_database(operator, ns, cluster, 300)
+        wait_until(f"{cluster}: {preloaded(m)} preloaded on every instance", applied, 900, 3)
+    for m in MAJORS:
+        extensions = ["vector", "pg_stat_statements", *(["pgaudit"] if has_pgaudit(m) else [])]
+        owner = secret(operator, ns, f"{clusters[m]}-app")["username"]  # the application owner
+        patch_spec(operator, ns, clusters[m],
+                   {"databases": [{"name": DATABASE, "owner": owner, "extensions": extensions}]})  # fmt: skip
+    for m in MAJORS:
+        wait_serving(operator, ns, clusters[m], 2, 600)
+        wait_database(operator, ns, clusters[m], 300)
     return before
 
 
