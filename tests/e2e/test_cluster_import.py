@@ -6,7 +6,6 @@ which leaves its cluster not Ready with ImportFailed, a Warning Event, and the s
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 from localkube.images.containerd import ensure_images
 
 from harness.e2e_backup import superuser_sql
+from harness.import_source import import_bootstrap, password_secret, source_sql, start_source
 from harness.kube import events_for, get_json, make_namespace
 from harness.local_cluster import Kube
 from harness.objects import cluster
@@ -24,18 +24,7 @@ from pg_operator.images import default_image
 
 pytestmark = pytest.mark.e2e
 
-SOURCE = "legacy-db"
-READER, READER_PASSWORD = "reader", "reader-pass-e2e"
-SOURCE_SUPERUSER_PASSWORD = "source-super-e2e"
-BIN = "/usr/lib/postgresql/current/bin"
-# The source's own start: initdb, password auth from the pod network, no TLS (the test's sslMode: disable).
-SOURCE_SCRIPT = (
-    "set -e; D=/tmp/pgdata; "
-    'echo "$SUPERPASS" > /tmp/pw; '
-    f"{BIN}/initdb -D $D -U postgres --auth=scram-sha-256 --pwfile=/tmp/pw >/dev/null; "
-    'echo "host all all 0.0.0.0/0 scram-sha-256" >> $D/pg_hba.conf; '
-    f"exec {BIN}/postgres -D $D -c listen_addresses=* -c unix_socket_directories=/tmp"
-)
+READER_PASSWORD = "reader-pass-e2e"
 SEED_SHOP = """
 CREATE TABLE customers (id bigserial PRIMARY KEY, name text NOT NULL UNIQUE);
 CREATE TABLE orders (id bigserial PRIMARY KEY, customer bigint REFERENCES customers, total numeric(10,2),
@@ -55,67 +44,15 @@ FINGERPRINT = (
 )
 
 
-def source_sql(kube: Kube, ns: str, sql: str, database: str = "postgres") -> str:
-    res = kube.kubectl("exec", SOURCE, "-n", ns, "--", f"{BIN}/psql", "-h", "/tmp", "-U", "postgres",
-                       "-d", database, "-AtX", "-v", "ON_ERROR_STOP=1", "-c", sql)  # fmt: skip
-    return str(res.stdout).strip()
-
-
-def secret(ns: str, name: str, password: str, cluster_name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": name, "namespace": ns, "labels": {"db.example.com/cluster": cluster_name}},
-            "data": {"password": base64.b64encode(password.encode()).decode()}}  # fmt: skip
-
-
-def source_pod(ns: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": SOURCE, "namespace": ns, "labels": {"app": SOURCE}},
-        "spec": {
-            "securityContext": {"runAsNonRoot": True, "runAsUser": 999, "runAsGroup": 999,
-                                "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{
-                "name": "postgres", "image": default_image("15"), "imagePullPolicy": "IfNotPresent",
-                "command": ["sh", "-c", SOURCE_SCRIPT],
-                "env": [{"name": "SUPERPASS", "value": SOURCE_SUPERUSER_PASSWORD}],
-                "ports": [{"containerPort": 5432}],
-                "readinessProbe": {"exec": {"command": [f"{BIN}/pg_isready", "-h", "/tmp"]},
-                                   "periodSeconds": 2},
-                "resources": {"requests": {"cpu": "50m", "memory": "256Mi"}},
-                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-            }],
-        },
-    }  # fmt: skip
-
-
-def service(ns: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": SOURCE, "namespace": ns},
-            "spec": {"selector": {"app": SOURCE}, "ports": [{"port": 5432, "targetPort": 5432}]}}  # fmt: skip
-
-
-def import_spec(ns: str, password_secret: str) -> dict[str, Any]:
-    return {"import": {
-        "source": {"host": f"{SOURCE}.{ns}.svc", "user": READER, "sslMode": "disable",
-                   "passwordSecret": {"name": password_secret}},
-        "databases": ["shop"], "jobs": 2}}  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def source(operator: Kube) -> Iterator[tuple[Kube, str]]:
     """The namespace with the source server serving and seeded; the namespace goes afterwards."""
     ensure_images(operator.ctx, [default_image("15"), default_image("17")])
     ns = make_namespace(operator, "import")
-    listing = {"apiVersion": "v1", "kind": "List", "items": [source_pod(ns), service(ns)]}
-    operator.kubectl("apply", "-f", "-", input=json.dumps(listing))
-    operator.kubectl(
-        "-n", ns, "wait", f"pod/{SOURCE}", "--for=condition=Ready", "--timeout=300s", timeout=320
-    )
+    # Read-only access suffices: the import's role has pg_read_all_data (PostgreSQL 14+), no write grant.
+    start_source(operator, ns, READER_PASSWORD)
     source_sql(operator, ns, "CREATE DATABASE shop")
     source_sql(operator, ns, "CREATE DATABASE analytics")
-    # Read-only access suffices: pg_read_all_data (PostgreSQL 14+), no write grant anywhere.
-    source_sql(
-        operator, ns, f"CREATE ROLE {READER} LOGIN PASSWORD '{READER_PASSWORD}' IN ROLE pg_read_all_data"
-    )
     source_sql(operator, ns, "CREATE ROLE shop_owner NOLOGIN")
     source_sql(operator, ns, SEED_SHOP, "shop")
     source_sql(operator, ns, "CREATE TABLE events (id int, what text); INSERT INTO events VALUES (1, 'x')",
@@ -128,9 +65,11 @@ def test_microservice_import_copies_rows_sequences_and_indexes(source: tuple[Kub
     kube, ns = source
     name = "imported"
     before = source_sql(kube, ns, FINGERPRINT, "shop")
-    kube.kubectl("apply", "-f", "-", input=json.dumps(secret(ns, "legacy-reader", READER_PASSWORD, name)))
+    kube.kubectl(
+        "apply", "-f", "-", input=json.dumps(password_secret(ns, "legacy-reader", READER_PASSWORD, name))
+    )
     body = cluster(name, ns, replicas=1, version="17", resources=SMALL,
-                   bootstrap=import_spec(ns, "legacy-reader"))  # fmt: skip
+                   bootstrap=import_bootstrap(ns, "legacy-reader", "shop", jobs=2))  # fmt: skip
     kube.kubectl("apply", "-f", "-", input=json.dumps(body))
 
     def succeeded() -> dict[str, Any] | None:
@@ -165,9 +104,11 @@ def test_a_wrong_password_fails_the_import_and_the_cluster_stays_not_ready(sourc
     kube, ns = source
     name = "refused"
     before = source_sql(kube, ns, FINGERPRINT, "shop")
-    kube.kubectl("apply", "-f", "-", input=json.dumps(secret(ns, "wrong-reader", "not-the-password", name)))
+    kube.kubectl(
+        "apply", "-f", "-", input=json.dumps(password_secret(ns, "wrong-reader", "not-the-password", name))
+    )
     body = cluster(name, ns, replicas=1, version="17", resources=SMALL,
-                   bootstrap=import_spec(ns, "wrong-reader"))  # fmt: skip
+                   bootstrap=import_bootstrap(ns, "wrong-reader", "shop"))  # fmt: skip
     kube.kubectl("apply", "-f", "-", input=json.dumps(body))
 
     def failed() -> dict[str, Any] | None:
