@@ -25,6 +25,7 @@ from typing import Any
 
 from pg_operator.api.bootstrap_import import PASSWORD_FIELD
 from pg_operator.api.constants import CLUSTER_LABEL
+from pg_operator.controller.cache import ENDPOINT_SLICE_KIND
 from pg_operator.controller.cluster_memory import ClusterMemory
 from pg_operator.controller.events import EventRecorder, OncePerMessage
 from pg_operator.controller.kube_api import Api
@@ -41,7 +42,9 @@ from pg_operator.orchestration.bootstrap_import import (
     ready_reason,
     wants_job,
 )
+from pg_operator.specs import names
 from pg_operator.specs.import_job import import_job, job_name
+from pg_operator.specs.status import routes_to
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +91,12 @@ class ImportReconciler(SubReconciler):
         pods.sort(key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
         return pods[-1] if pods else None
 
+    def _primary_routed(self, ctx: ReconcileContext) -> bool:
+        """The primary runs and `-rw` routes to it: the restore connects through that Service."""
+        primary = ctx.running_primary()
+        slices = ctx.snapshot.of_kind(*ENDPOINT_SLICE_KIND)
+        return primary is not None and routes_to(slices, names.rw_service(ctx.cluster), primary)
+
     async def act(self, ctx: ReconcileContext) -> None:
         if ctx.cluster.spec.bootstrap.import_ is None:
             return
@@ -102,7 +111,7 @@ class ImportReconciler(SubReconciler):
         if job is not None and state.phase != ImportPhase.FAILED:
             pod = await self._pod(ctx, job)
         state = observe(state, job, pod, name)
-        if wants_job(state, job is not None, ctx.running_primary() is not None):
+        if wants_job(state, job is not None, self._primary_routed(ctx)):
             refusal = self._refusal(ctx)
             if refusal is not None:
                 ctx.report(refusal)
