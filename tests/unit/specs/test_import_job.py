@@ -3,6 +3,7 @@ the source password and the target credentials by secretKeyRef, the restricted p
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 import pytest
@@ -106,3 +107,10 @@ def test_a_cluster_without_import_has_no_job() -> None:
 
 def test_deterministic() -> None:
     assert import_job(cluster()) == import_job(cluster())
+
+
+@pytest.mark.parametrize("script", [DUMP_SCRIPT, RESTORE_SCRIPT])
+def test_the_scripts_parse(script: str) -> None:
+    """The constant scripts are valid POSIX shell (a syntax error would surface only in a pod)."""
+    result = subprocess.run(["sh", "-n", "-c", script], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
