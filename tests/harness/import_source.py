@@ -17,7 +17,9 @@ BIN = "/usr/lib/postgresql/current/bin"
 SOURCE_SCRIPT = (
     "set -e; D=/tmp/pgdata; "
     'echo "$SUPERPASS" > /tmp/pw; '
-    f"{BIN}/initdb -D $D -U postgres --auth=scram-sha-256 --pwfile=/tmp/pw >/dev/null; "
+    # The local socket trusted (the test's own psql by exec), the network by password.
+    f"{BIN}/initdb -D $D -U postgres --auth-local=trust --auth-host=scram-sha-256 --pwfile=/tmp/pw "
+    ">/dev/null; "
     'echo "host all all 0.0.0.0/0 scram-sha-256" >> $D/pg_hba.conf; '
     f"exec {BIN}/postgres -D $D -c listen_addresses=* -c unix_socket_directories=/tmp"
 )
