@@ -94,7 +94,7 @@ def test_microservice_import_copies_rows_sequences_and_indexes(source: tuple[Kub
     # The Job is gone once the status recorded the success.
     def no_job() -> bool:
         selector = f"db.example.com/cluster={name}"
-        return not get_json(kube, "get", "jobs", "-n", ns, "-l", selector, "-o", "json")["items"]
+        return not get_json(kube, "jobs", "-n", ns, "-l", selector)["items"]
 
     wait_until("the import Job to be deleted", no_job, 120, 2)
     assert source_sql(kube, ns, FINGERPRINT, "shop") == before
