@@ -20,6 +20,7 @@ OBJECTS_PREFIX = "objects="
 MAX_MESSAGE = 600  # of a failure's message in the status and the Event
 IMPORT_FAILED = "ImportFailed"  # the Degraded and Ready reason of a failed import
 IMPORT_RUNNING = "Importing"  # the Ready reason while it runs
+CREDENTIALS_UNLABELLED = "ImportCredentialUnlabelled"  # the Degraded reason of an unlabelled password Secret
 
 
 class ImportPhase(enum.Enum):
@@ -188,6 +189,19 @@ def observe(state: ImportState, job: Mapping[str, Any] | None, pod: Mapping[str,
 def next_attempt(state: ImportState) -> ImportState:
     """The state once a new Job was created for a Pending import."""
     return replace(state, attempt=state.attempt + 1)
+
+
+def password_refusal(secret: Mapping[str, Any] | None, *, cluster: str, secret_name: str, label: str,
+                     field: str) -> tuple[str, str] | None:  # fmt: skip
+    """Why the source password Secret may not be handed to the import Job (None: it may): it must carry
+    the cluster's label `label`=`cluster`, or a tenant could have the Job send any Secret of the namespace
+    to a server of its choosing."""
+    labels = ((secret or {}).get("metadata") or {}).get("labels") or {}
+    if labels.get(label) == cluster:
+        return None
+    return (CREDENTIALS_UNLABELLED,
+            f"{field}: Secret {secret_name} is missing or does not carry the label {label}={cluster}; "
+            "the import waits for it")  # fmt: skip
 
 
 def wants_job(state: ImportState, job_exists: bool, primary_running: bool) -> bool:

@@ -14,6 +14,7 @@ from pg_operator.orchestration.bootstrap_import import (
     next_attempt,
     objects_of,
     observe,
+    password_refusal,
     ready_reason,
     wants_job,
 )
@@ -151,3 +152,18 @@ def test_objects_of() -> None:
 def test_ready_reason_while_running() -> None:
     assert ready_reason(ImportState(ImportPhase.DUMPING, database="shop")) == (
         "Importing", "import of database shop: Dumping")  # fmt: skip
+
+
+def refusal(secret: dict[str, Any] | None) -> tuple[str, str] | None:
+    return password_refusal(secret, cluster="orders-db", secret_name="pw", label="db.example.com/cluster",
+                            field="spec.bootstrap.import.source.passwordSecret.name")  # fmt: skip
+
+
+def test_only_a_password_secret_labelled_for_the_cluster_reaches_the_job() -> None:
+    """The attack: a tenant names another Secret of the namespace (another cluster's superuser Secret)
+    as the source password, and points the host at a server of its own to receive it."""
+    assert refusal({"metadata": {"labels": {"db.example.com/cluster": "orders-db"}}}) is None
+    for secret in (None, {"metadata": {}}, {"metadata": {"labels": {"db.example.com/cluster": "other-db"}}}):
+        got = refusal(secret)
+        assert got is not None and got[0] == "ImportCredentialUnlabelled"
+        assert got[1].startswith("spec.bootstrap.import.source.passwordSecret.name: Secret pw")

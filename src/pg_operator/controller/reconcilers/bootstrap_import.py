@@ -39,6 +39,7 @@ from pg_operator.orchestration.bootstrap_import import (
     from_status,
     next_attempt,
     observe,
+    password_refusal,
     ready_reason,
     wants_job,
 )
@@ -50,7 +51,6 @@ log = logging.getLogger(__name__)
 
 JOB = ("batch/v1", "Job")
 POLL_SECONDS = 5.0  # how often a running import's pod is looked at
-CREDENTIALS_UNLABELLED = "ImportCredentialUnlabelled"
 
 
 class ImportReconciler(SubReconciler):
@@ -74,13 +74,8 @@ class ImportReconciler(SubReconciler):
         spec = ctx.cluster.spec.bootstrap.import_
         assert spec is not None
         name = spec.source.password_secret.name
-        secret = ctx.snapshot.find("v1", "Secret", name)
-        labels = ((secret or {}).get("metadata") or {}).get("labels") or {}
-        if labels.get(CLUSTER_LABEL) == ctx.name:
-            return None
-        return (CREDENTIALS_UNLABELLED,
-                f"{PASSWORD_FIELD}: Secret {name} is missing or does not carry the label "
-                f"{CLUSTER_LABEL}={ctx.name}; the import waits for it")  # fmt: skip
+        return password_refusal(ctx.snapshot.find("v1", "Secret", name), cluster=ctx.name, secret_name=name,
+                                label=CLUSTER_LABEL, field=PASSWORD_FIELD)  # fmt: skip
 
     async def _pod(self, ctx: ReconcileContext, job: Mapping[str, Any]) -> Mapping[str, Any] | None:
         path = f"/api/v1/namespaces/{ctx.namespace}/pods"
