@@ -16,6 +16,7 @@ from pydantic import (
 from pg_operator.api.backup import (
     RecoveryBootstrap,
 )
+from pg_operator.api.bootstrap_import import ImportBootstrap
 from pg_operator.api.constants import REPLICATION_USER, SUPERUSER
 from pg_operator.api.quantity import Quantity, parse_quantity
 from pg_operator.api.roles import SPECIAL_ROLE_NAMES
@@ -149,6 +150,16 @@ class InitDB(SpecModel):
 
 
 class Bootstrap(SpecModel):
+    # At most one of recovery and import (`import` is a CEL keyword: escaped as __import__).
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            rule(
+                "!(has(self.recovery) && has(self.__import__))",
+                "bootstrap: set at most one of recovery and import",
+            )
+        )
+    )
+
     initdb: InitDB = nested(
         InitDB,
         "The application database and owner. A new cluster: initdb, then both are created. With recovery: "
@@ -163,6 +174,20 @@ class Bootstrap(SpecModel):
             "of initdb."
         ),
     )
+    import_: ImportBootstrap | None = Field(
+        None,
+        alias="import",
+        description=(
+            "Fill the new cluster from an external PostgreSQL server by a logical dump and restore, run by "
+            "a Job after initdb and before the cluster is Ready (docs/import.md)."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Bootstrap:
+        if self.recovery is not None and self.import_ is not None:
+            raise ValueError("bootstrap: set at most one of recovery and import")
+        return self
 
 
 class Patroni(SpecModel):

@@ -130,6 +130,21 @@ class HibernationStatus(StatusModel):
     primary: str | None = Field(None, description="The instance that was primary when the cluster stopped.")
 
 
+class ImportStatus(StatusModel):
+    """spec.bootstrap.import's progress (orchestration/bootstrap_import.py)."""
+
+    phase: Literal["Pending", "Dumping", "Restoring", "Succeeded", "Failed"] = Field(
+        description="Where the import is."
+    )
+    database: str | None = Field(None, description="The source database being worked on.")
+    databases_done: int = Field(0, ge=0, description="Databases restored.")
+    databases_total: int = Field(0, ge=0, description="Databases to import.")
+    objects: int | None = Field(None, ge=0, description="Objects in the dump's table of contents.")
+    job: str | None = Field(None, description="The Job that runs it.")
+    message: str | None = Field(None, max_length=1024, description="Why it failed (the Job's last words).")
+    attempt: int = Field(0, ge=0, description="Jobs run so far; deleting a failed Job runs another.")
+
+
 class PostgresClusterStatus(StatusModel):
     """What the operator observed; written only when it changes."""
 
@@ -148,6 +163,9 @@ class PostgresClusterStatus(StatusModel):
     )
     selector: str = Field("", description="Label selector of the instance pods (for the scale subresource).")
     backup: BackupClusterStatus | None = Field(None, description="Backups and WAL archiving (spec.backup).")
+    import_: ImportStatus | None = Field(
+        None, alias="import", description="The progress of bootstrap.import."
+    )
     roles: list[DeclaredObjectStatus] | None = Field(
         None,
         description="Each declared role, checked against the database (docs/roles.md).",

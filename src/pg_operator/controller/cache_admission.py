@@ -79,6 +79,9 @@ def secret_reads(cluster_body: Mapping[str, Any]) -> SecretReads:
     recovery = cluster.spec.bootstrap.recovery
     if recovery is not None:  # the source's store, which a restore reads
         wanted.add(recovery.source.s3.credentials.secret_name)
+    imported = cluster.spec.bootstrap.import_
+    if imported is not None:  # the import's source password: its label is checked before the Job is made
+        wanted.add(imported.source.password_secret.name)
     return SecretReads(generation, frozenset(wanted))
 
 

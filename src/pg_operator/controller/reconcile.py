@@ -42,6 +42,7 @@ from pg_operator.controller.kube_api import Api, PostgresClusterResource, is_con
 from pg_operator.controller.metrics import Metrics
 from pg_operator.controller.pod_exec import PodExec
 from pg_operator.controller.reconcilers import ObjectId, Problem, ReconcileContext, SubReconciler
+from pg_operator.controller.reconcilers.bootstrap_import import ImportReconciler
 from pg_operator.controller.reconcilers.credentials import CredentialsReconciler
 from pg_operator.controller.reconcilers.drains import DrainsReconciler
 from pg_operator.controller.reconcilers.high_availability import HighAvailabilityReconciler
@@ -186,6 +187,8 @@ class Reconciler(RemembersClusters):
             CredentialsReconciler(api, self.memo, events, pod_exec),
             TlsReconciler(api, self.memo, events, registry=metrics.registry, ca_trust_period=ca_trust_period),
             RolesReconciler(api, self.memo, events, pod_exec),
+            # After the credentials: the import restores as the application role.
+            ImportReconciler(api, self.memo, events),
             pooler,  # after roles: the databases they create get the pooler's lookup function
         )
         self._invalid_seen: ClusterMemory[int] = ClusterMemory()

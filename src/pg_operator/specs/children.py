@@ -26,8 +26,9 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("policy/v1", "PodDisruptionBudget"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
 )
-# Kinds only a sub-reconciler's own builders return (the pooler's Deployments, specs/pooler.py).
-SUB_RECONCILER_KINDS: tuple[tuple[str, str], ...] = (("apps/v1", "Deployment"),)
+# Kinds only a sub-reconciler's own builders return (the pooler's Deployments, specs/pooler.py; the
+# import Job, specs/import_job.py).
+SUB_RECONCILER_KINDS: tuple[tuple[str, str], ...] = (("apps/v1", "Deployment"), ("batch/v1", "Job"))
 
 # Everything the controller owns and watches. Secrets are owned too, but create-only and never pruned.
 MANAGED_KINDS: tuple[tuple[str, str], ...] = (*CHILD_KINDS, *SUB_RECONCILER_KINDS, ("v1", "Secret"))

@@ -58,6 +58,10 @@ def test_a_cluster_reads_its_own_secrets_and_those_its_spec_names() -> None:
                                            "s3": {**store, "credentials": {"secretName": "old-s3"}}}}},
     ))  # fmt: skip
     assert {"own-s3", "old-s3"} <= restored.names  # its own store, and the source's a restore reads
+    imported = secret_reads(cluster_body(bootstrap={"import": {
+        "source": {"host": "old-db", "user": "reader", "passwordSecret": {"name": "old-reader"},
+                   "sslMode": "require"}, "databases": ["shop"]}}))  # fmt: skip
+    assert "old-reader" in imported.names  # the import's source password: its label is checked
     assert secret_reads({"metadata": {"name": "db"}, "spec": {"replicas": "many"}}).names == frozenset()
 
 

@@ -66,7 +66,11 @@ def test_pdb_only_with_more_than_one_instance() -> None:
 def test_kinds_cover_every_child_and_secrets() -> None:
     kinds = {(c["apiVersion"], c["kind"]) for c in desired_children(cluster())}
     assert kinds == set(CHILD_KINDS)
-    assert set(MANAGED_KINDS) == set(CHILD_KINDS) | {("v1", "Secret"), ("apps/v1", "Deployment")}
+    assert set(MANAGED_KINDS) == set(CHILD_KINDS) | {
+        ("v1", "Secret"),
+        ("apps/v1", "Deployment"),
+        ("batch/v1", "Job"),
+    }
 
 
 def test_builders_are_deterministic() -> None:
