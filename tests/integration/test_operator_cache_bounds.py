@@ -68,7 +68,9 @@ def test_labelled_junk_secrets_do_not_grow_the_operators_memory(operator_env: Op
     try:
         op.wait_leader()
         name = "junk-db"
-        apply(kube, cluster(name, ns, replicas=1))
+        # Scaled to two below, on the kwok profile's one node: the instances may share it (`auto` would
+        # have chosen `required` for one instance on one node, and the second would be TooFewNodes).
+        apply(kube, cluster(name, ns, replicas=1, affinity={"podAntiAffinity": "preferred"}))
         wait_ready(kube, ns, name, 1)
         app = wait_until("the app Secret", lambda: get_or_none(kube, "secret", f"{name}-app", "-n", ns))
         before = rss_mib(op.pid)
