@@ -14,6 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from harness.extensions import on_each_pod as query_each_pod
+from harness.extensions import pending_restart
+from harness.extensions import start_times as postmaster_start_times
 from harness.kube import get_json
 from harness.local_cluster import Kube
 from harness.pgcluster import SYNC_NAME, SYNC_NAMESPACE, Writer, healthy, secret, wait_serving
@@ -29,39 +32,17 @@ def cluster(sync_cluster: Kube) -> Kube:
     return sync_cluster
 
 
-def pods(kube: Kube) -> list[dict[str, Any]]:
-    return list(get_json(kube, "pods", "-n", NS, "-l", f"db.example.com/cluster={NAME}")["items"])
-
-
 def on_each_pod(kube: Kube, query: str) -> dict[str, Any]:
     """The query's single value on every instance, connecting to each pod directly."""
-    app = secret(kube, NS, f"{NAME}-app")
-    values: dict[str, Any] = {}
-    for pod in pods(kube):
-        with psycopg.connect(
-            host=pod["status"]["podIP"],
-            port=int(app["port"]),
-            user=app["username"],
-            password=app["password"],
-            dbname=app["dbname"],
-            connect_timeout=3,
-        ) as conn:
-            row = conn.execute(query).fetchone()
-            values[pod["metadata"]["name"]] = row[0] if row else None
-    return values
+    return query_each_pod(kube, NS, NAME, query)
 
 
 def start_times(kube: Kube) -> dict[str, datetime]:
-    return on_each_pod(kube, "select pg_postmaster_start_time()")
+    return postmaster_start_times(kube, NS, NAME)
 
 
 def pending(kube: Kube) -> list[str]:
-    waiting = []
-    for pod in pods(kube):
-        state = json.loads((pod["metadata"].get("annotations") or {}).get("status") or "{}")
-        if state.get("pending_restart"):
-            waiting.append(pod["metadata"]["name"])
-    return waiting
+    return pending_restart(kube, NS, NAME)
 
 
 def set_parameters(kube: Kube, parameters: dict[str, str | None]) -> None:
